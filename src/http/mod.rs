@@ -1,0 +1,6 @@
+//! Pure HTTP/1.1 layer: bytes in, values or offsets out. No I/O, no clock.
+
+pub mod chunked;
+pub mod framing;
+pub mod head;
+pub mod headers;

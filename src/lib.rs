@@ -1,0 +1,26 @@
+//! mcp-identity-proxy: a single-threaded HTTP/1.1 proxy that sits between one
+//! MCP agent and a shared MCP server.
+//!
+//! ```text
+//!  main -> event_loop -> conn -> io, buf, http, mcp -> limits
+//!
+//!  client ──► listener ──► Conn { client socket, client_buf }
+//!                            │ ReadHead: http::head parses in place
+//!                            │ ReadBody: whole JSON POST body (bounded), mcp::stamp splices identity
+//!                            │ Connect / SendRequest: head written from a HeaderList (one line per name)
+//!                            │ ReadResponseHead / Relay: body streamed through upstream_buf
+//!                            ▼
+//!                          upstream socket (keep-alive pool in event_loop)
+//! ```
+//!
+//! `http` and `mcp` are pure (bytes in, values or offsets out) and never name
+//! mio, std::net or the clock; `event_loop` alone owns the `mio::Poll`.
+
+pub mod buf;
+pub mod config;
+pub mod conn;
+pub mod event_loop;
+pub mod http;
+pub mod io;
+pub mod limits;
+pub mod mcp;

@@ -1,0 +1,89 @@
+//! Every size, count and time limit of the proxy, in one place.
+//!
+//! Each value is a documented constant; the few a user may need to change are
+//! exposed as flags in `config.rs` (timeouts) and default to these.
+
+use std::time::Duration;
+
+/// Largest request head (request line + fields) accepted from a client. Node
+/// and h11 cap heads at 16 KiB; 64 KiB leaves room for long session or auth
+/// values. Beyond it: 431 (RFC 6585 §5).
+pub const MAX_REQUEST_HEAD: usize = 64 * 1024;
+
+/// Largest response head accepted from the upstream; beyond it: 502.
+pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+/// Most field lines in one head (hyper's default is 100). Beyond it: 431 for
+/// a client, 502 for the upstream.
+pub const MAX_FIELDS: usize = 100;
+
+/// Largest request body the proxy reads whole (JSON POSTs it may stamp,
+/// chunked bodies it de-chunks). The upstream's own limit is 4 MiB (FastMCP);
+/// beyond this: 413, answered without reading the body.
+pub const MAX_STAMP_BODY: usize = 8 * 1024 * 1024;
+
+/// Longest chunk-size line (hex digits, extensions) in a chunked body.
+pub const MAX_CHUNK_LINE: usize = 4096;
+
+/// Largest trailer section of a chunked body; trailers are dropped.
+pub const MAX_TRAILER: usize = 16 * 1024;
+
+/// Nesting depth of JSON arrays and objects the stamper follows.
+pub const MAX_JSON_DEPTH: usize = 128;
+
+/// Size of the buffer each direction starts with; it grows up to
+/// `MAX_REQUEST_HEAD` only while a head does not fit.
+pub const IO_BUF_SIZE: usize = 16 * 1024;
+
+/// Most reads or writes per socket per readiness event, so one busy
+/// connection cannot starve the others on the single thread.
+pub const MAX_IO_PER_EVENT: usize = 32;
+
+/// Most client connections open at once; at the limit the listener stops
+/// accepting until one closes.
+pub const MAX_CONNECTIONS: usize = 4096;
+
+/// Idle upstream connections kept for reuse.
+pub const MAX_POOLED_UPSTREAM: usize = 64;
+
+/// How long an idle upstream connection is kept. Below uvicorn's 5 s
+/// keep-alive so that the upstream rarely closes a connection we are about
+/// to reuse.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Time allowed to receive a whole request head once its first byte has
+/// arrived (slowloris guard).
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Time an idle keep-alive client connection is kept open.
+pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Default upstream connect timeout (`--connect-timeout`); then 504.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default time from a fully sent request to the upstream's response head
+/// (`--response-timeout`). A long tool call in JSON-response mode answers
+/// only when it ends; then 504.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Default idle timeout of an open exchange: no byte either way
+/// (`--idle-timeout`). FastMCP pings every 15 s; Python clients give up
+/// after 300 s.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A refused upstream connect is retried this many times...
+pub const CONNECT_RETRIES: u32 = 3;
+/// ...this far apart (nothing has been sent, so a retry is safe).
+pub const CONNECT_RETRY_DELAY: Duration = Duration::from_millis(200);
+
+/// How long in-flight exchanges may run after SIGINT/SIGTERM.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// How often the identity file is checked for a change.
+pub const IDENTITY_POLL: Duration = Duration::from_millis(250);
+
+/// Longest line accepted on `--control-stdin`.
+pub const MAX_CONTROL_LINE: usize = 64 * 1024;
+
+/// Largest identity file or token file read.
+pub const MAX_SECRET_FILE: u64 = 64 * 1024;
