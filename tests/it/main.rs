@@ -1,0 +1,4 @@
+//! One integration-test binary (one link, shared helpers), ripgrep style.
+//! Every test drives the real `mcp-identity-proxy` binary over loopback.
+
+mod util;
