@@ -505,6 +505,7 @@ mod tests {
             &mut out,
         );
         assert!(r.is_done());
+        assert_eq!(r.held.capacity(), 0, "nothing is kept once done");
         assert_eq!(
             out,
             b": c\n\nretry: 1\n\ndata: x\n\nevent: endpoint\ndata: http://127.0.0.1:8200/m\n\n"
