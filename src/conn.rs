@@ -270,24 +270,6 @@ fn is_json_content_type(v: Option<&[u8]>) -> bool {
         || (media.len() > 5 && media[media.len() - 5..].eq_ignore_ascii_case(b"+json"))
 }
 
-/// `Location: http://<upstream authority>/x` -> `http://<client host>/x`
-/// (R24): FastMCP redirects `/mcp/` to its own absolute URL, which clients
-/// would otherwise follow around the proxy or refuse as cross-origin.
-fn rewrite_location(value: &[u8], upstream: &[u8], client_host: &[u8]) -> Option<Vec<u8>> {
-    let rest = value
-        .get(..7)
-        .filter(|s| s.eq_ignore_ascii_case(b"http://"))
-        .and(value.get(7..))?;
-    let after = rest
-        .get(..upstream.len())
-        .filter(|a| a.eq_ignore_ascii_case(upstream))
-        .and(rest.get(upstream.len()..))?;
-    if !(after.is_empty() || matches!(after[0], b'/' | b'?' | b'#')) || client_host.is_empty() {
-        return None;
-    }
-    Some([b"http://", client_host, after].concat())
-}
-
 impl Conn {
     pub fn new(id: u64, client: TcpStream, peer: SocketAddr, now: Instant) -> Conn {
         let _ = client.set_nodelay(true);
@@ -1171,7 +1153,9 @@ impl Conn {
         }
         if let Some(loc) = resp.headers.get(b"location") {
             let upstream = ctx.config.upstream.authority.as_bytes();
-            if let Some(new) = rewrite_location(loc, upstream, &self.ex.client_host) {
+            if let Some(new) =
+                crate::mcp::sse::rewrite_location(loc, upstream, &self.ex.client_host)
+            {
                 let _ = resp.headers.set(b"location", &new);
             }
         }
@@ -1442,28 +1426,6 @@ fn headers_for_upstream(headers: &mut crate::http::headers::HeaderList, ctx: &Ct
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn location_rewrite() {
-        let up = b"127.0.0.1:8200";
-        let host = b"127.0.0.1:4000";
-        assert_eq!(
-            rewrite_location(b"http://127.0.0.1:8200/mcp", up, host).unwrap(),
-            b"http://127.0.0.1:4000/mcp"
-        );
-        assert_eq!(
-            rewrite_location(b"HTTP://127.0.0.1:8200?x", up, host).unwrap(),
-            b"http://127.0.0.1:4000?x"
-        );
-        assert_eq!(
-            rewrite_location(b"http://127.0.0.1:8200", up, host).unwrap(),
-            b"http://127.0.0.1:4000"
-        );
-        assert!(rewrite_location(b"http://127.0.0.1:82000/mcp", up, host).is_none());
-        assert!(rewrite_location(b"/mcp", up, host).is_none());
-        assert!(rewrite_location(b"https://127.0.0.1:8200/mcp", up, host).is_none());
-        assert!(rewrite_location(b"http://example.com/", up, host).is_none());
-    }
 
     #[test]
     fn json_content_types() {

@@ -10,16 +10,7 @@
 use memchr::memchr2;
 use smallvec::SmallVec;
 
-/// Most bytes of one event (all its lines, up to the blank line that
-/// dispatches it) held while looking for its `event:` field, which may come
-/// after its `data:` lines. An endpoint event is about 80 bytes; past this
-/// the held bytes are flushed unchanged and scanning stops.
-pub const MAX_SSE_HELD_EVENT: usize = 16 * 1024;
-
-/// Most bytes scanned before the first dispatched event (comment-only blocks,
-/// e.g. anti-buffering padding, do not dispatch). Past this, scanning stops,
-/// so a stream that never sends an event is not scanned forever.
-pub const MAX_SSE_SCAN: usize = 64 * 1024;
+use crate::limits::{MAX_SSE_HELD_EVENT, MAX_SSE_SCAN};
 
 const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 const HTTP_SCHEME: &[u8] = b"http://";
