@@ -35,6 +35,11 @@ pub struct Config {
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub idle_timeout: Duration,
+    /// Extra browser origins allowed besides the loopback ones (`--allow-origin`).
+    pub allow_origins: Vec<String>,
+    /// Secret clients must present as `Authorization: Bearer` (required
+    /// when listening on a non-loopback address). Never logged.
+    pub client_token: Option<String>,
 }
 
 impl fmt::Debug for Config {
@@ -47,6 +52,8 @@ impl fmt::Debug for Config {
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("allow_origins", &self.allow_origins)
+            .field("client_token", &self.client_token.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
@@ -63,8 +70,10 @@ pub enum ConfigError {
         flag: &'static str,
         why: &'static str,
     },
-    /// The token file could not be read (the kind, never the contents).
+    /// A token file could not be read (the kind, never the contents).
     TokenFile(PathBuf, std::io::ErrorKind),
+    /// A non-loopback `--listen` without `--client-token-file`.
+    ExposedWithoutClientToken,
     EmptyToken,
     InvalidToken,
     Https,
@@ -83,6 +92,9 @@ impl fmt::Display for ConfigError {
             ConfigError::TokenFile(p, kind) => {
                 write!(f, "cannot read token file {}: {kind}", p.display())
             }
+            ConfigError::ExposedWithoutClientToken => f.write_str(
+                "--listen on a non-loopback address needs --client-token-file: anything that reaches the port could act as the agent",
+            ),
             ConfigError::EmptyToken => f.write_str("the token is empty"),
             ConfigError::InvalidToken => {
                 f.write_str("the token must be visible ASCII without spaces (it is sent in a header)")
@@ -120,6 +132,13 @@ OPTIONS:
     --response-timeout SECS request sent -> response head, then 504 [default: 300]
     --idle-timeout SECS     no byte either way on an open exchange or stream,
                             then the connection closes [default: 300]
+    --allow-origin ORIGIN   also accept this browser Origin, e.g.
+                            https://app.example (repeatable) [default: only
+                            http(s) origins on localhost, 127.0.0.1, [::1]]
+    --client-token-file PATH
+                            secret clients must send as 'Authorization:
+                            Bearer <secret>' (replaced upstream); required to
+                            --listen on a non-loopback address
     -h, --help              print this help
     -V, --version           print the version
 
@@ -155,6 +174,8 @@ where
     let mut connect_timeout = limits::CONNECT_TIMEOUT;
     let mut response_timeout = limits::RESPONSE_TIMEOUT;
     let mut idle_timeout = limits::IDLE_TIMEOUT;
+    let mut allow_origins = Vec::new();
+    let mut client_token_file = None;
 
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -181,9 +202,19 @@ where
             "--response-timeout" => {
                 response_timeout = parse_secs("--response-timeout", &value("--response-timeout")?)?
             }
-            "--idle-timeout" => {
-                idle_timeout = parse_secs("--idle-timeout", &value("--idle-timeout")?)?
+            "--idle-timeout" => idle_timeout = parse_secs("--idle-timeout", &value("--idle-timeout")?)?,
+            "--allow-origin" => {
+                let origin = value("--allow-origin")?;
+                let origin = origin.trim_end_matches('/');
+                if !(origin.starts_with("http://") || origin.starts_with("https://")) || origin.len() < 9 {
+                    return Err(ConfigError::Invalid {
+                        flag: "--allow-origin",
+                        why: "expected http(s)://HOST[:PORT]",
+                    });
+                }
+                allow_origins.push(origin.to_ascii_lowercase());
             }
+            "--client-token-file" => client_token_file = Some(PathBuf::from(value("--client-token-file")?)),
             _ => return Err(ConfigError::UnknownFlag(arg)),
         }
     }
@@ -202,6 +233,17 @@ where
     };
     let token = token.trim().to_string();
     check_token(&token)?;
+    let client_token = match client_token_file {
+        Some(path) => {
+            let t = read_token_file(&path)?.trim().to_string();
+            check_token(&t)?;
+            Some(t)
+        }
+        None => None,
+    };
+    if !listen.ip().is_loopback() && client_token.is_none() {
+        return Err(ConfigError::ExposedWithoutClientToken);
+    }
     Ok(Config {
         upstream,
         listen,
@@ -210,6 +252,8 @@ where
         connect_timeout,
         response_timeout,
         idle_timeout,
+        allow_origins,
+        client_token,
     })
 }
 
@@ -229,55 +273,34 @@ fn read_token_file(path: &PathBuf) -> Result<String, ConfigError> {
     let err = |e: std::io::Error| ConfigError::TokenFile(path.clone(), e.kind());
     let file = std::fs::File::open(path).map_err(err)?;
     let mut s = String::new();
-    file.take(limits::MAX_SECRET_FILE)
-        .read_to_string(&mut s)
-        .map_err(err)?;
+    file.take(limits::MAX_SECRET_FILE).read_to_string(&mut s).map_err(err)?;
     Ok(s)
 }
 
 /// Seconds as `N` or `N.F`, greater than zero.
 fn parse_secs(flag: &'static str, v: &str) -> Result<Duration, ConfigError> {
-    let bad = ConfigError::Invalid {
-        flag,
-        why: "expected seconds greater than 0, e.g. 5 or 0.5",
-    };
-    let ok = !v.is_empty()
-        && v.bytes().all(|b| b.is_ascii_digit() || b == b'.')
-        && v.matches('.').count() <= 1;
+    let bad = ConfigError::Invalid { flag, why: "expected seconds greater than 0, e.g. 5 or 0.5" };
+    let ok =
+        !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit() || b == b'.') && v.matches('.').count() <= 1;
     let secs: f64 = if ok {
         v.parse().map_err(|_| bad)?
     } else {
         return Err(bad);
     };
     if !(secs > 0.0 && secs <= 1e9) {
-        return Err(ConfigError::Invalid {
-            flag,
-            why: "expected seconds greater than 0, e.g. 5 or 0.5",
-        });
+        return Err(ConfigError::Invalid { flag, why: "expected seconds greater than 0, e.g. 5 or 0.5" });
     }
     Ok(Duration::from_secs_f64(secs))
 }
 
 fn parse_listen(v: &str) -> Result<SocketAddr, ConfigError> {
     let addr = match v.strip_prefix("localhost:") {
-        Some(port) => port
-            .parse::<u16>()
-            .ok()
-            .map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, p))),
+        Some(port) => port.parse::<u16>().ok().map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, p))),
         None => v.parse::<SocketAddr>().ok(),
     };
-    let addr = addr.ok_or(ConfigError::Invalid {
-        flag: "--listen",
-        why: "expected ADDR:PORT, e.g. 127.0.0.1:0",
-    })?;
-    // R26: the proxy adds the agent's credentials to whatever it forwards, so
-    // it listens on loopback only.
-    if !addr.ip().is_loopback() {
-        return Err(ConfigError::Invalid {
-            flag: "--listen",
-            why: "must be a loopback address (127.0.0.1 or [::1])",
-        });
-    }
+    let addr =
+        addr.ok_or(ConfigError::Invalid { flag: "--listen", why: "expected ADDR:PORT, e.g. 127.0.0.1:0" })?;
+    // R26: a non-loopback address needs a client token (checked in `parse`).
     Ok(addr)
 }
 
@@ -286,10 +309,7 @@ fn parse_upstream(v: &str) -> Result<Upstream, ConfigError> {
     if lower.starts_with("https://") {
         return Err(ConfigError::Https);
     }
-    let invalid = |why| ConfigError::Invalid {
-        flag: "--upstream",
-        why,
-    };
+    let invalid = |why| ConfigError::Invalid { flag: "--upstream", why };
     let rest = v
         .get(..7)
         .filter(|s| s.eq_ignore_ascii_case("http://"))
@@ -320,11 +340,7 @@ fn parse_upstream(v: &str) -> Result<Upstream, ConfigError> {
     if addrs.is_empty() {
         return Err(ConfigError::Resolve(lookup_host.to_string()));
     }
-    Ok(Upstream {
-        addrs,
-        authority: format!("{host}:{port}"),
-        path: path.to_string(),
-    })
+    Ok(Upstream { addrs, authority: format!("{host}:{port}"), path: path.to_string() })
 }
 
 /// `host[:port]` or `[v6][:port]`; port defaults to 80.
@@ -348,10 +364,7 @@ fn split_host_port(a: &str) -> Option<(&str, u16)> {
         Some(_) => return None,
         None => 80,
     };
-    if host
-        .bytes()
-        .any(|b| !(b.is_ascii_alphanumeric() || b"-._[]:".contains(&b)))
-    {
+    if host.bytes().any(|b| !(b.is_ascii_alphanumeric() || b"-._[]:".contains(&b))) {
         return None;
     }
     Some((host, port))
@@ -367,11 +380,7 @@ mod tests {
 
     #[test]
     fn minimal_with_env_token() {
-        let c = parse(
-            args("--upstream http://127.0.0.1:8200/mcp --agent a"),
-            Some("tok\n".into()),
-        )
-        .unwrap();
+        let c = parse(args("--upstream http://127.0.0.1:8200/mcp --agent a"), Some("tok\n".into())).unwrap();
         assert_eq!(c.upstream.authority, "127.0.0.1:8200");
         assert_eq!(c.upstream.path, "/mcp");
         assert_eq!(c.upstream.addrs, vec!["127.0.0.1:8200".parse().unwrap()]);
@@ -389,11 +398,7 @@ mod tests {
         ];
         for (url, authority, path) in ok {
             let u = parse_upstream(url).unwrap();
-            assert_eq!(
-                (u.authority.as_str(), u.path.as_str()),
-                (authority, path),
-                "{url}"
-            );
+            assert_eq!((u.authority.as_str(), u.path.as_str()), (authority, path), "{url}");
         }
         for bad in [
             "https://127.0.0.1:1/mcp",
@@ -411,67 +416,28 @@ mod tests {
     fn errors() {
         let up = "--upstream http://127.0.0.1:1/mcp --agent a";
         let cases: &[(&str, Option<&str>, ConfigError)] = &[
-            (
-                "--bogus",
-                Some("t"),
-                ConfigError::UnknownFlag("--bogus".into()),
-            ),
-            (
-                "--upstream",
-                Some("t"),
-                ConfigError::MissingValue("--upstream"),
-            ),
+            ("--bogus", Some("t"), ConfigError::UnknownFlag("--bogus".into())),
+            ("--upstream", Some("t"), ConfigError::MissingValue("--upstream")),
             ("--agent a", Some("t"), ConfigError::Missing("--upstream")),
-            (
-                up,
-                None,
-                ConfigError::Missing("--token-file or MCP_PROXY_TOKEN"),
-            ),
+            (up, None, ConfigError::Missing("--token-file or MCP_PROXY_TOKEN")),
             (up, Some("  \n"), ConfigError::EmptyToken),
             (up, Some("a b"), ConfigError::InvalidToken),
-            (
-                "--upstream https://x/mcp --agent a",
-                Some("t"),
-                ConfigError::Https,
-            ),
+            ("--upstream https://x/mcp --agent a", Some("t"), ConfigError::Https),
             ("--help", None, ConfigError::Help),
         ];
         for (a, tok, want) in cases {
-            assert_eq!(
-                parse(args(a), tok.map(String::from)).unwrap_err(),
-                *want,
-                "{a}"
-            );
+            assert_eq!(parse(args(a), tok.map(String::from)).unwrap_err(), *want, "{a}");
         }
         let e = parse(args(&format!("{up} --listen nonsense")), Some("t".into())).unwrap_err();
-        assert!(matches!(
-            e,
-            ConfigError::Invalid {
-                flag: "--listen",
-                ..
-            }
-        ));
+        assert!(matches!(e, ConfigError::Invalid { flag: "--listen", .. }));
         let e = parse(args(&format!("{up} --listen 0.0.0.0:1")), Some("t".into())).unwrap_err();
-        assert!(matches!(
-            e,
-            ConfigError::Invalid {
-                flag: "--listen",
-                ..
-            }
-        ));
+        assert_eq!(e, ConfigError::ExposedWithoutClientToken);
+        let e = parse(args(&format!("{up} --allow-origin evil")), Some("t".into())).unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { flag: "--allow-origin", .. }));
         let e = parse(args(&format!("{up} --token-file /nonexistent/x")), None).unwrap_err();
-        assert!(matches!(
-            e,
-            ConfigError::TokenFile(_, std::io::ErrorKind::NotFound)
-        ));
+        assert!(matches!(e, ConfigError::TokenFile(_, std::io::ErrorKind::NotFound)));
         let e = parse(args(&format!("{up} --idle-timeout -1")), Some("t".into())).unwrap_err();
-        assert!(matches!(
-            e,
-            ConfigError::Invalid {
-                flag: "--idle-timeout",
-                ..
-            }
-        ));
+        assert!(matches!(e, ConfigError::Invalid { flag: "--idle-timeout", .. }));
     }
 
     #[test]

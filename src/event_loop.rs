@@ -76,10 +76,7 @@ impl Signals {
                 return Err(io::Error::last_os_error());
             }
         }
-        Ok(Signals {
-            receiver,
-            _sender: sender,
-        })
+        Ok(Signals { receiver, _sender: sender })
     }
 
     /// Drain the pipe; returns (terminate requested, hangup received).
@@ -147,20 +144,11 @@ impl Proxy {
         let poll = Poll::new()?;
         let mut listener = TcpListener::bind(config.listen)?;
         let local_addr = listener.local_addr()?;
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
         let mut signals = Signals::install()?;
-        poll.registry()
-            .register(&mut signals.receiver, SIGNALS, Interest::READABLE)?;
+        poll.registry().register(&mut signals.receiver, SIGNALS, Interest::READABLE)?;
         let bearer = [b"Bearer ".as_slice(), config.token.as_bytes()].concat();
-        Ok(Proxy {
-            poll,
-            listener: Some(listener),
-            local_addr,
-            config,
-            bearer,
-            signals,
-        })
+        Ok(Proxy { poll, listener: Some(listener), local_addr, config, bearer, signals })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -171,12 +159,7 @@ impl Proxy {
     /// up to `SHUTDOWN_GRACE`.
     pub fn run(mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
-        let mut slab = Slab {
-            entries: Vec::new(),
-            free: Vec::new(),
-            freed: Vec::new(),
-            live: 0,
-        };
+        let mut slab = Slab { entries: Vec::new(), free: Vec::new(), freed: Vec::new(), live: 0 };
         let mut pool: Vec<(TcpStream, Instant)> = Vec::new();
         let mut touched: Vec<usize> = Vec::new();
         let mut again: Vec<usize> = Vec::new();
@@ -229,9 +212,7 @@ impl Proxy {
                                 let _ = self.poll.registry().deregister(&mut l);
                             }
                             // Every connection learns about it on its next drive.
-                            touched.extend(
-                                (0..slab.entries.len()).filter(|i| slab.entries[*i].is_some()),
-                            );
+                            touched.extend((0..slab.entries.len()).filter(|i| slab.entries[*i].is_some()));
                         }
                     }
                     Token(t) => {
@@ -239,10 +220,8 @@ impl Proxy {
                         let Some(Some(conn)) = slab.entries.get_mut(slot) else {
                             continue; // sporadic event for a closed slot
                         };
-                        let readable =
-                            event.is_readable() || event.is_read_closed() || event.is_error();
-                        let writable =
-                            event.is_writable() || event.is_write_closed() || event.is_error();
+                        let readable = event.is_readable() || event.is_read_closed() || event.is_error();
+                        let writable = event.is_writable() || event.is_write_closed() || event.is_error();
                         if side == 0 {
                             conn.client_event(readable, writable);
                         } else {
@@ -256,15 +235,9 @@ impl Proxy {
                 accept_paused_until = None;
                 accept_ready = true;
             }
-            if !listener_registered && slab.live < MAX_CONNECTIONS && accept_paused_until.is_none()
-            {
+            if !listener_registered && slab.live < MAX_CONNECTIONS && accept_paused_until.is_none() {
                 if let Some(l) = self.listener.as_mut() {
-                    if self
-                        .poll
-                        .registry()
-                        .register(l, LISTENER, Interest::READABLE)
-                        .is_ok()
-                    {
+                    if self.poll.registry().register(l, LISTENER, Interest::READABLE).is_ok() {
                         listener_registered = true;
                         accept_ready = true;
                     }
@@ -309,10 +282,7 @@ impl Proxy {
             }
             // Connections whose deadline passed.
             for (i, c) in slab.entries.iter().enumerate() {
-                if c.as_ref()
-                    .and_then(|c| c.deadline(&self.config))
-                    .is_some_and(|d| now >= d)
-                {
+                if c.as_ref().and_then(|c| c.deadline(&self.config)).is_some_and(|d| now >= d) {
                     touched.push(i);
                 }
             }
@@ -323,6 +293,7 @@ impl Proxy {
                 bearer: &self.bearer,
                 token: self.config.token.as_bytes(),
                 now,
+                listen_port: self.local_addr.port(),
                 shutting_down: shutdown_at.is_some(),
             };
             for &slot in &touched {
@@ -381,11 +352,7 @@ fn drive_slot(
                 return;
             }
             Verdict::NeedUpstream => {
-                let pooled = if conn.may_use_pool() {
-                    take_pooled(pool, ctx.now)
-                } else {
-                    None
-                };
+                let pooled = if conn.may_use_pool() { take_pooled(pool, ctx.now) } else { None };
                 let (mut stream, reused) = match pooled {
                     Some(s) => (s, true),
                     None => {

@@ -87,10 +87,7 @@ fn split_host_port(authority: &[u8]) -> Option<(&[u8], Option<u16>)> {
     let host_end = if authority.first() == Some(&b'[') {
         authority.iter().position(|&b| b == b']')? + 1
     } else {
-        authority
-            .iter()
-            .position(|&b| b == b':')
-            .unwrap_or(authority.len())
+        authority.iter().position(|&b| b == b':').unwrap_or(authority.len())
     };
     let (host, rest) = authority.split_at(host_end);
     match rest.split_first() {
@@ -133,10 +130,7 @@ fn strip_prefix_ignore_case<'a>(value: &'a [u8], prefix: &[u8]) -> Option<&'a [u
 fn trim_ows(value: &[u8]) -> &[u8] {
     let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
     let start = value.iter().position(|b| !is_ows(b)).unwrap_or(value.len());
-    let end = value
-        .iter()
-        .rposition(|b| !is_ows(b))
-        .map_or(start, |i| i + 1);
+    let end = value.iter().rposition(|b| !is_ows(b)).map_or(start, |i| i + 1);
     value.get(start..end).unwrap_or_default()
 }
 
@@ -189,11 +183,7 @@ mod tests {
         ];
         for &(host, want) in cases {
             assert_eq!(host_allowed(host.as_bytes(), 40123), want, "{host}");
-            assert_eq!(
-                naive_host_allowed(host.as_bytes(), 40123),
-                want,
-                "naive {host}"
-            );
+            assert_eq!(naive_host_allowed(host.as_bytes(), 40123), want, "naive {host}");
         }
         assert!(host_allowed(b"localhost:65535", 65535));
         assert!(host_allowed(b"localhost:1", 1));
@@ -288,10 +278,7 @@ mod tests {
             assert_eq!(origin_allowed(origin.as_bytes(), extra), want, "{origin}");
         }
         assert!(!origin_allowed(b"https://app.example.com", &[]));
-        assert!(
-            !origin_allowed(b"", &[b""]),
-            "empty is refused even if listed"
-        );
+        assert!(!origin_allowed(b"", &[b""]), "empty is refused even if listed");
     }
 
     #[test]
@@ -320,10 +307,7 @@ mod tests {
         for &(value, want) in cases {
             assert_eq!(bearer_matches(value.as_bytes(), secret), want, "{value:?}");
         }
-        assert!(
-            !bearer_matches(b"Bearer ", b""),
-            "empty secret never matches"
-        );
+        assert!(!bearer_matches(b"Bearer ", b""), "empty secret never matches");
         assert!(!bearer_matches(b"Bearer", b""));
     }
 

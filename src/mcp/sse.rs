@@ -318,9 +318,7 @@ mod tests {
     /// Expected output: `input` with every `{U}` replaced by the upstream
     /// authority, and in `want` by the authority given.
     fn fill(template: &str, authority: &[u8]) -> Vec<u8> {
-        template
-            .replace("{U}", std::str::from_utf8(authority).unwrap())
-            .into_bytes()
+        template.replace("{U}", std::str::from_utf8(authority).unwrap()).into_bytes()
     }
 
     macro_rules! sse_cases {
@@ -461,10 +459,7 @@ mod tests {
         r.feed(b"\n\r", &mut out);
         assert!(r.is_done());
         r.feed(b"\nevent: message\n", &mut out);
-        assert_eq!(
-            out,
-            b"event: endpoint\r\ndata: http://127.0.0.1:40123/m\r\n\r\nevent: message\n"
-        );
+        assert_eq!(out, b"event: endpoint\r\ndata: http://127.0.0.1:40123/m\r\n\r\nevent: message\n");
     }
 
     /// An empty read between the CR and the LF of a CRLF once made the LF
@@ -476,10 +471,7 @@ mod tests {
         r.feed(b"event: endpoint\r", &mut out);
         r.feed(b"", &mut out);
         r.feed(b"\ndata: http://127.0.0.1:8200/m\r\n\r\n", &mut out);
-        assert_eq!(
-            out,
-            b"event: endpoint\r\ndata: http://127.0.0.1:40123/m\r\n\r\n"
-        );
+        assert_eq!(out, b"event: endpoint\r\ndata: http://127.0.0.1:40123/m\r\n\r\n");
     }
 
     #[test]
@@ -491,16 +483,10 @@ mod tests {
         assert_eq!(out, b": c\n\nretry: 1\n\n", "they are sent at once");
         r.feed(b"data: x\n", &mut out);
         assert!(!r.is_done());
-        r.feed(
-            b"\nevent: endpoint\ndata: http://127.0.0.1:8200/m\n\n",
-            &mut out,
-        );
+        r.feed(b"\nevent: endpoint\ndata: http://127.0.0.1:8200/m\n\n", &mut out);
         assert!(r.is_done());
         assert_eq!(r.held.capacity(), 0, "nothing is kept once done");
-        assert_eq!(
-            out,
-            b": c\n\nretry: 1\n\ndata: x\n\nevent: endpoint\ndata: http://127.0.0.1:8200/m\n\n"
-        );
+        assert_eq!(out, b": c\n\nretry: 1\n\ndata: x\n\nevent: endpoint\ndata: http://127.0.0.1:8200/m\n\n");
     }
 
     #[test]
@@ -610,19 +596,10 @@ mod tests {
     #[test]
     fn location_rewrite() {
         let cases: &[(&[u8], Option<&[u8]>)] = &[
-            (
-                b"http://127.0.0.1:8200/mcp",
-                Some(b"http://127.0.0.1:40123/mcp"),
-            ),
-            (
-                b"HTTP://127.0.0.1:8200/mcp?x=1#f",
-                Some(b"http://127.0.0.1:40123/mcp?x=1#f"),
-            ),
+            (b"http://127.0.0.1:8200/mcp", Some(b"http://127.0.0.1:40123/mcp")),
+            (b"HTTP://127.0.0.1:8200/mcp?x=1#f", Some(b"http://127.0.0.1:40123/mcp?x=1#f")),
             (b"http://127.0.0.1:8200", Some(b"http://127.0.0.1:40123")),
-            (
-                b"http://127.0.0.1:8200?q",
-                Some(b"http://127.0.0.1:40123?q"),
-            ),
+            (b"http://127.0.0.1:8200?q", Some(b"http://127.0.0.1:40123?q")),
             (b"/mcp", None),
             (b"http://localhost:8200/mcp", None),
             (b"http://127.0.0.1:82000/mcp", None),
