@@ -763,7 +763,7 @@ mod tests {
         params.push("\"_meta\":{\"progressToken\":12345678901234567890}".into());
         let m = params.len();
         params.swap(0, r.below(m));
-        let mut members = vec![
+        let mut members = [
             "\"jsonrpc\":\"2.0\"".to_string(),
             format!("\"id\":{}", r.pick(&["1", "\"abc\"", "0.5"])),
             format!("\"method\":{method}"),
