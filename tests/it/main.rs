@@ -1,4 +1,5 @@
 //! One integration-test binary (one link, shared helpers), ripgrep style.
 //! Every test drives the real `mcp-identity-proxy` binary over loopback.
 
+mod demo;
 mod util;
