@@ -2,4 +2,5 @@
 //! Every test drives the real `mcp-identity-proxy` binary over loopback.
 
 mod demo;
+mod shim;
 mod util;

@@ -1,0 +1,230 @@
+"""Drop-in for agentchattr's ``mcp_proxy.McpIdentityProxy``, backed by the
+mcp-identity-proxy binary.
+
+Same constructor, ``start()``/``stop()``, ``port``, ``url`` and the
+``agent_name``/``token`` properties as agentchattr's class, so ``wrapper.py``
+needs no change beyond the import::
+
+    from agentchattr_shim import McpIdentityProxy
+
+The binary runs as a child process with ``--control-stdin``: a new name or
+token is one JSON line on its stdin and applies to the next request, and the
+child shuts down when its stdin closes, so it never outlives the wrapper.
+The token goes in through the ``MCP_PROXY_TOKEN`` environment variable,
+never argv. Standard library only.
+
+The binary is ``binary=`` if given, else ``$MCP_IDENTITY_PROXY_BIN``, else
+``mcp-identity-proxy`` on ``PATH``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import selectors
+import shutil
+import subprocess
+import threading
+import time
+
+log = logging.getLogger(__name__)
+
+PORT_LINE = "  MCP proxy: port "
+IN_USE_SUFFIX = " in use (shared with another instance)"
+EXIT_BIND_FAILED = 3
+START_TIMEOUT = 10.0
+STOP_TIMEOUT = 10.0
+
+
+class McpIdentityProxy:
+    """Local identity proxy for one agent in front of agentchattr's MCP server.
+
+    Args:
+        upstream_base: base URL without path, e.g. "http://127.0.0.1:8200"
+        upstream_path: "/mcp" (streamable HTTP) or "/sse" (legacy SSE)
+        agent_name: current canonical name of this instance
+        instance_token: server-issued token (sent as Authorization: Bearer
+            and X-Agent-Token)
+        port: 0 lets the OS choose; a fixed port already in use makes
+            start() return False
+        binary: path of mcp-identity-proxy (optional, see module doc)
+        extra_args: more flags for the binary, e.g. ("--stamp", "t=p")
+    """
+
+    def __init__(self, upstream_base: str, upstream_path: str, agent_name: str,
+                 instance_token: str, port: int = 0, *, binary: str | None = None,
+                 extra_args: tuple[str, ...] = ()):
+        self._upstream_base = upstream_base.rstrip("/")
+        self._upstream_path = upstream_path
+        self._agent_name = agent_name
+        self._token = instance_token
+        self._requested_port = port
+        self._binary = binary
+        self._extra_args = tuple(extra_args)
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._port = 0
+        self.returncode: int | None = None
+
+    # -- agentchattr's interface ------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The bound port while running, else 0."""
+        return self._port if self._proc else 0
+
+    @property
+    def url(self) -> str:
+        """Base URL of the proxy (no path: clients add /mcp or /sse)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def agent_name(self) -> str:
+        with self._lock:
+            return self._agent_name
+
+    @agent_name.setter
+    def agent_name(self, name: str):
+        with self._lock:
+            self._agent_name = name
+            self._push_identity()
+
+    @property
+    def token(self) -> str:
+        with self._lock:
+            return self._token
+
+    @token.setter
+    def token(self, value: str):
+        with self._lock:
+            self._token = value
+            self._push_identity()
+
+    def start(self) -> bool:
+        """Start the proxy; True once it listens. False when the fixed port
+        is taken (the binary prints agentchattr's "in use" line, exit 3).
+        Raises RuntimeError on any other failure (bad arguments, exit 2)."""
+        if self._proc:
+            return True
+        with self._lock:
+            env = dict(os.environ)
+            env["MCP_PROXY_TOKEN"] = self._token
+            args = [self._find_binary(),
+                    "--upstream", self._upstream_base + self._upstream_path,
+                    "--control-stdin",
+                    "--agent", self._agent_name]
+        if self._requested_port:
+            args += ["--listen", f"127.0.0.1:{self._requested_port}"]
+        args += list(self._extra_args)
+        # stderr is inherited: the proxy's log lines (RUST_LOG) and its
+        # one-line configuration errors reach the wrapper's console.
+        proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                env=env, close_fds=True)
+        line = _read_line(proc, START_TIMEOUT)
+        if line.startswith(PORT_LINE) and line.endswith(IN_USE_SUFFIX):
+            print(line, flush=True)
+            self._reap(proc)
+            return False
+        port = line[len(PORT_LINE):] if line.startswith(PORT_LINE) else ""
+        if not port.isdigit():
+            rc = self._reap(proc)
+            raise RuntimeError(
+                f"mcp-identity-proxy did not start (exit status {rc}, first line {line!r}); "
+                "see its message on stderr")
+        self._proc = proc
+        self._port = int(port)
+        self.returncode = None
+        # Nothing else is expected on stdout; drain it so the child can
+        # never block on a full pipe.
+        threading.Thread(target=_drain, args=(proc.stdout,), daemon=True).start()
+        log.info("MCP proxy for %s on port %d", self.agent_name, self._port)
+        print(line, flush=True)
+        return True
+
+    def stop(self):
+        """Close the child's stdin (it shuts down gracefully at EOF, letting
+        in-flight exchanges finish) and wait for it."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with self._lock:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            self.returncode = proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            log.warning("mcp-identity-proxy did not exit at stdin EOF; terminating")
+            proc.terminate()
+            try:
+                self.returncode = proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                self.returncode = proc.wait()
+        self._port = 0
+
+    # -- internals ----------------------------------------------------------
+
+    def _push_identity(self):
+        """Send the current identity to the running child (lock held). It
+        applies to the next request; open streams keep going."""
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.stdin.closed:
+            return
+        line = json.dumps({"agent": self._agent_name, "token": self._token}) + "\n"
+        try:
+            proc.stdin.write(line.encode("utf-8"))
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            log.warning("cannot update the MCP proxy's identity: %s", e)
+
+    def _find_binary(self) -> str:
+        found = (self._binary or os.environ.get("MCP_IDENTITY_PROXY_BIN")
+                 or shutil.which("mcp-identity-proxy"))
+        if not found:
+            raise RuntimeError("mcp-identity-proxy not found: pass binary=, set "
+                               "MCP_IDENTITY_PROXY_BIN, or put it on PATH")
+        return found
+
+    def _reap(self, proc: subprocess.Popen) -> int:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            rc = proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+        proc.stdout.close()
+        self.returncode = rc
+        return rc
+
+
+def _read_line(proc: subprocess.Popen, timeout: float) -> str:
+    """The child's first stdout line, without its newline ("" on EOF or
+    timeout)."""
+    fd = proc.stdout.fileno()
+    buf = b""
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                break
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            buf += chunk
+    return buf.split(b"\n", 1)[0].decode("utf-8", "replace").rstrip("\r")
+
+
+def _drain(stream):
+    try:
+        while stream.read(4096):
+            pass
+    except (OSError, ValueError):
+        pass
