@@ -731,7 +731,8 @@ impl Conn {
             _ => false,
         };
         if let Framing::Length(n) = req.framing {
-            if buffered && n > MAX_STAMP_BODY as u64 {
+            // R33: refused before a byte of it is read.
+            if n > MAX_STAMP_BODY as u64 {
                 warn!("conn {}: request body of {n} bytes refused", self.id);
                 self.reply_error(ctx.now, 413, -32600, "request body too large", true);
                 return;
