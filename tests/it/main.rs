@@ -2,3 +2,6 @@
 //! Every test drives the real `mcp-identity-proxy` binary over loopback.
 
 mod util;
+mod cli;
+mod core;
+mod upstream;
