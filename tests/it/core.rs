@@ -1141,3 +1141,152 @@ fn smuggled_request_after_cl_te_conflict_never_reaches_upstream() {
     assert!(up.requests().iter().all(|r| r.target != "/smuggled"), "{:#?}", up.requests());
     assert_healthy(&p, &up);
 }
+
+// ------------------------------------------------ more upstream behaviour (R17, R31-R33, R35)
+
+#[test]
+fn sixteen_concurrent_posts_are_not_blocked_by_an_open_get_stream() {
+    let up = Upstream::start(|req, s| {
+        if req.method == "GET" {
+            let _ = s.write_all(SSE_HEAD);
+            std::thread::sleep(Duration::from_secs(4));
+            let _ = s.write_all(b"0\r\n\r\n");
+        } else {
+            std::thread::sleep(Duration::from_millis(300));
+            let _ = s.write_all(&response("200 OK", &[("Content-Type", "application/json")], OK_JSON));
+        }
+        Next::KeepAlive
+    });
+    let p = start(&up);
+    let mut stream = client(&p);
+    stream.send(&request("GET", "/mcp", &host(&p), &[("Accept", "text/event-stream")], b""));
+    assert_eq!(stream.read_head().status, 200);
+    let t0 = Instant::now();
+    let workers: Vec<_> = (0..16)
+        .map(|_| {
+            let mut c = client(&p);
+            let raw = post(&p, &[], PING);
+            std::thread::spawn(move || {
+                c.send(&raw);
+                c.read_response("POST").status
+            })
+        })
+        .collect();
+    for w in workers {
+        assert_eq!(w.join().unwrap(), 200);
+    }
+    let took = t0.elapsed();
+    assert!(took < Duration::from_millis(2500), "16 concurrent 300 ms POSTs took {took:?}: serialised?");
+}
+
+#[test]
+fn interim_responses_from_upstream_are_not_relayed_as_final() {
+    let up = Upstream::fixed({
+        let mut out = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n".to_vec();
+        out.extend(response("200 OK", &[("Content-Type", "application/json")], OK_JSON));
+        out
+    });
+    let p = start(&up);
+    let mut c = client(&p);
+    c.send(&post(&p, &[], PING));
+    let mut resp = c.read_response("POST");
+    let mut interim = 0;
+    while (100..200).contains(&resp.status) {
+        interim += 1;
+        assert!(interim <= 2, "too many interim responses");
+        resp = c.read_response("POST");
+    }
+    assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
+    assert_eq!(resp.body, OK_JSON);
+    c.send(&post(&p, &[], PING));
+    assert_eq!(c.read_response("POST").status, 200, "connection unusable after interim responses");
+}
+
+#[test]
+fn garbage_upstream_response_gives_502() {
+    let up = Upstream::fixed_then_close(&b"this is not http\r\n\r\n"[..]);
+    let p = start(&up);
+    assert_jsonrpc_error(&exchange(&p, &post(&p, &[], PING)), 502);
+}
+
+#[test]
+fn upstream_closing_without_response_gives_502_and_post_is_not_replayed() {
+    let up = Upstream::start(|_, _| Next::Close);
+    let p = start(&up);
+    let resp = exchange(&p, &post(&p, &[], PING));
+    assert_jsonrpc_error(&resp, 502);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(up.request_count(), 1, "a POST whose bytes were sent was replayed: {:#?}", up.requests());
+}
+
+#[test]
+fn truncated_upstream_body_closes_the_client_connection() {
+    let up = Upstream::fixed_then_close(&b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\nonly ten.."[..]);
+    let p = start(&up);
+    let mut c = client(&p);
+    c.send(&request("GET", "/mcp", &host(&p), &[], b""));
+    let head = c.read_head();
+    assert_eq!(head.status, 200);
+    assert!(c.closed_within(Duration::from_secs(2)), "client left hanging after a truncated upstream body");
+    assert!(c.unread().len() < 100, "more body than the upstream sent");
+}
+
+#[test]
+fn http10_client_gets_body_without_chunked_framing() {
+    let up = Upstream::fixed_then_close(&b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nold client body"[..]);
+    let p = start(&up);
+    let mut c = client(&p);
+    c.send(format!("GET /mcp HTTP/1.0\r\nHost: {}\r\n\r\n", host(&p)).as_bytes());
+    let resp = c.read_response("GET");
+    assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
+    assert!(!resp.has("transfer-encoding"), "chunked sent to an HTTP/1.0 client: {:?}", resp.raw_text());
+    assert_eq!(resp.text(), "old client body", "{:?}", resp.raw_text());
+}
+
+#[test]
+fn one_mib_request_body_is_relayed_intact() {
+    let up = ok_upstream();
+    let p = start(&up);
+    let filler = "x".repeat(1024 * 1024);
+    let body = format!(r#"{{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{{"uri":"{filler}"}}}}"#);
+    let resp = exchange(&p, &post(&p, &[], body.as_bytes()));
+    assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
+    let req = up.only_request();
+    assert_eq!(req.head.all("content-length"), vec![body.len().to_string()]);
+    assert!(req.body == body.as_bytes(), "body changed (len {} vs {})", req.body.len(), body.len());
+}
+
+#[test]
+fn request_body_over_8_mib_gets_413_without_reaching_upstream() {
+    let up = ok_upstream();
+    let p = start(&up);
+    let mut c = client(&p);
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{{\"jsonrpc\":",
+        host(&p),
+        9 * 1024 * 1024
+    );
+    c.send(head.as_bytes());
+    let resp = c.read_response("POST");
+    assert_eq!(resp.status, 413, "{:?}", resp.raw_text());
+    assert_eq!(up.request_count(), 0);
+    assert_healthy(&p, &up);
+}
+
+#[test]
+fn silent_open_stream_is_closed_after_idle_timeout() {
+    let up = Upstream::start(|_, s| {
+        let mut out = SSE_HEAD.to_vec();
+        out.extend(chunk(b"data: hello\n\n"));
+        let _ = s.write_all(&out);
+        std::thread::sleep(Duration::from_secs(6));
+        Next::Close
+    });
+    let p = start_with(&up, &["--idle-timeout", "0.5"]);
+    let mut c = client(&p);
+    c.send(&request("GET", "/mcp", &host(&p), &[("Accept", "text/event-stream")], b""));
+    assert_eq!(c.read_head().status, 200);
+    let t0 = Instant::now();
+    assert!(c.closed_within(Duration::from_secs(3)), "silent stream still open 3 s after a 0.5 s idle timeout");
+    assert!(t0.elapsed() >= Duration::from_millis(300), "closed too early: {:?}", t0.elapsed());
+}
