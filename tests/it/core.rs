@@ -33,7 +33,14 @@ fn start(up: &Upstream) -> Proxy {
 fn start_with(up: &Upstream, extra: &[&str]) -> Proxy {
     let tf = token_file(TOKEN);
     let url = up.url();
-    let mut args = vec!["--upstream", url.as_str(), "--agent", AGENT, "--token-file", tf.to_str().unwrap()];
+    let mut args = vec![
+        "--upstream",
+        url.as_str(),
+        "--agent",
+        AGENT,
+        "--token-file",
+        tf.to_str().unwrap(),
+    ];
     args.extend_from_slice(extra);
     Proxy::start(&args, &[])
 }
@@ -49,7 +56,12 @@ fn client(p: &Proxy) -> Client {
 /// One request on a new connection, one response.
 #[track_caller]
 fn exchange(p: &Proxy, bytes: &[u8]) -> Resp {
-    let method = std::str::from_utf8(bytes).unwrap_or("").split(' ').next().unwrap_or("").to_string();
+    let method = std::str::from_utf8(bytes)
+        .unwrap_or("")
+        .split(' ')
+        .next()
+        .unwrap_or("")
+        .to_string();
     let mut c = client(p);
     c.send(bytes);
     c.read_response(&method)
@@ -57,14 +69,21 @@ fn exchange(p: &Proxy, bytes: &[u8]) -> Resp {
 
 /// A JSON-RPC POST to `/mcp` with the usual client fields plus `extra`.
 fn post(p: &Proxy, extra: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-    let mut fields = vec![("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+    let mut fields = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
     fields.extend_from_slice(extra);
     request("POST", "/mcp", &host(p), &fields, body)
 }
 
 /// An upstream answering every request with 200 and `OK_JSON`.
 fn ok_upstream() -> Upstream {
-    Upstream::fixed(response("200 OK", &[("Content-Type", "application/json")], OK_JSON))
+    Upstream::fixed(response(
+        "200 OK",
+        &[("Content-Type", "application/json")],
+        OK_JSON,
+    ))
 }
 
 /// After a hostile exchange: a well-formed request on a new connection is
@@ -73,7 +92,12 @@ fn ok_upstream() -> Upstream {
 fn assert_healthy(p: &Proxy, up: &Upstream) {
     let before = up.request_count();
     let resp = exchange(p, &post(p, &[], PING));
-    assert_eq!(resp.status, 200, "healthy request after a hostile one failed: {:?}", resp.raw_text());
+    assert_eq!(
+        resp.status,
+        200,
+        "healthy request after a hostile one failed: {:?}",
+        resp.raw_text()
+    );
     assert_eq!(resp.body, OK_JSON);
     assert_eq!(up.request_count(), before + 1);
 }
@@ -84,27 +108,52 @@ fn assert_healthy(p: &Proxy, up: &Upstream) {
 fn assert_jsonrpc_error(resp: &Resp, status: u16) {
     assert_eq!(resp.status, status, "response: {:?}", resp.raw_text());
     let ct = resp.one("content-type");
-    assert!(ct.starts_with("application/json"), "content-type {ct:?} in {:?}", resp.raw_text());
+    assert!(
+        ct.starts_with("application/json"),
+        "content-type {ct:?} in {:?}",
+        resp.raw_text()
+    );
     let v: serde_json::Value = serde_json::from_slice(&resp.body)
         .unwrap_or_else(|e| panic!("error body is not JSON ({e}): {:?}", resp.raw_text()));
     assert_eq!(v["jsonrpc"], "2.0", "body {v}");
     assert!(v.get("id").is_none(), "proxy error body carries an id: {v}");
-    assert!(v["error"]["code"].is_i64(), "error.code not an integer: {v}");
-    assert!(v["error"]["message"].is_string(), "error.message not a string: {v}");
+    assert!(
+        v["error"]["code"].is_i64(),
+        "error.code not an integer: {v}"
+    );
+    assert!(
+        v["error"]["message"].is_string(),
+        "error.message not a string: {v}"
+    );
 }
 
 #[track_caller]
 fn assert_lowercase_names(head: &Head, side: &str) {
     for (n, _) in &head.fields {
-        assert_eq!(n, &n.to_ascii_lowercase(), "{side} field name {n:?} not lowercase in {:#?}", head.fields);
+        assert_eq!(
+            n,
+            &n.to_ascii_lowercase(),
+            "{side} field name {n:?} not lowercase in {:#?}",
+            head.fields
+        );
     }
 }
 
 /// The credential fields the upstream must see on every request.
 #[track_caller]
 fn assert_credentials(req: &Req) {
-    assert_eq!(req.head.all("authorization"), vec![format!("Bearer {TOKEN}")], "{}", req.raw_text());
-    assert_eq!(req.head.all("x-agent-token"), vec![TOKEN], "{}", req.raw_text());
+    assert_eq!(
+        req.head.all("authorization"),
+        vec![format!("Bearer {TOKEN}")],
+        "{}",
+        req.raw_text()
+    );
+    assert_eq!(
+        req.head.all("x-agent-token"),
+        vec![TOKEN],
+        "{}",
+        req.raw_text()
+    );
 }
 
 fn chunk(data: &[u8]) -> Vec<u8> {
@@ -150,7 +199,11 @@ fn initialize_response_has_one_session_header_when_upstream_sends_mixed_case() {
     let (resp, req) = initialize_with_upstream_session_lines(&[("Mcp-Session-Id", SESSION)]);
     assert_one_session_line(&resp);
     // R4: the initialize reaches the upstream without a session header.
-    assert!(!req.head.has("mcp-session-id"), "proxy injected a session id: {}", req.raw_text());
+    assert!(
+        !req.head.has("mcp-session-id"),
+        "proxy injected a session id: {}",
+        req.raw_text()
+    );
     assert_eq!(req.body, INITIALIZE);
 }
 
@@ -168,26 +221,50 @@ fn initialize_response_has_one_session_header_when_upstream_sends_uppercase() {
 
 #[test]
 fn initialize_response_has_one_session_header_when_upstream_repeats_it_in_different_case() {
-    let (resp, _) =
-        initialize_with_upstream_session_lines(&[("Mcp-Session-Id", SESSION), ("mcp-session-id", SESSION)]);
+    let (resp, _) = initialize_with_upstream_session_lines(&[
+        ("Mcp-Session-Id", SESSION),
+        ("mcp-session-id", SESSION),
+    ]);
     assert_one_session_line(&resp);
 }
 
 #[test]
 fn initialize_response_is_502_when_upstream_sends_two_different_session_ids() {
-    let (resp, _) = initialize_with_upstream_session_lines(&[("Mcp-Session-Id", "aaa"), ("mcp-session-id", "bbb")]);
+    let (resp, _) = initialize_with_upstream_session_lines(&[
+        ("Mcp-Session-Id", "aaa"),
+        ("mcp-session-id", "bbb"),
+    ]);
     assert_jsonrpc_error(&resp, 502);
-    assert!(!resp.has("mcp-session-id"), "a conflicting session id leaked: {:?}", resp.raw_text());
+    assert!(
+        !resp.has("mcp-session-id"),
+        "a conflicting session id leaked: {:?}",
+        resp.raw_text()
+    );
 }
 
 #[test]
 fn follow_up_post_reaches_upstream_with_exactly_one_session_header() {
     let up = ok_upstream();
     let p = start(&up);
-    let resp = exchange(&p, &post(&p, &[("Mcp-Session-Id", SESSION), ("MCP-Protocol-Version", "2025-11-25")], PING));
+    let resp = exchange(
+        &p,
+        &post(
+            &p,
+            &[
+                ("Mcp-Session-Id", SESSION),
+                ("MCP-Protocol-Version", "2025-11-25"),
+            ],
+            PING,
+        ),
+    );
     assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
     let req = up.only_request();
-    assert_eq!(req.head.all("mcp-session-id"), vec![SESSION], "{}", req.raw_text());
+    assert_eq!(
+        req.head.all("mcp-session-id"),
+        vec![SESSION],
+        "{}",
+        req.raw_text()
+    );
     assert_eq!(req.body, PING);
 }
 
@@ -196,7 +273,10 @@ fn delete_success_is_relayed_with_body_and_session_header() {
     let body = br#"{"deleted":true}"#;
     let up = Upstream::fixed(response(
         "200 OK",
-        &[("Content-Type", "application/json"), ("Mcp-Session-Id", SESSION)],
+        &[
+            ("Content-Type", "application/json"),
+            ("Mcp-Session-Id", SESSION),
+        ],
         body,
     ));
     let p = start(&up);
@@ -206,13 +286,22 @@ fn delete_success_is_relayed_with_body_and_session_header() {
             "DELETE",
             "/mcp",
             &host(&p),
-            &[("Mcp-Session-Id", SESSION), ("Authorization", "Bearer OLD"), ("Accept", "*/*")],
+            &[
+                ("Mcp-Session-Id", SESSION),
+                ("Authorization", "Bearer OLD"),
+                ("Accept", "*/*"),
+            ],
             b"",
         ),
     );
     assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
     assert_eq!(resp.body, body);
-    assert_eq!(resp.all("mcp-session-id"), vec![SESSION], "{:?}", resp.raw_text());
+    assert_eq!(
+        resp.all("mcp-session-id"),
+        vec![SESSION],
+        "{:?}",
+        resp.raw_text()
+    );
     assert!(resp.one("content-type").starts_with("application/json"));
     let req = up.only_request();
     assert_eq!(req.method, "DELETE");
@@ -223,9 +312,22 @@ fn delete_success_is_relayed_with_body_and_session_header() {
 #[test]
 fn delete_404_is_relayed_with_its_body() {
     let body = br#"{"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Session not found"}}"#;
-    let up = Upstream::fixed(response("404 Not Found", &[("Content-Type", "application/json")], body));
+    let up = Upstream::fixed(response(
+        "404 Not Found",
+        &[("Content-Type", "application/json")],
+        body,
+    ));
     let p = start(&up);
-    let resp = exchange(&p, &request("DELETE", "/mcp", &host(&p), &[("Mcp-Session-Id", SESSION)], b""));
+    let resp = exchange(
+        &p,
+        &request(
+            "DELETE",
+            "/mcp",
+            &host(&p),
+            &[("Mcp-Session-Id", SESSION)],
+            b"",
+        ),
+    );
     assert_eq!(resp.status, 404, "{:?}", resp.raw_text());
     assert_eq!(resp.body, body, "{:?}", resp.raw_text());
     assert!(resp.one("content-type").starts_with("application/json"));
@@ -237,7 +339,14 @@ fn initialize_initialized_tools_list_lifecycle_works_on_one_connection() {
     let up = Upstream::start(|req, s| {
         let body = String::from_utf8_lossy(&req.body);
         let out = if body.contains(r#""method":"initialize""#) {
-            response("200 OK", &[("Content-Type", "application/json"), ("Mcp-Session-Id", SESSION)], INIT_RESULT)
+            response(
+                "200 OK",
+                &[
+                    ("Content-Type", "application/json"),
+                    ("Mcp-Session-Id", SESSION),
+                ],
+                INIT_RESULT,
+            )
         } else if body.contains("notifications/initialized") {
             b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n".to_vec()
         } else if body.contains("tools/list") {
@@ -266,7 +375,10 @@ fn initialize_initialized_tools_list_lifecycle_works_on_one_connection() {
     assert_eq!(init.all("mcp-session-id"), vec![SESSION]);
     assert_eq!(init.body, INIT_RESULT);
 
-    let session = [("Mcp-Session-Id", SESSION), ("MCP-Protocol-Version", "2025-11-25")];
+    let session = [
+        ("Mcp-Session-Id", SESSION),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
     c.send(&post(&p, &session, INITIALIZED));
     let accepted = c.read_response("POST");
     assert_eq!(accepted.status, 202, "{:?}", accepted.raw_text());
@@ -283,13 +395,26 @@ fn initialize_initialized_tools_list_lifecycle_works_on_one_connection() {
     let reqs = up.wait_requests(3, Duration::from_secs(5));
     assert!(!reqs[0].head.has("mcp-session-id"));
     for r in &reqs[1..] {
-        assert_eq!(r.head.all("mcp-session-id"), vec![SESSION], "{}", r.raw_text());
-        assert_eq!(r.head.all("mcp-protocol-version"), vec!["2025-11-25"], "{}", r.raw_text());
+        assert_eq!(
+            r.head.all("mcp-session-id"),
+            vec![SESSION],
+            "{}",
+            r.raw_text()
+        );
+        assert_eq!(
+            r.head.all("mcp-protocol-version"),
+            vec!["2025-11-25"],
+            "{}",
+            r.raw_text()
+        );
     }
     for r in &reqs {
         assert_credentials(r);
     }
-    assert_eq!([&reqs[0].body[..], &reqs[1].body[..], &reqs[2].body[..]], [INITIALIZE, INITIALIZED, TOOLS_LIST]);
+    assert_eq!(
+        [&reqs[0].body[..], &reqs[1].body[..], &reqs[2].body[..]],
+        [INITIALIZE, INITIALIZED, TOOLS_LIST]
+    );
 }
 
 // ------------------------------------------------ request forwarding (R5, R10, R18, R24)
@@ -306,13 +431,29 @@ fn client_credentials_are_replaced_by_exactly_one_token_pair() {
     ];
     c.send(&post(&p, &creds, PING));
     assert_eq!(c.read_response("POST").status, 200);
-    c.send(&request("GET", "/mcp", &host(&p), &[("Accept", "text/event-stream"), ("x-agent-token", "y")], b""));
+    c.send(&request(
+        "GET",
+        "/mcp",
+        &host(&p),
+        &[("Accept", "text/event-stream"), ("x-agent-token", "y")],
+        b"",
+    ));
     assert_eq!(c.read_response("GET").status, 200);
-    c.send(&request("DELETE", "/mcp", &host(&p), &[("authorization", "Basic b2xkOm9sZA==")], b""));
+    c.send(&request(
+        "DELETE",
+        "/mcp",
+        &host(&p),
+        &[("authorization", "Basic b2xkOm9sZA==")],
+        b"",
+    ));
     assert_eq!(c.read_response("DELETE").status, 200);
     for req in up.wait_requests(3, Duration::from_secs(5)) {
         assert_credentials(&req);
-        assert!(!contains(&req.raw, b"OLD") && !contains(&req.raw, b"b2xkOm9sZA=="), "{}", req.raw_text());
+        assert!(
+            !contains(&req.raw, b"OLD") && !contains(&req.raw, b"b2xkOm9sZA=="),
+            "{}",
+            req.raw_text()
+        );
     }
 }
 
@@ -320,7 +461,10 @@ fn client_credentials_are_replaced_by_exactly_one_token_pair() {
 fn token_from_environment_is_used_when_no_token_file_is_given() {
     let up = ok_upstream();
     let url = up.url();
-    let p = Proxy::start(&["--upstream", &url, "--agent", AGENT], &[("MCP_PROXY_TOKEN", "env-token-123")]);
+    let p = Proxy::start(
+        &["--upstream", &url, "--agent", AGENT],
+        &[("MCP_PROXY_TOKEN", "env-token-123")],
+    );
     assert_eq!(exchange(&p, &post(&p, &[], PING)).status, 200);
     let req = up.only_request();
     assert_eq!(req.head.all("authorization"), vec!["Bearer env-token-123"]);
@@ -334,10 +478,21 @@ fn host_is_rewritten_to_the_upstream_authority() {
     let mut c = client(&p);
     c.send(&post(&p, &[], PING));
     assert_eq!(c.read_response("POST").status, 200);
-    c.send(&request("GET", "/mcp", &format!("localhost:{}", p.port), &[], b""));
+    c.send(&request(
+        "GET",
+        "/mcp",
+        &format!("localhost:{}", p.port),
+        &[],
+        b"",
+    ));
     assert_eq!(c.read_response("GET").status, 200);
     for req in up.wait_requests(2, Duration::from_secs(5)) {
-        assert_eq!(req.head.all("host"), vec![up.authority()], "{}", req.raw_text());
+        assert_eq!(
+            req.head.all("host"),
+            vec![up.authority()],
+            "{}",
+            req.raw_text()
+        );
     }
 }
 
@@ -359,14 +514,23 @@ fn method_path_and_query_reach_upstream_byte_exact() {
     let mut c = client(&p);
     for (method, target) in targets {
         let body: &[u8] = if method == "POST" { PING } else { b"" };
-        let fields: &[(&str, &str)] = if method == "POST" { &[("Content-Type", "application/json")] } else { &[] };
+        let fields: &[(&str, &str)] = if method == "POST" {
+            &[("Content-Type", "application/json")]
+        } else {
+            &[]
+        };
         c.send(&request(method, target, &host(&p), fields, body));
         let resp = c.read_response(method);
         assert_eq!(resp.status, 200, "{method} {target}: {:?}", resp.raw_text());
     }
     let reqs = up.wait_requests(targets.len(), Duration::from_secs(5));
     for (req, (method, target)) in reqs.iter().zip(targets) {
-        assert_eq!(req.head.start, format!("{method} {target} HTTP/1.1"), "{}", req.raw_text());
+        assert_eq!(
+            req.head.start,
+            format!("{method} {target} HTTP/1.1"),
+            "{}",
+            req.raw_text()
+        );
     }
 }
 
@@ -375,13 +539,32 @@ fn protocol_version_header_is_not_duplicated_upstream() {
     let up = ok_upstream();
     let p = start(&up);
     let mut c = client(&p);
-    c.send(&post(&p, &[("MCP-Protocol-Version", "2025-11-25"), ("Mcp-Session-Id", SESSION)], PING));
+    c.send(&post(
+        &p,
+        &[
+            ("MCP-Protocol-Version", "2025-11-25"),
+            ("Mcp-Session-Id", SESSION),
+        ],
+        PING,
+    ));
     assert_eq!(c.read_response("POST").status, 200);
     // The same value twice (different case) collapses to one line, never "v, v".
-    c.send(&post(&p, &[("MCP-Protocol-Version", "2025-11-25"), ("mcp-protocol-version", "2025-11-25")], PING));
+    c.send(&post(
+        &p,
+        &[
+            ("MCP-Protocol-Version", "2025-11-25"),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        PING,
+    ));
     assert_eq!(c.read_response("POST").status, 200);
     for req in up.wait_requests(2, Duration::from_secs(5)) {
-        assert_eq!(req.head.all("mcp-protocol-version"), vec!["2025-11-25"], "{}", req.raw_text());
+        assert_eq!(
+            req.head.all("mcp-protocol-version"),
+            vec!["2025-11-25"],
+            "{}",
+            req.raw_text()
+        );
     }
 }
 
@@ -399,10 +582,18 @@ fn end_to_end_request_fields_reach_upstream_once_and_unchanged() {
     assert_eq!(exchange(&p, &post(&p, &fields, PING)).status, 200);
     let req = up.only_request();
     for (name, value) in fields {
-        assert_eq!(req.head.all(name), vec![value], "{name}: {}", req.raw_text());
+        assert_eq!(
+            req.head.all(name),
+            vec![value],
+            "{name}: {}",
+            req.raw_text()
+        );
     }
     assert_eq!(req.head.all("content-type"), vec!["application/json"]);
-    assert_eq!(req.head.all("accept"), vec!["application/json, text/event-stream"]);
+    assert_eq!(
+        req.head.all("accept"),
+        vec!["application/json, text/event-stream"]
+    );
 }
 
 #[test]
@@ -423,7 +614,12 @@ fn repeated_list_field_lines_are_joined_and_identical_ones_collapsed() {
     );
     assert_eq!(exchange(&p, &raw).status, 200);
     let req = up.only_request();
-    assert_eq!(req.head.all("accept"), vec!["application/json, text/event-stream"], "{}", req.raw_text());
+    assert_eq!(
+        req.head.all("accept"),
+        vec!["application/json, text/event-stream"],
+        "{}",
+        req.raw_text()
+    );
     assert_eq!(req.head.all("x-same"), vec!["one"], "{}", req.raw_text());
 }
 
@@ -435,7 +631,10 @@ fn conflicting_content_type_lines_from_client_get_400() {
         "POST",
         "/mcp",
         &host(&p),
-        &[("Content-Type", "application/json"), ("Content-Type", "text/plain")],
+        &[
+            ("Content-Type", "application/json"),
+            ("Content-Type", "text/plain"),
+        ],
         PING,
     );
     let resp = exchange(&p, &raw);
@@ -448,7 +647,14 @@ fn conflicting_content_type_lines_from_client_get_400() {
 fn conflicting_session_id_lines_from_client_get_400() {
     let up = ok_upstream();
     let p = start(&up);
-    let resp = exchange(&p, &post(&p, &[("Mcp-Session-Id", "aaa"), ("mcp-session-id", "bbb")], PING));
+    let resp = exchange(
+        &p,
+        &post(
+            &p,
+            &[("Mcp-Session-Id", "aaa"), ("mcp-session-id", "bbb")],
+            PING,
+        ),
+    );
     assert_eq!(resp.status, 400, "{:?}", resp.raw_text());
     assert_eq!(up.request_count(), 0);
     assert_healthy(&p, &up);
@@ -458,11 +664,18 @@ fn conflicting_session_id_lines_from_client_get_400() {
 fn field_names_are_written_lowercase_both_ways() {
     let up = Upstream::fixed(response(
         "200 OK",
-        &[("Content-Type", "application/json"), ("X-Upstream-Thing", "2"), ("Cache-Control", "no-store")],
+        &[
+            ("Content-Type", "application/json"),
+            ("X-Upstream-Thing", "2"),
+            ("Cache-Control", "no-store"),
+        ],
         OK_JSON,
     ));
     let p = start(&up);
-    let resp = exchange(&p, &post(&p, &[("X-Client-Thing", "1"), ("User-Agent", "it")], PING));
+    let resp = exchange(
+        &p,
+        &post(&p, &[("X-Client-Thing", "1"), ("User-Agent", "it")], PING),
+    );
     assert_eq!(resp.status, 200);
     assert_lowercase_names(&resp.head, "response");
     assert_eq!(resp.all("x-upstream-thing"), vec!["2"]);
@@ -495,11 +708,27 @@ fn hop_by_hop_request_fields_are_stripped_including_those_named_in_connection() 
     );
     assert_eq!(exchange(&p, &raw).status, 200);
     let req = up.only_request();
-    for name in ["x-private", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "proxy-authorization"] {
-        assert!(!req.head.has(name), "hop-by-hop {name:?} reached upstream: {}", req.raw_text());
+    for name in [
+        "x-private",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-authorization",
+    ] {
+        assert!(
+            !req.head.has(name),
+            "hop-by-hop {name:?} reached upstream: {}",
+            req.raw_text()
+        );
     }
     for v in req.head.all("connection") {
-        assert!(!v.to_ascii_lowercase().contains("x-private"), "{}", req.raw_text());
+        assert!(
+            !v.to_ascii_lowercase().contains("x-private"),
+            "{}",
+            req.raw_text()
+        );
     }
     assert!(!contains(&req.raw, b"secret-hop"), "{}", req.raw_text());
     assert_eq!(req.head.all("x-end-to-end"), vec!["kept"]);
@@ -530,8 +759,20 @@ fn hop_by_hop_response_fields_are_stripped_including_those_named_in_connection()
     let p = start(&up);
     let resp = exchange(&p, &post(&p, &[], PING));
     assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
-    for name in ["x-up-private", "keep-alive", "proxy-authenticate", "proxy-connection", "upgrade", "trailer", "te"] {
-        assert!(!resp.has(name), "hop-by-hop {name:?} reached the client: {:?}", resp.raw_text());
+    for name in [
+        "x-up-private",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-connection",
+        "upgrade",
+        "trailer",
+        "te",
+    ] {
+        assert!(
+            !resp.has(name),
+            "hop-by-hop {name:?} reached the client: {:?}",
+            resp.raw_text()
+        );
     }
     assert!(!contains(&resp.raw, b"secret-hop"), "{:?}", resp.raw_text());
     for (name, value) in [
@@ -550,13 +791,23 @@ fn hop_by_hop_response_fields_are_stripped_including_those_named_in_connection()
 #[test]
 fn three_sequential_requests_share_one_client_connection() {
     let up = Upstream::start(|req, s| {
-        let _ = s.write_all(&response("200 OK", &[("Content-Type", "text/plain")], req.target.as_bytes()));
+        let _ = s.write_all(&response(
+            "200 OK",
+            &[("Content-Type", "text/plain")],
+            req.target.as_bytes(),
+        ));
         Next::KeepAlive
     });
     let p = start(&up);
     let mut c = client(&p);
     for path in ["/one", "/two", "/three"] {
-        c.send(&request("POST", path, &host(&p), &[("Content-Type", "application/json")], PING));
+        c.send(&request(
+            "POST",
+            path,
+            &host(&p),
+            &[("Content-Type", "application/json")],
+            PING,
+        ));
         let resp = c.read_response("POST");
         assert_eq!(resp.status, 200, "{path}: {:?}", resp.raw_text());
         assert_eq!(resp.text(), path);
@@ -570,13 +821,23 @@ fn pipelined_requests_are_answered_in_order() {
         if req.target == "/a" {
             std::thread::sleep(Duration::from_millis(300));
         }
-        let _ = s.write_all(&response("200 OK", &[("Content-Type", "text/plain")], req.target.as_bytes()));
+        let _ = s.write_all(&response(
+            "200 OK",
+            &[("Content-Type", "text/plain")],
+            req.target.as_bytes(),
+        ));
         Next::KeepAlive
     });
     let p = start(&up);
     let h = host(&p);
     let mut all = request("GET", "/a", &h, &[], b"");
-    all.extend(request("POST", "/b", &h, &[("Content-Type", "application/json")], PING));
+    all.extend(request(
+        "POST",
+        "/b",
+        &h,
+        &[("Content-Type", "application/json")],
+        PING,
+    ));
     all.extend(request("GET", "/c", &h, &[], b""));
     let mut c = client(&p);
     c.send(&all);
@@ -595,7 +856,11 @@ fn pipelined_requests_are_answered_in_order() {
 #[test]
 fn content_length_body_is_relayed_with_its_length() {
     let body: Vec<u8> = (0..256 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
-    let up = Upstream::fixed(response("200 OK", &[("Content-Type", "application/octet-stream")], &body));
+    let up = Upstream::fixed(response(
+        "200 OK",
+        &[("Content-Type", "application/octet-stream")],
+        &body,
+    ));
     let p = start(&up);
     let mut c = client(&p);
     for _ in 0..2 {
@@ -604,7 +869,12 @@ fn content_length_body_is_relayed_with_its_length() {
         assert_eq!(resp.status, 200);
         assert_eq!(resp.all("content-length"), vec![body.len().to_string()]);
         assert!(!resp.has("transfer-encoding"));
-        assert!(resp.body == body, "body differs (len {} vs {})", resp.body.len(), body.len());
+        assert!(
+            resp.body == body,
+            "body differs (len {} vs {})",
+            resp.body.len(),
+            body.len()
+        );
     }
 }
 
@@ -621,7 +891,11 @@ fn chunked_upstream_body_is_relayed_and_trailers_dropped() {
         let resp = c.read_response("GET");
         assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
         assert_eq!(resp.text(), "hello world", "{:?}", resp.raw_text());
-        assert!(resp.trailers.is_empty(), "trailers relayed: {:?}", resp.raw_text());
+        assert!(
+            resp.trailers.is_empty(),
+            "trailers relayed: {:?}",
+            resp.raw_text()
+        );
         assert!(!resp.has("trailer"), "{:?}", resp.raw_text());
         assert!(!resp.has("content-length"));
         assert!(!contains(&resp.raw, b"abc123"), "{:?}", resp.raw_text());
@@ -639,9 +913,19 @@ fn close_delimited_upstream_body_is_reframed_as_chunked() {
     c.send(&request("GET", "/close", &host(&p), &[], b""));
     let resp = c.read_response("GET");
     assert_eq!(resp.status, 200);
-    assert_eq!(resp.all("transfer-encoding"), vec!["chunked"], "head: {:?}", String::from_utf8_lossy(&resp.head_raw()));
+    assert_eq!(
+        resp.all("transfer-encoding"),
+        vec!["chunked"],
+        "head: {:?}",
+        String::from_utf8_lossy(&resp.head_raw())
+    );
     assert!(!resp.has("content-length"));
-    assert!(resp.body == body, "body differs (len {} vs {})", resp.body.len(), body.len());
+    assert!(
+        resp.body == body,
+        "body differs (len {} vs {})",
+        resp.body.len(),
+        body.len()
+    );
     assert_healthy_on_new_upstream_connection(&p, &up);
 }
 
@@ -658,7 +942,11 @@ fn assert_healthy_on_new_upstream_connection(p: &Proxy, up: &Upstream) {
 
 impl Resp {
     fn head_raw(&self) -> Vec<u8> {
-        let end = self.raw.windows(4).position(|w| w == b"\r\n\r\n").map_or(self.raw.len(), |i| i + 4);
+        let end = self
+            .raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(self.raw.len(), |i| i + 4);
         self.raw[..end].to_vec()
     }
 }
@@ -667,7 +955,8 @@ impl Resp {
 fn head_response_has_no_body_and_connection_stays_usable() {
     let up = Upstream::start(|req, s| {
         let out = if req.method == "HEAD" {
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 42\r\n\r\n".to_vec()
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 42\r\n\r\n"
+                .to_vec()
         } else {
             response("200 OK", &[("Content-Type", "application/json")], OK_JSON)
         };
@@ -679,7 +968,11 @@ fn head_response_has_no_body_and_connection_stays_usable() {
     c.send(&request("HEAD", "/mcp", &host(&p), &[], b""));
     let head = c.read_response("HEAD");
     assert_eq!(head.status, 200, "{:?}", head.raw_text());
-    assert_eq!(head.all("content-length"), vec!["42"], "HEAD content-length must be relayed as-is");
+    assert_eq!(
+        head.all("content-length"),
+        vec!["42"],
+        "HEAD content-length must be relayed as-is"
+    );
     c.send(&post(&p, &[], PING));
     let next = c.read_response("POST");
     assert_eq!(next.status, 200, "after HEAD: {:?}", next.raw_text());
@@ -690,7 +983,9 @@ fn head_response_has_no_body_and_connection_stays_usable() {
 fn no_content_and_not_modified_have_no_body_and_connection_stays_usable() {
     let up = Upstream::start(|req, s| {
         let out: Vec<u8> = match req.target.as_str() {
-            "/204" => format!("HTTP/1.1 204 No Content\r\nMcp-Session-Id: {SESSION}\r\n\r\n").into_bytes(),
+            "/204" => {
+                format!("HTTP/1.1 204 No Content\r\nMcp-Session-Id: {SESSION}\r\n\r\n").into_bytes()
+            }
             "/304" => b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\n\r\n".to_vec(),
             _ => response("200 OK", &[("Content-Type", "application/json")], OK_JSON),
         };
@@ -703,8 +998,18 @@ fn no_content_and_not_modified_have_no_body_and_connection_stays_usable() {
     let r204 = c.read_response("DELETE");
     assert_eq!(r204.status, 204, "{:?}", r204.raw_text());
     assert_eq!(r204.all("mcp-session-id"), vec![SESSION]);
-    assert!(!r204.has("transfer-encoding") && !r204.has("content-length"), "{:?}", r204.raw_text());
-    c.send(&request("GET", "/304", &host(&p), &[("If-None-Match", "\"v1\"")], b""));
+    assert!(
+        !r204.has("transfer-encoding") && !r204.has("content-length"),
+        "{:?}",
+        r204.raw_text()
+    );
+    c.send(&request(
+        "GET",
+        "/304",
+        &host(&p),
+        &[("If-None-Match", "\"v1\"")],
+        b"",
+    ));
     let r304 = c.read_response("GET");
     assert_eq!(r304.status, 304, "{:?}", r304.raw_text());
     assert_eq!(r304.all("etag"), vec!["\"v1\""]);
@@ -732,7 +1037,10 @@ fn upstream_statuses_are_relayed_with_headers_and_body() {
             "202" => b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n".to_vec(),
             "405" => response(
                 "405 Method Not Allowed",
-                &[("Allow", "GET, POST, DELETE"), ("Content-Type", "text/plain")],
+                &[
+                    ("Allow", "GET, POST, DELETE"),
+                    ("Content-Type", "text/plain"),
+                ],
                 b"Method Not Allowed",
             ),
             "404" => response(
@@ -743,7 +1051,10 @@ fn upstream_statuses_are_relayed_with_headers_and_body() {
             other => response(
                 &format!("{other} Whatever"),
                 &[("Content-Type", "application/json")],
-                format!(r#"{{"jsonrpc":"2.0","error":{{"code":-32000,"message":"status {other}"}}}}"#).as_bytes(),
+                format!(
+                    r#"{{"jsonrpc":"2.0","error":{{"code":-32000,"message":"status {other}"}}}}"#
+                )
+                .as_bytes(),
             ),
         };
         let _ = s.write_all(&out);
@@ -762,18 +1073,41 @@ fn upstream_statuses_are_relayed_with_headers_and_body() {
         ("DELETE", "404"),
     ] {
         let target = format!("/s/{code}");
-        let (fields, body): (&[(&str, &str)], &[u8]) =
-            if method == "POST" { (&[("Content-Type", "application/json")], PING) } else { (&[], b"") };
+        let (fields, body): (&[(&str, &str)], &[u8]) = if method == "POST" {
+            (&[("Content-Type", "application/json")], PING)
+        } else {
+            (&[], b"")
+        };
         let resp = exchange(&p, &request(method, &target, &host(&p), fields, body));
-        assert_eq!(resp.status.to_string(), code, "{method} {target}: {:?}", resp.raw_text());
+        assert_eq!(
+            resp.status.to_string(),
+            code,
+            "{method} {target}: {:?}",
+            resp.raw_text()
+        );
         match code {
             "202" => assert!(resp.body.is_empty()),
             "405" => {
-                assert_eq!(resp.all("allow"), vec!["GET, POST, DELETE"], "{:?}", resp.raw_text());
+                assert_eq!(
+                    resp.all("allow"),
+                    vec!["GET, POST, DELETE"],
+                    "{:?}",
+                    resp.raw_text()
+                );
                 assert_eq!(resp.text(), "Method Not Allowed");
             }
-            "404" => assert_eq!(resp.text(), r#"{"error":"not_found","code":404}"#, "{:?}", resp.raw_text()),
-            _ => assert_eq!(resp.text(), format!(r#"{{"jsonrpc":"2.0","error":{{"code":-32000,"message":"status {code}"}}}}"#)),
+            "404" => assert_eq!(
+                resp.text(),
+                r#"{"error":"not_found","code":404}"#,
+                "{:?}",
+                resp.raw_text()
+            ),
+            _ => assert_eq!(
+                resp.text(),
+                format!(
+                    r#"{{"jsonrpc":"2.0","error":{{"code":-32000,"message":"status {code}"}}}}"#
+                )
+            ),
         }
     }
 }
@@ -783,13 +1117,27 @@ fn refused_upstream_gives_json_502_within_three_seconds() {
     let port = dead_port();
     let url = format!("http://127.0.0.1:{port}/mcp");
     let tf = token_file(TOKEN);
-    let p = Proxy::start(&["--upstream", &url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()], &[]);
+    let p = Proxy::start(
+        &[
+            "--upstream",
+            &url,
+            "--agent",
+            AGENT,
+            "--token-file",
+            tf.to_str().unwrap(),
+        ],
+        &[],
+    );
     let t0 = Instant::now();
     let resp = exchange(&p, &post(&p, &[], PING));
     let took = t0.elapsed();
     assert_jsonrpc_error(&resp, 502);
     assert!(took < Duration::from_secs(3), "502 took {took:?}");
-    assert!(!contains(&resp.raw, TOKEN.as_bytes()), "token echoed: {:?}", resp.raw_text());
+    assert!(
+        !contains(&resp.raw, TOKEN.as_bytes()),
+        "token echoed: {:?}",
+        resp.raw_text()
+    );
 }
 
 #[test]
@@ -797,7 +1145,17 @@ fn refused_connect_is_retried_and_succeeds_when_upstream_comes_up() {
     let port = dead_port();
     let url = format!("http://127.0.0.1:{port}/mcp");
     let tf = token_file(TOKEN);
-    let p = Proxy::start(&["--upstream", &url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()], &[]);
+    let p = Proxy::start(
+        &[
+            "--upstream",
+            &url,
+            "--agent",
+            AGENT,
+            "--token-file",
+            tf.to_str().unwrap(),
+        ],
+        &[],
+    );
     let upstream: Arc<Mutex<Option<Upstream>>> = Arc::new(Mutex::new(None));
     let slot = upstream.clone();
     let mut c = client(&p);
@@ -806,13 +1164,22 @@ fn refused_connect_is_retried_and_succeeds_when_upstream_comes_up() {
         std::thread::sleep(Duration::from_millis(250));
         let l = TcpListener::bind(("127.0.0.1", port)).expect("rebind the dead port");
         *slot.lock().unwrap() = Some(Upstream::on(l, |_, s| {
-            let _ = s.write_all(&response("200 OK", &[("Content-Type", "application/json")], OK_JSON));
+            let _ = s.write_all(&response(
+                "200 OK",
+                &[("Content-Type", "application/json")],
+                OK_JSON,
+            ));
             Next::KeepAlive
         }));
     });
     let resp = c.read_response("POST");
     t.join().unwrap();
-    assert_eq!(resp.status, 200, "refused connect not retried: {:?}", resp.raw_text());
+    assert_eq!(
+        resp.status,
+        200,
+        "refused connect not retried: {:?}",
+        resp.raw_text()
+    );
     assert_eq!(resp.body, OK_JSON);
 }
 
@@ -824,7 +1191,10 @@ fn silent_upstream_gives_json_504_after_response_timeout() {
     let resp = exchange(&p, &post(&p, &[], PING));
     let took = t0.elapsed();
     assert_jsonrpc_error(&resp, 504);
-    assert!(took >= Duration::from_millis(400), "504 came too early: {took:?}");
+    assert!(
+        took >= Duration::from_millis(400),
+        "504 came too early: {took:?}"
+    );
     assert!(took < Duration::from_secs(3), "504 took {took:?}");
 }
 
@@ -836,17 +1206,40 @@ fn location_pointing_at_upstream_is_rewritten_to_the_client_host() {
         } else {
             format!("http://{}/mcp", req.head.one("host"))
         };
-        let _ = s.write_all(&response("307 Temporary Redirect", &[("Location", &location)], b""));
+        let _ = s.write_all(&response(
+            "307 Temporary Redirect",
+            &[("Location", &location)],
+            b"",
+        ));
         Next::KeepAlive
     });
     let p = start(&up);
     for client_host in [host(&p), format!("localhost:{}", p.port)] {
-        let resp = exchange(&p, &request("POST", "/mcp/", &client_host, &[("Content-Type", "application/json")], PING));
+        let resp = exchange(
+            &p,
+            &request(
+                "POST",
+                "/mcp/",
+                &client_host,
+                &[("Content-Type", "application/json")],
+                PING,
+            ),
+        );
         assert_eq!(resp.status, 307, "{:?}", resp.raw_text());
-        assert_eq!(resp.all("location"), vec![format!("http://{client_host}/mcp")], "{:?}", resp.raw_text());
+        assert_eq!(
+            resp.all("location"),
+            vec![format!("http://{client_host}/mcp")],
+            "{:?}",
+            resp.raw_text()
+        );
     }
     let resp = exchange(&p, &request("GET", "/external", &host(&p), &[], b""));
-    assert_eq!(resp.all("location"), vec!["https://example.com/elsewhere"], "{:?}", resp.raw_text());
+    assert_eq!(
+        resp.all("location"),
+        vec!["https://example.com/elsewhere"],
+        "{:?}",
+        resp.raw_text()
+    );
 }
 
 // ------------------------------------------------ request bodies (R29, R32)
@@ -863,12 +1256,21 @@ fn expect_100_continue_is_answered_by_the_proxy_and_not_forwarded() {
     );
     c.send(head.as_bytes());
     let interim = c.read_response("POST");
-    assert_eq!(interim.status, 100, "want 100 Continue before sending the body: {:?}", interim.raw_text());
+    assert_eq!(
+        interim.status,
+        100,
+        "want 100 Continue before sending the body: {:?}",
+        interim.raw_text()
+    );
     c.send(PING);
     let resp = c.read_response("POST");
     assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
     let req = up.only_request();
-    assert!(!req.head.has("expect"), "Expect forwarded: {}", req.raw_text());
+    assert!(
+        !req.head.has("expect"),
+        "Expect forwarded: {}",
+        req.raw_text()
+    );
     assert_eq!(req.body, PING);
 }
 
@@ -891,7 +1293,12 @@ fn chunked_request_body_is_dechunked_and_sent_with_content_length() {
     assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
     let req = up.only_request();
     assert!(!req.head.has("transfer-encoding"), "{}", req.raw_text());
-    assert_eq!(req.head.all("content-length"), vec![PING.len().to_string()], "{}", req.raw_text());
+    assert_eq!(
+        req.head.all("content-length"),
+        vec![PING.len().to_string()],
+        "{}",
+        req.raw_text()
+    );
     assert_eq!(req.body, PING, "{}", req.raw_text());
 }
 
@@ -922,12 +1329,26 @@ fn sse_first_event_reaches_client_before_upstream_sends_the_second() {
     assert!(head.one("content-type").starts_with("text/event-stream"));
     let (seen, got) = c.read_until(b"first-event", Duration::from_millis(900));
     let seen = seen.unwrap_or_else(|| {
-        panic!("first event not relayed within 900 ms; got {:?}", String::from_utf8_lossy(&got))
+        panic!(
+            "first event not relayed within 900 ms; got {:?}",
+            String::from_utf8_lossy(&got)
+        )
     });
-    assert!(seen - t0 < Duration::from_millis(700), "first event took {:?}", seen - t0);
-    assert!(!contains(&got, b"second-event"), "second event already there: the stream was buffered");
+    assert!(
+        seen - t0 < Duration::from_millis(700),
+        "first event took {:?}",
+        seen - t0
+    );
+    assert!(
+        !contains(&got, b"second-event"),
+        "second event already there: the stream was buffered"
+    );
     let (second, got) = c.read_until(b"second-event", Duration::from_secs(3));
-    assert!(second.is_some(), "second event never arrived: {:?}", String::from_utf8_lossy(&got));
+    assert!(
+        second.is_some(),
+        "second event never arrived: {:?}",
+        String::from_utf8_lossy(&got)
+    );
 }
 
 #[test]
@@ -943,17 +1364,28 @@ fn sse_response_head_reaches_client_before_any_event() {
     let p = start(&up);
     let mut c = client(&p);
     let t0 = Instant::now();
-    c.send(&request("GET", "/mcp", &host(&p), &[("Accept", "text/event-stream"), ("Mcp-Session-Id", SESSION)], b""));
+    c.send(&request(
+        "GET",
+        "/mcp",
+        &host(&p),
+        &[("Accept", "text/event-stream"), ("Mcp-Session-Id", SESSION)],
+        b"",
+    ));
     let head = c.read_head();
     let took = t0.elapsed();
     assert_eq!(head.status, 200, "{:?}", head.raw_text());
-    assert!(took < Duration::from_millis(700), "SSE head held back for {took:?}");
+    assert!(
+        took < Duration::from_millis(700),
+        "SSE head held back for {took:?}"
+    );
 }
 
 #[test]
 fn sse_close_delimited_stream_is_streamed_and_reframed_as_chunked() {
     let up = Upstream::start(|_, s| {
-        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: first-event\n\n");
+        let _ = s.write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: first-event\n\n",
+        );
         std::thread::sleep(Duration::from_secs(1));
         let _ = s.write_all(b"data: second-event\n\n");
         Next::Close
@@ -961,14 +1393,34 @@ fn sse_close_delimited_stream_is_streamed_and_reframed_as_chunked() {
     let p = start(&up);
     let mut c = client(&p);
     let t0 = Instant::now();
-    c.send(&request("GET", "/sse", &host(&p), &[("Accept", "text/event-stream")], b""));
+    c.send(&request(
+        "GET",
+        "/sse",
+        &host(&p),
+        &[("Accept", "text/event-stream")],
+        b"",
+    ));
     let head = c.read_head();
-    assert_eq!(head.all("transfer-encoding"), vec!["chunked"], "{:?}", head.raw_text());
+    assert_eq!(
+        head.all("transfer-encoding"),
+        vec!["chunked"],
+        "{:?}",
+        head.raw_text()
+    );
     let (seen, got) = c.read_until(b"first-event", Duration::from_millis(900));
-    let seen = seen.unwrap_or_else(|| panic!("first event not relayed: {:?}", String::from_utf8_lossy(&got)));
+    let seen = seen.unwrap_or_else(|| {
+        panic!(
+            "first event not relayed: {:?}",
+            String::from_utf8_lossy(&got)
+        )
+    });
     assert!(seen - t0 < Duration::from_millis(700));
     let (end, got) = c.read_until(b"0\r\n\r\n", Duration::from_secs(3));
-    assert!(end.is_some(), "no last chunk after upstream closed: {:?}", String::from_utf8_lossy(&got));
+    assert!(
+        end.is_some(),
+        "no last chunk after upstream closed: {:?}",
+        String::from_utf8_lossy(&got)
+    );
     assert!(contains(&got, b"second-event"));
 }
 
@@ -996,10 +1448,20 @@ fn client_disconnect_mid_stream_closes_upstream_within_one_second() {
     let p = start(&up);
     let stream = p.connect();
     let mut c = Client::new(stream.try_clone().unwrap());
-    c.send(&request("GET", "/mcp", &host(&p), &[("Accept", "text/event-stream")], b""));
+    c.send(&request(
+        "GET",
+        "/mcp",
+        &host(&p),
+        &[("Accept", "text/event-stream")],
+        b"",
+    ));
     assert_eq!(c.read_head().status, 200);
     let (seen, got) = c.read_until(b"tick-1", Duration::from_secs(2));
-    assert!(seen.is_some(), "stream did not flow: {:?}", String::from_utf8_lossy(&got));
+    assert!(
+        seen.is_some(),
+        "stream did not flow: {:?}",
+        String::from_utf8_lossy(&got)
+    );
     let _ = stream.shutdown(Shutdown::Both);
     drop(c);
     drop(stream);
@@ -1007,8 +1469,15 @@ fn client_disconnect_mid_stream_closes_upstream_within_one_second() {
     while dropped.elapsed() < Duration::from_secs(3) && closed_at.lock().unwrap().is_none() {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let at = closed_at.lock().unwrap().expect("upstream connection still open 3 s after the client left");
-    assert!(at - dropped < Duration::from_secs(1), "upstream closed {:?} after the client", at - dropped);
+    let at = closed_at
+        .lock()
+        .unwrap()
+        .expect("upstream connection still open 3 s after the client left");
+    assert!(
+        at - dropped < Duration::from_secs(1),
+        "upstream closed {:?} after the client",
+        at - dropped
+    );
 }
 
 // ------------------------------------------------ malformed requests (R29, R33)
@@ -1022,11 +1491,25 @@ fn assert_rejected(raw: &[u8], status: u16) {
     let mut c = client(&p);
     c.send(raw);
     let resp = c.read_response("GET");
-    assert_eq!(resp.status, status, "request {:?} got {:?}", String::from_utf8_lossy(&raw[..raw.len().min(300)]), resp.raw_text());
+    assert_eq!(
+        resp.status,
+        status,
+        "request {:?} got {:?}",
+        String::from_utf8_lossy(&raw[..raw.len().min(300)]),
+        resp.raw_text()
+    );
     std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(up.request_count(), 0, "a rejected request reached upstream: {:#?}", up.requests());
+    assert_eq!(
+        up.request_count(),
+        0,
+        "a rejected request reached upstream: {:#?}",
+        up.requests()
+    );
     if status == 400 {
-        assert!(c.closed_within(Duration::from_secs(2)), "connection not closed after a framing 400");
+        assert!(
+            c.closed_within(Duration::from_secs(2)),
+            "connection not closed after a framing 400"
+        );
     }
     assert_healthy(&p, &up);
 }
@@ -1038,65 +1521,113 @@ fn raw_req(head_fields: &str, body: &str) -> Vec<u8> {
 #[test]
 fn content_length_with_transfer_encoding_gets_400() {
     assert_rejected(
-        &raw_req("Host: 127.0.0.1:1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n"),
+        &raw_req(
+            "Host: 127.0.0.1:1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+            "0\r\n\r\n",
+        ),
         400,
     );
 }
 
 #[test]
 fn two_different_content_lengths_get_400() {
-    assert_rejected(&raw_req("Host: 127.0.0.1:1\r\nContent-Length: 5\r\nContent-Length: 6\r\n", "hello!"), 400);
+    assert_rejected(
+        &raw_req(
+            "Host: 127.0.0.1:1\r\nContent-Length: 5\r\nContent-Length: 6\r\n",
+            "hello!",
+        ),
+        400,
+    );
 }
 
 #[test]
 fn transfer_encoding_not_ending_in_chunked_gets_400() {
-    assert_rejected(&raw_req("Host: 127.0.0.1:1\r\nTransfer-Encoding: gzip\r\n", "abc"), 400);
+    assert_rejected(
+        &raw_req("Host: 127.0.0.1:1\r\nTransfer-Encoding: gzip\r\n", "abc"),
+        400,
+    );
 }
 
 #[test]
 fn transfer_encoding_chunked_then_gzip_gets_400() {
-    assert_rejected(&raw_req("Host: 127.0.0.1:1\r\nTransfer-Encoding: chunked, gzip\r\n", "0\r\n\r\n"), 400);
+    assert_rejected(
+        &raw_req(
+            "Host: 127.0.0.1:1\r\nTransfer-Encoding: chunked, gzip\r\n",
+            "0\r\n\r\n",
+        ),
+        400,
+    );
 }
 
 #[test]
 fn obs_fold_gets_400() {
     assert_rejected(
-        &raw_req("Host: 127.0.0.1:1\r\nX-Folded: first\r\n  second\r\nContent-Length: 2\r\n", "{}"),
+        &raw_req(
+            "Host: 127.0.0.1:1\r\nX-Folded: first\r\n  second\r\nContent-Length: 2\r\n",
+            "{}",
+        ),
         400,
     );
 }
 
 #[test]
 fn missing_host_gets_400() {
-    assert_rejected(&raw_req("Content-Type: application/json\r\nContent-Length: 2\r\n", "{}"), 400);
+    assert_rejected(
+        &raw_req(
+            "Content-Type: application/json\r\nContent-Length: 2\r\n",
+            "{}",
+        ),
+        400,
+    );
 }
 
 #[test]
 fn two_different_hosts_get_400() {
-    assert_rejected(&raw_req("Host: 127.0.0.1:1\r\nHost: 127.0.0.1:2\r\nContent-Length: 2\r\n", "{}"), 400);
+    assert_rejected(
+        &raw_req(
+            "Host: 127.0.0.1:1\r\nHost: 127.0.0.1:2\r\nContent-Length: 2\r\n",
+            "{}",
+        ),
+        400,
+    );
 }
 
 #[test]
 fn two_identical_hosts_get_400() {
     // RFC 9112 §3.2: more than one Host field line is a 400, even when equal.
-    assert_rejected(&raw_req("Host: 127.0.0.1:1\r\nHost: 127.0.0.1:1\r\nContent-Length: 2\r\n", "{}"), 400);
+    assert_rejected(
+        &raw_req(
+            "Host: 127.0.0.1:1\r\nHost: 127.0.0.1:1\r\nContent-Length: 2\r\n",
+            "{}",
+        ),
+        400,
+    );
 }
 
 #[test]
 fn invalid_content_length_gets_400() {
-    assert_rejected(&raw_req("Host: 127.0.0.1:1\r\nContent-Length: +5\r\n", "hello"), 400);
+    assert_rejected(
+        &raw_req("Host: 127.0.0.1:1\r\nContent-Length: +5\r\n", "hello"),
+        400,
+    );
 }
 
 #[test]
 fn head_of_70_kib_gets_431() {
     let big = "a".repeat(70 * 1024);
-    assert_rejected(format!("GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:1\r\nX-Big: {big}\r\n\r\n").as_bytes(), 431);
+    assert_rejected(
+        format!("GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:1\r\nX-Big: {big}\r\n\r\n").as_bytes(),
+        431,
+    );
 }
 
 #[test]
 fn head_with_150_fields_gets_431() {
     let fields: String = (0..150).map(|i| format!("X-Field-{i}: v{i}\r\n")).collect();
-    assert_rejected(format!("GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:1\r\n{fields}\r\n").as_bytes(), 431);
+    assert_rejected(
+        format!("GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:1\r\n{fields}\r\n").as_bytes(),
+        431,
+    );
 }
 
 #[test]
@@ -1104,7 +1635,10 @@ fn head_of_60_kib_is_relayed() {
     let up = ok_upstream();
     let p = start(&up);
     let big = "b".repeat(60 * 1024);
-    let resp = exchange(&p, &request("GET", "/mcp", &host(&p), &[("X-Big", &big)], b""));
+    let resp = exchange(
+        &p,
+        &request("GET", "/mcp", &host(&p), &[("X-Big", &big)], b""),
+    );
     assert_eq!(resp.status, 200, "{:?}", &resp.raw_text());
     assert_eq!(up.only_request().head.all("x-big"), vec![big.as_str()]);
 }
@@ -1138,7 +1672,11 @@ fn smuggled_request_after_cl_te_conflict_never_reaches_upstream() {
     let resp = c.read_response("POST");
     assert_eq!(resp.status, 400, "{:?}", resp.raw_text());
     std::thread::sleep(Duration::from_millis(200));
-    assert!(up.requests().iter().all(|r| r.target != "/smuggled"), "{:#?}", up.requests());
+    assert!(
+        up.requests().iter().all(|r| r.target != "/smuggled"),
+        "{:#?}",
+        up.requests()
+    );
     assert_healthy(&p, &up);
 }
 
@@ -1153,13 +1691,23 @@ fn sixteen_concurrent_posts_are_not_blocked_by_an_open_get_stream() {
             let _ = s.write_all(b"0\r\n\r\n");
         } else {
             std::thread::sleep(Duration::from_millis(300));
-            let _ = s.write_all(&response("200 OK", &[("Content-Type", "application/json")], OK_JSON));
+            let _ = s.write_all(&response(
+                "200 OK",
+                &[("Content-Type", "application/json")],
+                OK_JSON,
+            ));
         }
         Next::KeepAlive
     });
     let p = start(&up);
     let mut stream = client(&p);
-    stream.send(&request("GET", "/mcp", &host(&p), &[("Accept", "text/event-stream")], b""));
+    stream.send(&request(
+        "GET",
+        "/mcp",
+        &host(&p),
+        &[("Accept", "text/event-stream")],
+        b"",
+    ));
     assert_eq!(stream.read_head().status, 200);
     let t0 = Instant::now();
     let workers: Vec<_> = (0..16)
@@ -1176,14 +1724,22 @@ fn sixteen_concurrent_posts_are_not_blocked_by_an_open_get_stream() {
         assert_eq!(w.join().unwrap(), 200);
     }
     let took = t0.elapsed();
-    assert!(took < Duration::from_millis(2500), "16 concurrent 300 ms POSTs took {took:?}: serialised?");
+    assert!(
+        took < Duration::from_millis(2500),
+        "16 concurrent 300 ms POSTs took {took:?}: serialised?"
+    );
 }
 
 #[test]
 fn interim_responses_from_upstream_are_not_relayed_as_final() {
     let up = Upstream::fixed({
-        let mut out = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n".to_vec();
-        out.extend(response("200 OK", &[("Content-Type", "application/json")], OK_JSON));
+        let mut out =
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n".to_vec();
+        out.extend(response(
+            "200 OK",
+            &[("Content-Type", "application/json")],
+            OK_JSON,
+        ));
         out
     });
     let p = start(&up);
@@ -1199,7 +1755,11 @@ fn interim_responses_from_upstream_are_not_relayed_as_final() {
     assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
     assert_eq!(resp.body, OK_JSON);
     c.send(&post(&p, &[], PING));
-    assert_eq!(c.read_response("POST").status, 200, "connection unusable after interim responses");
+    assert_eq!(
+        c.read_response("POST").status,
+        200,
+        "connection unusable after interim responses"
+    );
 }
 
 #[test]
@@ -1216,30 +1776,46 @@ fn upstream_closing_without_response_gives_502_and_post_is_not_replayed() {
     let resp = exchange(&p, &post(&p, &[], PING));
     assert_jsonrpc_error(&resp, 502);
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(up.request_count(), 1, "a POST whose bytes were sent was replayed: {:#?}", up.requests());
+    assert_eq!(
+        up.request_count(),
+        1,
+        "a POST whose bytes were sent was replayed: {:#?}",
+        up.requests()
+    );
 }
 
 #[test]
 fn truncated_upstream_body_closes_the_client_connection() {
-    let up = Upstream::fixed_then_close(&b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\nonly ten.."[..]);
+    let up = Upstream::fixed_then_close(
+        &b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\nonly ten.."[..],
+    );
     let p = start(&up);
     let mut c = client(&p);
     c.send(&request("GET", "/mcp", &host(&p), &[], b""));
     let head = c.read_head();
     assert_eq!(head.status, 200);
-    assert!(c.closed_within(Duration::from_secs(2)), "client left hanging after a truncated upstream body");
+    assert!(
+        c.closed_within(Duration::from_secs(2)),
+        "client left hanging after a truncated upstream body"
+    );
     assert!(c.unread().len() < 100, "more body than the upstream sent");
 }
 
 #[test]
 fn http10_client_gets_body_without_chunked_framing() {
-    let up = Upstream::fixed_then_close(&b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nold client body"[..]);
+    let up = Upstream::fixed_then_close(
+        &b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nold client body"[..],
+    );
     let p = start(&up);
     let mut c = client(&p);
     c.send(format!("GET /mcp HTTP/1.0\r\nHost: {}\r\n\r\n", host(&p)).as_bytes());
     let resp = c.read_response("GET");
     assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
-    assert!(!resp.has("transfer-encoding"), "chunked sent to an HTTP/1.0 client: {:?}", resp.raw_text());
+    assert!(
+        !resp.has("transfer-encoding"),
+        "chunked sent to an HTTP/1.0 client: {:?}",
+        resp.raw_text()
+    );
     assert_eq!(resp.text(), "old client body", "{:?}", resp.raw_text());
 }
 
@@ -1248,12 +1824,19 @@ fn one_mib_request_body_is_relayed_intact() {
     let up = ok_upstream();
     let p = start(&up);
     let filler = "x".repeat(1024 * 1024);
-    let body = format!(r#"{{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{{"uri":"{filler}"}}}}"#);
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{{"uri":"{filler}"}}}}"#
+    );
     let resp = exchange(&p, &post(&p, &[], body.as_bytes()));
     assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
     let req = up.only_request();
     assert_eq!(req.head.all("content-length"), vec![body.len().to_string()]);
-    assert!(req.body == body.as_bytes(), "body changed (len {} vs {})", req.body.len(), body.len());
+    assert!(
+        req.body == body.as_bytes(),
+        "body changed (len {} vs {})",
+        req.body.len(),
+        body.len()
+    );
 }
 
 #[test]
@@ -1284,9 +1867,22 @@ fn silent_open_stream_is_closed_after_idle_timeout() {
     });
     let p = start_with(&up, &["--idle-timeout", "0.5"]);
     let mut c = client(&p);
-    c.send(&request("GET", "/mcp", &host(&p), &[("Accept", "text/event-stream")], b""));
+    c.send(&request(
+        "GET",
+        "/mcp",
+        &host(&p),
+        &[("Accept", "text/event-stream")],
+        b"",
+    ));
     assert_eq!(c.read_head().status, 200);
     let t0 = Instant::now();
-    assert!(c.closed_within(Duration::from_secs(3)), "silent stream still open 3 s after a 0.5 s idle timeout");
-    assert!(t0.elapsed() >= Duration::from_millis(300), "closed too early: {:?}", t0.elapsed());
+    assert!(
+        c.closed_within(Duration::from_secs(3)),
+        "silent stream still open 3 s after a 0.5 s idle timeout"
+    );
+    assert!(
+        t0.elapsed() >= Duration::from_millis(300),
+        "closed too early: {:?}",
+        t0.elapsed()
+    );
 }

@@ -34,7 +34,12 @@ impl Head {
     #[track_caller]
     pub fn one(&self, name: &str) -> &str {
         let all = self.all(name);
-        assert_eq!(all.len(), 1, "expected exactly one {name:?} line in {:#?}", self.fields);
+        assert_eq!(
+            all.len(),
+            1,
+            "expected exactly one {name:?} line in {:#?}",
+            self.fields
+        );
         all[0]
     }
 
@@ -60,8 +65,14 @@ pub fn parse_head(bytes: &[u8]) -> Head {
         let (name, value) = line
             .split_once(':')
             .unwrap_or_else(|| panic!("field line without colon {line:?} in head {text:?}"));
-        assert!(!name.is_empty() && !name.ends_with(' '), "bad field name {name:?} in {text:?}");
-        fields.push((name.to_string(), value.trim_matches([' ', '\t']).to_string()));
+        assert!(
+            !name.is_empty() && !name.ends_with(' '),
+            "bad field name {name:?} in {text:?}"
+        );
+        fields.push((
+            name.to_string(),
+            value.trim_matches([' ', '\t']).to_string(),
+        ));
     }
     Head { start, fields }
 }
@@ -119,13 +130,18 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    pub fn start(handler: impl Fn(&Req, &mut TcpStream) -> Next + Send + Sync + 'static) -> Upstream {
+    pub fn start(
+        handler: impl Fn(&Req, &mut TcpStream) -> Next + Send + Sync + 'static,
+    ) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind stub upstream");
         Upstream::on(listener, handler)
     }
 
     /// Serve on an already bound listener.
-    pub fn on(listener: TcpListener, handler: impl Fn(&Req, &mut TcpStream) -> Next + Send + Sync + 'static) -> Upstream {
+    pub fn on(
+        listener: TcpListener,
+        handler: impl Fn(&Req, &mut TcpStream) -> Next + Send + Sync + 'static,
+    ) -> Upstream {
         let port = listener.local_addr().unwrap().port();
         let shared = Arc::new(Shared::default());
         let handler: Arc<Handler> = Arc::new(handler);
@@ -199,7 +215,11 @@ impl Upstream {
         while reqs.len() < n {
             let now = Instant::now();
             if now >= deadline {
-                panic!("upstream saw {} requests, wanted {n}: {:#?}", reqs.len(), *reqs);
+                panic!(
+                    "upstream saw {} requests, wanted {n}: {:#?}",
+                    reqs.len(),
+                    *reqs
+                );
             }
             reqs = self.shared.cv.wait_timeout(reqs, deadline - now).unwrap().0;
         }
@@ -210,7 +230,11 @@ impl Upstream {
     #[track_caller]
     pub fn only_request(&self) -> Req {
         let reqs = self.wait_requests(1, Duration::from_secs(5));
-        assert_eq!(reqs.len(), 1, "upstream saw more than one request: {reqs:#?}");
+        assert_eq!(
+            reqs.len(),
+            1,
+            "upstream saw more than one request: {reqs:#?}"
+        );
         reqs[0].clone()
     }
 }
@@ -220,7 +244,9 @@ fn serve(mut stream: TcpStream, conn: usize, sh: &Shared, handler: &Handler) {
     stream.set_write_timeout(Some(STUB_LIMIT)).unwrap();
     let mut buf = Vec::new();
     loop {
-        let Some(req) = read_request(&mut stream, &mut buf, conn) else { return };
+        let Some(req) = read_request(&mut stream, &mut buf, conn) else {
+            return;
+        };
         {
             let mut reqs = sh.reqs.lock().unwrap();
             reqs.push(req.clone());
@@ -263,7 +289,10 @@ fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>, conn: usize) -> Optio
     let method = parts.next().unwrap_or("").to_string();
     let target = parts.next().unwrap_or("").to_string();
     let version = parts.next().unwrap_or("").to_string();
-    let te_chunked = head.all("transfer-encoding").iter().any(|v| v.to_ascii_lowercase().contains("chunked"));
+    let te_chunked = head
+        .all("transfer-encoding")
+        .iter()
+        .any(|v| v.to_ascii_lowercase().contains("chunked"));
     let (body, end) = if te_chunked {
         loop {
             if let Some((body, _trailers, used)) = decode_chunked(&buf[head_end..]) {
@@ -274,7 +303,11 @@ fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>, conn: usize) -> Optio
             }
         }
     } else {
-        let len: usize = head.all("content-length").first().map(|v| v.parse().unwrap_or(0)).unwrap_or(0);
+        let len: usize = head
+            .all("content-length")
+            .first()
+            .map(|v| v.parse().unwrap_or(0))
+            .unwrap_or(0);
         while buf.len() < head_end + len {
             if !fill(stream, buf) {
                 return None;
@@ -283,7 +316,15 @@ fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>, conn: usize) -> Optio
         (buf[head_end..head_end + len].to_vec(), head_end + len)
     };
     let raw: Vec<u8> = buf.drain(..end).collect();
-    Some(Req { method, target, version, head, body, raw, conn })
+    Some(Req {
+        method,
+        target,
+        version,
+        head,
+        body,
+        raw,
+        conn,
+    })
 }
 
 /// Decode a complete chunked body at the start of `data`:
@@ -295,7 +336,8 @@ pub fn decode_chunked(data: &[u8]) -> Option<(Vec<u8>, Vec<(String, String)>, us
         let line_end = find(&data[pos..], b"\r\n")? + pos;
         let line = std::str::from_utf8(&data[pos..line_end]).expect("chunk size line not UTF-8");
         let hex = line.split(';').next().unwrap().trim();
-        let size = usize::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("bad chunk size line {line:?}"));
+        let size = usize::from_str_radix(hex, 16)
+            .unwrap_or_else(|_| panic!("bad chunk size line {line:?}"));
         pos = line_end + 2;
         if size == 0 {
             // Trailer section up to an empty line.
@@ -315,7 +357,11 @@ pub fn decode_chunked(data: &[u8]) -> Option<(Vec<u8>, Vec<(String, String)>, us
             return None;
         }
         body.extend_from_slice(&data[pos..pos + size]);
-        assert_eq!(&data[pos + size..pos + size + 2], b"\r\n", "chunk data not followed by CRLF");
+        assert_eq!(
+            &data[pos + size..pos + size + 2],
+            b"\r\n",
+            "chunk data not followed by CRLF"
+        );
         pos += size + 2;
     }
 }
@@ -360,12 +406,18 @@ pub struct Client {
 
 impl Client {
     pub fn new(stream: TcpStream) -> Client {
-        Client { stream, buf: Vec::new(), eof: false }
+        Client {
+            stream,
+            buf: Vec::new(),
+            eof: false,
+        }
     }
 
     #[track_caller]
     pub fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).expect("write request to proxy");
+        self.stream
+            .write_all(bytes)
+            .expect("write request to proxy");
     }
 
     /// Read more; false at EOF. Panics on a timeout with what was read so far.
@@ -392,7 +444,10 @@ impl Client {
                 self.eof = true;
                 false
             }
-            Err(e) => panic!("read from proxy: {e}; unread bytes so far: {:?}", String::from_utf8_lossy(&self.buf)),
+            Err(e) => panic!(
+                "read from proxy: {e}; unread bytes so far: {:?}",
+                String::from_utf8_lossy(&self.buf)
+            ),
         }
     }
 
@@ -414,12 +469,21 @@ impl Client {
         let head = parse_head(&raw);
         let mut parts = head.start.splitn(3, ' ');
         let version = parts.next().unwrap_or("");
-        assert!(version == "HTTP/1.1" || version == "HTTP/1.0", "bad status line {:?}", head.start);
+        assert!(
+            version == "HTTP/1.1" || version == "HTTP/1.0",
+            "bad status line {:?}",
+            head.start
+        );
         let status = parts
             .next()
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("bad status line {:?}", head.start));
-        Resp { status, head, raw, ..Resp::default() }
+        Resp {
+            status,
+            head,
+            raw,
+            ..Resp::default()
+        }
     }
 
     /// Read one complete response to a request with `method`.
@@ -460,7 +524,9 @@ impl Client {
             }
         }
         if let Some(len) = resp.all("content-length").first() {
-            let len: usize = len.parse().unwrap_or_else(|_| panic!("bad content-length {len:?}"));
+            let len: usize = len
+                .parse()
+                .unwrap_or_else(|_| panic!("bad content-length {len:?}"));
             while self.buf.len() < len {
                 if !self.fill() {
                     panic!(
@@ -496,7 +562,9 @@ impl Client {
                 let _ = self.stream.set_read_timeout(old);
                 return (None, self.buf.clone());
             }
-            let _ = self.stream.set_read_timeout(Some((deadline - now).max(Duration::from_millis(1))));
+            let _ = self
+                .stream
+                .set_read_timeout(Some((deadline - now).max(Duration::from_millis(1))));
             let mut chunk = [0u8; 16 * 1024];
             match self.stream.read(&mut chunk) {
                 Ok(0) => self.eof = true,
@@ -535,14 +603,20 @@ impl Client {
 
 /// A request with `Host` first, then `fields`, then a content-length for a
 /// non-empty body (or for POST).
-pub fn request(method: &str, target: &str, host: &str, fields: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+pub fn request(
+    method: &str,
+    target: &str,
+    host: &str,
+    fields: &[(&str, &str)],
+    body: &[u8],
+) -> Vec<u8> {
     let mut out = format!("{method} {target} HTTP/1.1\r\nHost: {host}\r\n");
     for (n, v) in fields {
         out.push_str(&format!("{n}: {v}\r\n"));
     }
-    let has_len = fields
-        .iter()
-        .any(|(n, _)| n.eq_ignore_ascii_case("content-length") || n.eq_ignore_ascii_case("transfer-encoding"));
+    let has_len = fields.iter().any(|(n, _)| {
+        n.eq_ignore_ascii_case("content-length") || n.eq_ignore_ascii_case("transfer-encoding")
+    });
     if !has_len && (!body.is_empty() || method == "POST") {
         out.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
@@ -580,7 +654,7 @@ mod selfcheck {
         let up = Upstream::fixed(&b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Checksum: abc123\r\n\r\n"[..]);
         let mut c = conn(&up);
         let mut raw = b"POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n".to_vec();
-        raw.extend(request("GET", "/y", "h", &[("A","1"),("a","2")], b""));
+        raw.extend(request("GET", "/y", "h", &[("A", "1"), ("a", "2")], b""));
         c.send(&raw);
         let r = c.read_response("POST");
         assert_eq!(r.text(), "hello world");
@@ -589,7 +663,7 @@ mod selfcheck {
         assert_eq!(r.text(), "hello world");
         let reqs = up.wait_requests(2, Duration::from_secs(2));
         assert_eq!(reqs[0].body, b"abc");
-        assert_eq!(reqs[1].head.all("a"), vec!["1","2"]);
+        assert_eq!(reqs[1].head.all("a"), vec!["1", "2"]);
         assert_eq!(reqs[1].target, "/y");
 
         let up = Upstream::fixed_then_close(&b"HTTP/1.1 200 OK\r\n\r\nclose body"[..]);
@@ -598,7 +672,8 @@ mod selfcheck {
         assert_eq!(c.read_response("GET").text(), "close body");
 
         let up = Upstream::start(|_, s| {
-            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n");
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n");
             std::thread::sleep(Duration::from_millis(500));
             let _ = s.write_all(b"6\r\nsecond\r\n0\r\n\r\n");
             Next::KeepAlive
