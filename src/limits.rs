@@ -87,3 +87,14 @@ pub const MAX_CONTROL_LINE: usize = 64 * 1024;
 
 /// Largest identity file or token file read.
 pub const MAX_SECRET_FILE: u64 = 64 * 1024;
+
+/// Most bytes of one event (all its lines, up to the blank line that
+/// dispatches it) held while looking for its `event:` field, which may come
+/// after its `data:` lines. An endpoint event is about 80 bytes; past this
+/// the held bytes are flushed unchanged and scanning stops.
+pub const MAX_SSE_HELD_EVENT: usize = 16 * 1024;
+
+/// Most bytes scanned before the first dispatched event (comment-only blocks,
+/// e.g. anti-buffering padding, do not dispatch). Past this, scanning stops,
+/// so a stream that never sends an event is not scanned forever.
+pub const MAX_SSE_SCAN: usize = 64 * 1024;
