@@ -1488,6 +1488,11 @@ fn client_disconnect_mid_stream_closes_upstream_within_one_second() {
 fn assert_rejected(raw: &[u8], status: u16) {
     let up = ok_upstream();
     let p = start(&up);
+    // `Host: 127.0.0.1:1` stands for the proxy's own authority, so that only
+    // the defect under test can cause the rejection (not the Host guard).
+    let own = format!("Host: {}\r\n", host(&p));
+    let raw = String::from_utf8_lossy(raw).replace("Host: 127.0.0.1:1\r\n", &own).into_bytes();
+    let raw = &raw[..];
     let mut c = client(&p);
     c.send(raw);
     let resp = c.read_response("GET");
