@@ -23,23 +23,14 @@ pub struct Head {
 impl Head {
     /// Every value of `name` (case-insensitive), one per field line.
     pub fn all(&self, name: &str) -> Vec<&str> {
-        self.fields
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-            .collect()
+        self.fields.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str()).collect()
     }
 
     /// The value of `name` when there is exactly one field line; panics otherwise.
     #[track_caller]
     pub fn one(&self, name: &str) -> &str {
         let all = self.all(name);
-        assert_eq!(
-            all.len(),
-            1,
-            "expected exactly one {name:?} line in {:#?}",
-            self.fields
-        );
+        assert_eq!(all.len(), 1, "expected exactly one {name:?} line in {:#?}", self.fields);
         all[0]
     }
 
@@ -58,21 +49,12 @@ pub fn parse_head(bytes: &[u8]) -> Head {
     let start = lines.next().unwrap_or("").to_string();
     let mut fields = Vec::new();
     for line in lines {
-        assert!(
-            !line.starts_with(' ') && !line.starts_with('\t'),
-            "obs-fold line {line:?} in head {text:?}"
-        );
+        assert!(!line.starts_with(' ') && !line.starts_with('\t'), "obs-fold line {line:?} in head {text:?}");
         let (name, value) = line
             .split_once(':')
             .unwrap_or_else(|| panic!("field line without colon {line:?} in head {text:?}"));
-        assert!(
-            !name.is_empty() && !name.ends_with(' '),
-            "bad field name {name:?} in {text:?}"
-        );
-        fields.push((
-            name.to_string(),
-            value.trim_matches([' ', '\t']).to_string(),
-        ));
+        assert!(!name.is_empty() && !name.ends_with(' '), "bad field name {name:?} in {text:?}");
+        fields.push((name.to_string(), value.trim_matches([' ', '\t']).to_string()));
     }
     Head { start, fields }
 }
@@ -130,9 +112,7 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    pub fn start(
-        handler: impl Fn(&Req, &mut TcpStream) -> Next + Send + Sync + 'static,
-    ) -> Upstream {
+    pub fn start(handler: impl Fn(&Req, &mut TcpStream) -> Next + Send + Sync + 'static) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind stub upstream");
         Upstream::on(listener, handler)
     }
@@ -215,11 +195,7 @@ impl Upstream {
         while reqs.len() < n {
             let now = Instant::now();
             if now >= deadline {
-                panic!(
-                    "upstream saw {} requests, wanted {n}: {:#?}",
-                    reqs.len(),
-                    *reqs
-                );
+                panic!("upstream saw {} requests, wanted {n}: {:#?}", reqs.len(), *reqs);
             }
             reqs = self.shared.cv.wait_timeout(reqs, deadline - now).unwrap().0;
         }
@@ -230,11 +206,7 @@ impl Upstream {
     #[track_caller]
     pub fn only_request(&self) -> Req {
         let reqs = self.wait_requests(1, Duration::from_secs(5));
-        assert_eq!(
-            reqs.len(),
-            1,
-            "upstream saw more than one request: {reqs:#?}"
-        );
+        assert_eq!(reqs.len(), 1, "upstream saw more than one request: {reqs:#?}");
         reqs[0].clone()
     }
 }
@@ -289,10 +261,7 @@ fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>, conn: usize) -> Optio
     let method = parts.next().unwrap_or("").to_string();
     let target = parts.next().unwrap_or("").to_string();
     let version = parts.next().unwrap_or("").to_string();
-    let te_chunked = head
-        .all("transfer-encoding")
-        .iter()
-        .any(|v| v.to_ascii_lowercase().contains("chunked"));
+    let te_chunked = head.all("transfer-encoding").iter().any(|v| v.to_ascii_lowercase().contains("chunked"));
     let (body, end) = if te_chunked {
         loop {
             if let Some((body, _trailers, used)) = decode_chunked(&buf[head_end..]) {
@@ -303,11 +272,7 @@ fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>, conn: usize) -> Optio
             }
         }
     } else {
-        let len: usize = head
-            .all("content-length")
-            .first()
-            .map(|v| v.parse().unwrap_or(0))
-            .unwrap_or(0);
+        let len: usize = head.all("content-length").first().map(|v| v.parse().unwrap_or(0)).unwrap_or(0);
         while buf.len() < head_end + len {
             if !fill(stream, buf) {
                 return None;
@@ -316,15 +281,7 @@ fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>, conn: usize) -> Optio
         (buf[head_end..head_end + len].to_vec(), head_end + len)
     };
     let raw: Vec<u8> = buf.drain(..end).collect();
-    Some(Req {
-        method,
-        target,
-        version,
-        head,
-        body,
-        raw,
-        conn,
-    })
+    Some(Req { method, target, version, head, body, raw, conn })
 }
 
 /// Decode a complete chunked body at the start of `data`:
@@ -336,8 +293,7 @@ pub fn decode_chunked(data: &[u8]) -> Option<(Vec<u8>, Vec<(String, String)>, us
         let line_end = find(&data[pos..], b"\r\n")? + pos;
         let line = std::str::from_utf8(&data[pos..line_end]).expect("chunk size line not UTF-8");
         let hex = line.split(';').next().unwrap().trim();
-        let size = usize::from_str_radix(hex, 16)
-            .unwrap_or_else(|_| panic!("bad chunk size line {line:?}"));
+        let size = usize::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("bad chunk size line {line:?}"));
         pos = line_end + 2;
         if size == 0 {
             // Trailer section up to an empty line.
@@ -357,11 +313,7 @@ pub fn decode_chunked(data: &[u8]) -> Option<(Vec<u8>, Vec<(String, String)>, us
             return None;
         }
         body.extend_from_slice(&data[pos..pos + size]);
-        assert_eq!(
-            &data[pos + size..pos + size + 2],
-            b"\r\n",
-            "chunk data not followed by CRLF"
-        );
+        assert_eq!(&data[pos + size..pos + size + 2], b"\r\n", "chunk data not followed by CRLF");
         pos += size + 2;
     }
 }
@@ -406,18 +358,12 @@ pub struct Client {
 
 impl Client {
     pub fn new(stream: TcpStream) -> Client {
-        Client {
-            stream,
-            buf: Vec::new(),
-            eof: false,
-        }
+        Client { stream, buf: Vec::new(), eof: false }
     }
 
     #[track_caller]
     pub fn send(&mut self, bytes: &[u8]) {
-        self.stream
-            .write_all(bytes)
-            .expect("write request to proxy");
+        self.stream.write_all(bytes).expect("write request to proxy");
     }
 
     /// Read more; false at EOF. Panics on a timeout with what was read so far.
@@ -444,10 +390,9 @@ impl Client {
                 self.eof = true;
                 false
             }
-            Err(e) => panic!(
-                "read from proxy: {e}; unread bytes so far: {:?}",
-                String::from_utf8_lossy(&self.buf)
-            ),
+            Err(e) => {
+                panic!("read from proxy: {e}; unread bytes so far: {:?}", String::from_utf8_lossy(&self.buf))
+            }
         }
     }
 
@@ -469,38 +414,25 @@ impl Client {
         let head = parse_head(&raw);
         let mut parts = head.start.splitn(3, ' ');
         let version = parts.next().unwrap_or("");
-        assert!(
-            version == "HTTP/1.1" || version == "HTTP/1.0",
-            "bad status line {:?}",
-            head.start
-        );
+        assert!(version == "HTTP/1.1" || version == "HTTP/1.0", "bad status line {:?}", head.start);
         let status = parts
             .next()
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("bad status line {:?}", head.start));
-        Resp {
-            status,
-            head,
-            raw,
-            ..Resp::default()
-        }
+        Resp { status, head, raw, ..Resp::default() }
     }
 
     /// Read one complete response to a request with `method`.
     #[track_caller]
     pub fn read_response(&mut self, method: &str) -> Resp {
         let mut resp = self.read_head();
-        let no_body = method == "HEAD"
-            || (100..200).contains(&resp.status)
-            || resp.status == 204
-            || resp.status == 304;
+        let no_body =
+            method == "HEAD" || (100..200).contains(&resp.status) || resp.status == 204 || resp.status == 304;
         if no_body {
             return resp;
         }
-        let chunked = resp
-            .all("transfer-encoding")
-            .iter()
-            .any(|v| v.to_ascii_lowercase().contains("chunked"));
+        let chunked =
+            resp.all("transfer-encoding").iter().any(|v| v.to_ascii_lowercase().contains("chunked"));
         if chunked {
             assert!(
                 !resp.has("content-length"),
@@ -524,9 +456,7 @@ impl Client {
             }
         }
         if let Some(len) = resp.all("content-length").first() {
-            let len: usize = len
-                .parse()
-                .unwrap_or_else(|_| panic!("bad content-length {len:?}"));
+            let len: usize = len.parse().unwrap_or_else(|_| panic!("bad content-length {len:?}"));
             while self.buf.len() < len {
                 if !self.fill() {
                     panic!(
@@ -562,9 +492,7 @@ impl Client {
                 let _ = self.stream.set_read_timeout(old);
                 return (None, self.buf.clone());
             }
-            let _ = self
-                .stream
-                .set_read_timeout(Some((deadline - now).max(Duration::from_millis(1))));
+            let _ = self.stream.set_read_timeout(Some((deadline - now).max(Duration::from_millis(1))));
             let mut chunk = [0u8; 16 * 1024];
             match self.stream.read(&mut chunk) {
                 Ok(0) => self.eof = true,
@@ -603,13 +531,7 @@ impl Client {
 
 /// A request with `Host` first, then `fields`, then a content-length for a
 /// non-empty body (or for POST).
-pub fn request(
-    method: &str,
-    target: &str,
-    host: &str,
-    fields: &[(&str, &str)],
-    body: &[u8],
-) -> Vec<u8> {
+pub fn request(method: &str, target: &str, host: &str, fields: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
     let mut out = format!("{method} {target} HTTP/1.1\r\nHost: {host}\r\n");
     for (n, v) in fields {
         out.push_str(&format!("{n}: {v}\r\n"));
@@ -653,7 +575,9 @@ mod selfcheck {
     fn stubs_and_raw_client_agree_without_a_proxy() {
         let up = Upstream::fixed(&b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Checksum: abc123\r\n\r\n"[..]);
         let mut c = conn(&up);
-        let mut raw = b"POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n".to_vec();
+        let mut raw =
+            b"POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+                .to_vec();
         raw.extend(request("GET", "/y", "h", &[("A", "1"), ("a", "2")], b""));
         c.send(&raw);
         let r = c.read_response("POST");
@@ -672,8 +596,7 @@ mod selfcheck {
         assert_eq!(c.read_response("GET").text(), "close body");
 
         let up = Upstream::start(|_, s| {
-            let _ =
-                s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n");
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n");
             std::thread::sleep(Duration::from_millis(500));
             let _ = s.write_all(b"6\r\nsecond\r\n0\r\n\r\n");
             Next::KeepAlive
