@@ -4,6 +4,8 @@
 //! never appears in an error message.
 
 use crate::limits;
+use crate::mcp::identity::{self, Identity, IdentityError};
+use crate::mcp::stamp::{parse_stamp_arg, StampMap};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -29,9 +31,15 @@ pub struct Upstream {
 pub struct Config {
     pub upstream: Upstream,
     pub listen: SocketAddr,
-    pub agent: String,
-    /// Secret: never logged (see the `Debug` impl).
-    pub token: String,
+    /// The identity at start (agent name and token; the token is never
+    /// logged). `--identity-file` and `--control-stdin` replace it live.
+    pub identity: Identity,
+    /// `{"agent": "...", "token": "..."}`, re-read on change and on SIGHUP.
+    pub identity_file: Option<PathBuf>,
+    /// Identity objects, one per line, on stdin; EOF shuts down.
+    pub control_stdin: bool,
+    /// Which argument of which tool is stamped with the agent name.
+    pub stamps: StampMap,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub idle_timeout: Duration,
@@ -47,8 +55,10 @@ impl fmt::Debug for Config {
         f.debug_struct("Config")
             .field("upstream", &self.upstream)
             .field("listen", &self.listen)
-            .field("agent", &self.agent)
-            .field("token", &"<redacted>")
+            .field("identity", &self.identity)
+            .field("identity_file", &self.identity_file)
+            .field("control_stdin", &self.control_stdin)
+            .field("stamps", &self.stamps)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("idle_timeout", &self.idle_timeout)
@@ -76,6 +86,10 @@ pub enum ConfigError {
     ExposedWithoutClientToken,
     EmptyToken,
     InvalidToken,
+    /// `--agent` refused.
+    InvalidAgent(IdentityError),
+    /// The identity file at start: unreadable or invalid (never its contents).
+    IdentityFile(PathBuf, String),
     Https,
     Resolve(String),
 }
@@ -102,13 +116,14 @@ impl fmt::Display for ConfigError {
             ConfigError::Https => f.write_str(
                 "--upstream: https:// is not supported (no TLS in this binary); use http:// to a local server",
             ),
+            ConfigError::InvalidAgent(e) => write!(f, "invalid --agent: {e}"),
+            ConfigError::IdentityFile(p, why) => write!(f, "identity file {}: {why}", p.display()),
             ConfigError::Resolve(host) => write!(f, "--upstream: cannot resolve host '{host}'"),
         }
     }
 }
 
-pub const USAGE: &str = "\
-mcp-identity-proxy: a local identity proxy for one MCP agent.
+pub const USAGE: &str = r#"mcp-identity-proxy: a local identity proxy for one MCP agent.
 
 Relays MCP streamable HTTP (POST/GET/DELETE) and legacy SSE (GET /sse,
 POST /messages/) to one upstream server, replacing the client's credentials
@@ -121,9 +136,26 @@ USAGE:
 REQUIRED:
     --upstream URL          upstream MCP endpoint, http://HOST[:PORT][/PATH]
                             (https is refused: no TLS in this binary)
-    --agent NAME            the agent's name
+    --agent NAME            the agent's name (not needed with --identity-file)
     --token-file PATH       file holding the agent's token (trailing newline
-                            trimmed); or set MCP_PROXY_TOKEN instead
+                            trimmed); or set MCP_PROXY_TOKEN instead (not
+                            needed with --identity-file)
+
+IDENTITY:
+    --identity-file PATH    JSON {"agent": "NAME", "token": "TOKEN"}; re-read
+                            within a second of a change (rename or in-place
+                            write) and at once on SIGHUP. A bad file is logged
+                            and the previous identity kept.
+    --control-stdin         read the same JSON objects, one per line, from
+                            stdin; shut down gracefully at EOF (the proxy
+                            never outlives the wrapper that started it)
+    --stamp TOOL=PARAM      stamp the agent name into argument PARAM of tool
+                            TOOL (repeatable; adds to or overrides defaults)
+    --no-default-stamps     drop the default map: 'sender' for chat_send,
+                            chat_read, chat_resync, chat_decision,
+                            chat_set_hat, chat_claim, chat_rules,
+                            chat_summary, chat_propose_job; 'name' for
+                            chat_join
 
 OPTIONS:
     --listen ADDR:PORT      loopback address to listen on [default: 127.0.0.1:0]
@@ -158,9 +190,9 @@ EXIT STATUS:
        '  MCP proxy: port N in use (shared with another instance)')
 
 EXAMPLE:
-    mcp-identity-proxy --upstream http://127.0.0.1:8200/mcp \\
+    mcp-identity-proxy --upstream http://127.0.0.1:8200/mcp \
         --agent claude-prime --token-file ~/.agentchattr/claude.token
-";
+"#;
 
 /// Parse argv (without the program name) and the environment.
 pub fn parse<I>(args: I, env_token: Option<String>) -> Result<Config, ConfigError>
@@ -175,6 +207,10 @@ where
     let mut response_timeout = limits::RESPONSE_TIMEOUT;
     let mut idle_timeout = limits::IDLE_TIMEOUT;
     let mut allow_origins = Vec::new();
+    let mut identity_file = None;
+    let mut control_stdin = false;
+    let mut extra_stamps = Vec::new();
+    let mut default_stamps = true;
     let mut client_token_file = None;
 
     let mut args = args.into_iter();
@@ -214,25 +250,40 @@ where
                 }
                 allow_origins.push(origin.to_ascii_lowercase());
             }
+            "--identity-file" => identity_file = Some(PathBuf::from(value("--identity-file")?)),
+            "--control-stdin" => control_stdin = true,
+            "--no-default-stamps" => default_stamps = false,
+            "--stamp" => {
+                let v = value("--stamp")?;
+                let pair =
+                    parse_stamp_arg(&v).map_err(|why| ConfigError::Invalid { flag: "--stamp", why })?;
+                extra_stamps.push(pair);
+            }
             "--client-token-file" => client_token_file = Some(PathBuf::from(value("--client-token-file")?)),
             _ => return Err(ConfigError::UnknownFlag(arg)),
         }
     }
 
     let upstream = parse_upstream(&upstream.ok_or(ConfigError::Missing("--upstream"))?)?;
-    let agent = agent.ok_or(ConfigError::Missing("--agent"))?;
-    if agent.is_empty() || agent.len() > 256 || agent.chars().any(char::is_control) {
-        return Err(ConfigError::Invalid {
-            flag: "--agent",
-            why: "must be 1-256 characters without control characters",
-        });
-    }
-    let token = match token_file {
-        Some(path) => read_token_file(&path)?,
-        None => env_token.ok_or(ConfigError::Missing("--token-file or MCP_PROXY_TOKEN"))?,
+    let flag_token = match token_file {
+        Some(path) => Some(read_token_file(&path)?),
+        None => env_token,
     };
-    let token = token.trim().to_string();
-    check_token(&token)?;
+    let identity = match &identity_file {
+        Some(path) => read_identity_file(path)?,
+        None => {
+            let agent = agent.ok_or(ConfigError::Missing("--agent (or --identity-file)"))?;
+            identity::validate_agent(&agent).map_err(ConfigError::InvalidAgent)?;
+            let token = flag_token.ok_or(ConfigError::Missing("--token-file or MCP_PROXY_TOKEN"))?;
+            let token = token.trim().to_string();
+            check_token(&token)?;
+            Identity { agent, token }
+        }
+    };
+    let mut stamps = if default_stamps { StampMap::agentchattr() } else { StampMap::empty() };
+    for (tool, param) in &extra_stamps {
+        stamps.set(tool, param);
+    }
     let client_token = match client_token_file {
         Some(path) => {
             let t = read_token_file(&path)?.trim().to_string();
@@ -247,8 +298,10 @@ where
     Ok(Config {
         upstream,
         listen,
-        agent,
-        token,
+        identity,
+        identity_file,
+        control_stdin,
+        stamps,
         connect_timeout,
         response_timeout,
         idle_timeout,
@@ -259,13 +312,22 @@ where
 
 /// A token goes into `Authorization: Bearer <t>`: visible ASCII only.
 pub fn check_token(token: &str) -> Result<(), ConfigError> {
-    if token.is_empty() {
-        return Err(ConfigError::EmptyToken);
+    match identity::validate_token(token) {
+        Ok(()) => Ok(()),
+        Err(IdentityError::Empty(_)) => Err(ConfigError::EmptyToken),
+        Err(_) => Err(ConfigError::InvalidToken),
     }
-    if token.len() > 4096 || !token.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
-        return Err(ConfigError::InvalidToken);
-    }
-    Ok(())
+}
+
+/// Read and parse an identity file (bounded size). Errors name the path and
+/// the reason, never the contents.
+pub fn read_identity_file(path: &PathBuf) -> Result<Identity, ConfigError> {
+    use std::io::Read;
+    let err = |why: String| ConfigError::IdentityFile(path.clone(), why);
+    let file = std::fs::File::open(path).map_err(|e| err(e.kind().to_string()))?;
+    let mut bytes = Vec::new();
+    file.take(limits::MAX_SECRET_FILE).read_to_end(&mut bytes).map_err(|e| err(e.kind().to_string()))?;
+    identity::parse(&bytes).map_err(|e| err(e.to_string()))
 }
 
 fn read_token_file(path: &PathBuf) -> Result<String, ConfigError> {
@@ -384,7 +446,9 @@ mod tests {
         assert_eq!(c.upstream.authority, "127.0.0.1:8200");
         assert_eq!(c.upstream.path, "/mcp");
         assert_eq!(c.upstream.addrs, vec!["127.0.0.1:8200".parse().unwrap()]);
-        assert_eq!(c.token, "tok");
+        assert_eq!(c.identity.token, "tok");
+        assert_eq!(c.identity.agent, "a");
+        assert_eq!(c.stamps.param_for(b"chat_join"), Some("name"));
         assert_eq!(c.listen, "127.0.0.1:0".parse().unwrap());
         assert!(!format!("{c:?}").contains("tok\""));
     }
@@ -420,6 +484,11 @@ mod tests {
             ("--upstream", Some("t"), ConfigError::MissingValue("--upstream")),
             ("--agent a", Some("t"), ConfigError::Missing("--upstream")),
             (up, None, ConfigError::Missing("--token-file or MCP_PROXY_TOKEN")),
+            (
+                "--upstream http://127.0.0.1:1/mcp",
+                Some("t"),
+                ConfigError::Missing("--agent (or --identity-file)"),
+            ),
             (up, Some("  \n"), ConfigError::EmptyToken),
             (up, Some("a b"), ConfigError::InvalidToken),
             ("--upstream https://x/mcp --agent a", Some("t"), ConfigError::Https),

@@ -35,6 +35,8 @@ pub struct Ctx<'a> {
     pub bearer: &'a [u8],
     /// The token alone, set as `x-agent-token`.
     pub token: &'a [u8],
+    /// The agent name stamped into tools/call arguments.
+    pub agent: &'a str,
     pub now: Instant,
     /// The port the proxy listens on (the DNS-rebinding guard's Host check).
     pub listen_port: u16,
@@ -222,6 +224,10 @@ struct Exchange {
     bytes_out: u64,
     /// A stale pooled connection was already replaced once.
     retried: bool,
+    /// A POST with a JSON body: scanned and stamped (R19-R21).
+    stamp_candidate: bool,
+    /// Splices that put the agent's name into the body.
+    plan: crate::mcp::stamp::Plan,
 }
 
 pub struct Conn {
@@ -426,15 +432,18 @@ impl Conn {
         if let Some(u) = self.upstream.take() {
             self.released = Some((u.stream, false));
         }
-        let body = format!("{{\"jsonrpc\":\"2.0\",\"error\":{{\"code\":{code},\"message\":\"{message}\"}}}}");
+        let mut body = format!("{{\"jsonrpc\":\"2.0\",\"error\":{{\"code\":{code},\"message\":").into_bytes();
+        crate::mcp::json::write_json_string(message, &mut body);
+        body.extend_from_slice(b"}}");
         let close = close || self.close_after || self.ex.http10;
         let _ = write!(
             self.to_client,
-            "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}\r\n{body}",
+            "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}\r\n",
             reason_phrase(status),
             body.len(),
             if close { "connection: close\r\n" } else { "" }
         );
+        self.to_client.extend_from_slice(&body);
         self.ex.status = status;
         self.ex.bytes_out = body.len() as u64;
         if self.ex.start.is_none() {
@@ -740,22 +749,47 @@ impl Conn {
             Framing::Length(n) if !buffered => n,
             _ => 0,
         };
+        self.ex.stamp_candidate =
+            buffered && req.is_method(b"POST") && is_json_content_type(req.headers.get(b"content-type"));
         self.ex.headers = req.headers;
-        headers_for_upstream(&mut self.ex.headers, ctx);
         self.phase = match req.framing {
             Framing::Chunked => Phase::ReadBody { tracker: Some(ChunkTracker::new()), remaining: 0 },
             Framing::Length(n) if buffered => Phase::ReadBody { tracker: None, remaining: n },
             _ => {
-                self.finish_request_head();
-                Phase::Connect { attempt: 0, retry_at: None, since: ctx.now }
+                self.finish_request_head(ctx);
+                return;
             }
         };
     }
 
-    /// Write the upstream request head into `ex.head_out`. Framing is
-    /// derived here, never copied: a stale Content-Length cannot be sent.
-    fn finish_request_head(&mut self) {
+    /// Stamp the body, apply the current identity and write the upstream
+    /// request head into `ex.head_out`, then go to Connect. Identity, token
+    /// and stamp come from one `ctx`, so no request mixes two identities.
+    /// Framing is derived here, never copied: a stale Content-Length cannot
+    /// be sent.
+    fn finish_request_head(&mut self, ctx: &Ctx) {
         let ex = &mut self.ex;
+        ex.plan = crate::mcp::stamp::Plan::default();
+        if ex.stamp_candidate {
+            match crate::mcp::stamp::plan(&ex.body, ctx.agent, &ctx.config.stamps) {
+                Ok(plan) => ex.plan = plan,
+                Err(e) => {
+                    // Fail closed (R21): never forwarded unstamped.
+                    warn!("conn {}: JSON body refused: {e}", self.id);
+                    self.reply_error(ctx.now, 400, e.jsonrpc_code(), &e.to_string(), false);
+                    return;
+                }
+            }
+            // R22: an argument mirrored into `Mcp-Param-<key>` (protocol
+            // 2026-07-28) must carry the stamped value too.
+            for key in ex.plan.stamped_keys() {
+                let name = [b"mcp-param-".as_slice(), key.as_bytes()].concat();
+                if ex.headers.get(&name).is_some() {
+                    let _ = ex.headers.set(&name, &crate::mcp::stamp::mcp_param_value(ctx.agent));
+                }
+            }
+        }
+        headers_for_upstream(&mut ex.headers, ctx);
         ex.head_out.clear();
         ex.head_out.extend_from_slice(&ex.method);
         ex.head_out.push(b' ');
@@ -763,7 +797,7 @@ impl Conn {
         ex.head_out.extend_from_slice(b" HTTP/1.1\r\n");
         ex.headers.write_to(&mut ex.head_out);
         let length = match ex.body_mode {
-            BodyMode::Buffered => Some(ex.body.len() as u64),
+            BodyMode::Buffered => Some(ex.plan.new_len(ex.body.len()) as u64),
             BodyMode::Stream => Some(ex.stream_len),
             // RFC 9110 §8.6: send a length when the method defines content.
             BodyMode::None if matches!(ex.method.as_slice(), b"POST" | b"PUT" | b"PATCH") => Some(0),
@@ -773,6 +807,7 @@ impl Conn {
             let _ = write!(ex.head_out, "content-length: {n}\r\n");
         }
         ex.head_out.extend_from_slice(b"\r\n");
+        self.phase = Phase::Connect { attempt: 0, retry_at: None, since: ctx.now };
     }
 
     fn read_body(&mut self, ctx: &Ctx) -> bool {
@@ -827,8 +862,7 @@ impl Conn {
             return true;
         }
         if done {
-            self.finish_request_head();
-            self.phase = Phase::Connect { attempt: 0, retry_at: None, since: ctx.now };
+            self.finish_request_head(ctx);
             return true;
         }
         let (n, gone) = self.read_client();
@@ -919,24 +953,38 @@ impl Conn {
             return false;
         };
         let mut progressed = false;
-        let body: &[u8] = if self.ex.body_mode == BodyMode::Buffered { &self.ex.body } else { &[] };
-        let parts: [&[u8]; 2] = [&self.ex.head_out, body];
-        let total = self.ex.head_out.len() + body.len();
         let mut lost = false;
-        while *written < total && u.ready.writable {
-            let slices = slices_after::<2>(&parts, *written);
-            let (n, outcome) = write_vectored(&mut u.stream, &slices);
-            *written += n;
-            progressed |= n > 0;
-            match outcome {
-                Outcome::Open => {}
-                Outcome::WouldBlock => u.ready.writable = false,
-                Outcome::Closed | Outcome::Error(_) => {
-                    lost = true;
-                    break;
+        let total = {
+            // [head, body before splice, splice, body after, ...]: one vectored
+            // write, the body never copied (DESIGN.md §6).
+            let mut parts: smallvec::SmallVec<[&[u8]; 8]> = smallvec::smallvec![self.ex.head_out.as_slice()];
+            if self.ex.body_mode == BodyMode::Buffered {
+                let body = self.ex.body.as_slice();
+                let mut at = 0;
+                for splice in self.ex.plan.splices() {
+                    parts.push(body.get(at..splice.start).unwrap_or_default());
+                    parts.push(&splice.insert);
+                    at = splice.end;
+                }
+                parts.push(body.get(at..).unwrap_or_default());
+            }
+            let total: usize = parts.iter().map(|p| p.len()).sum();
+            while *written < total && u.ready.writable {
+                let slices = slices_after::<8>(&parts, *written);
+                let (n, outcome) = write_vectored(&mut u.stream, &slices);
+                *written += n;
+                progressed |= n > 0;
+                match outcome {
+                    Outcome::Open => {}
+                    Outcome::WouldBlock => u.ready.writable = false,
+                    Outcome::Closed | Outcome::Error(_) => {
+                        lost = true;
+                        break;
+                    }
                 }
             }
-        }
+            total
+        };
         // A Content-Length body relayed as it arrives.
         while !lost && *written >= total && *stream_remaining > 0 && u.ready.writable {
             if self.client_buf.is_empty() {

@@ -22,10 +22,7 @@ pub struct Identity {
 
 impl fmt::Debug for Identity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Identity")
-            .field("agent", &self.agent)
-            .field("token", &"<redacted>")
-            .finish()
+        f.debug_struct("Identity").field("agent", &self.agent).field("token", &"<redacted>").finish()
     }
 }
 
@@ -97,12 +94,8 @@ impl fmt::Display for IdentityError {
             IdentityError::TooLong(Field::Token) => {
                 write!(f, "identity \"token\" is longer than {MAX_TOKEN_LEN} bytes")
             }
-            IdentityError::AgentControl => {
-                f.write_str("identity \"agent\" holds a control character")
-            }
-            IdentityError::TokenChar => {
-                f.write_str("identity \"token\" holds a byte outside visible ASCII")
-            }
+            IdentityError::AgentControl => f.write_str("identity \"agent\" holds a control character"),
+            IdentityError::TokenChar => f.write_str("identity \"token\" holds a byte outside visible ASCII"),
         }
     }
 }
@@ -185,16 +178,8 @@ mod tests {
     fn parses_identity_objects() {
         let ok: &[(&str, &str, &str)] = &[
             (r#"{"agent":"claude","token":"t0k"}"#, "claude", "t0k"),
-            (
-                "  {\"token\": \"t\", \"agent\": \"codex-2\", \"extra\": [1, {}]}\n",
-                "codex-2",
-                "t",
-            ),
-            (
-                r#"{"\u0061gent":"\u00e9\ud83d\ude00","token":"a\/b"}"#,
-                "é😀",
-                "a/b",
-            ),
+            ("  {\"token\": \"t\", \"agent\": \"codex-2\", \"extra\": [1, {}]}\n", "codex-2", "t"),
+            (r#"{"\u0061gent":"\u00e9\ud83d\ude00","token":"a\/b"}"#, "é😀", "a/b"),
             (r#"{"agent":"a b","token":"x","agent_old":1}"#, "a b", "x"),
         ];
         for (input, agent, token) in ok {
@@ -208,71 +193,33 @@ mod tests {
         use IdentityError as E;
         let bad: &[(&[u8], IdentityError)] = &[
             (b"", E::Json { offset: 0 }),
-            (
-                b"{\"agent\":\"a\",\"token\":\"t\"} x",
-                E::Json { offset: 26 },
-            ),
-            (
-                b"{\"agent\":\"a\",\"token\":\"\xff\"}",
-                E::Json { offset: 22 },
-            ),
+            (b"{\"agent\":\"a\",\"token\":\"t\"} x", E::Json { offset: 26 }),
+            (b"{\"agent\":\"a\",\"token\":\"\xff\"}", E::Json { offset: 22 }),
             (b"[]", E::NotObject),
             (b"\"a\"", E::NotObject),
             (b"{\"agent\":\"a\"}", E::Missing(Field::Token)),
             (b"{\"token\":\"t\"}", E::Missing(Field::Agent)),
-            (
-                b"{\"agent\":\"a\",\"token\":\"t\",\"agent\":\"b\"}",
-                E::Duplicate(Field::Agent),
-            ),
-            (
-                b"{\"agent\":\"a\",\"token\":\"t\",\"t\\u006fken\":\"u\"}",
-                E::Duplicate(Field::Token),
-            ),
+            (b"{\"agent\":\"a\",\"token\":\"t\",\"agent\":\"b\"}", E::Duplicate(Field::Agent)),
+            (b"{\"agent\":\"a\",\"token\":\"t\",\"t\\u006fken\":\"u\"}", E::Duplicate(Field::Token)),
             (b"{\"agent\":1,\"token\":\"t\"}", E::NotString(Field::Agent)),
-            (
-                b"{\"agent\":\"a\",\"token\":null}",
-                E::NotString(Field::Token),
-            ),
-            (
-                b"{\"agent\":\"\\ud800\",\"token\":\"t\"}",
-                E::BadString(Field::Agent),
-            ),
+            (b"{\"agent\":\"a\",\"token\":null}", E::NotString(Field::Token)),
+            (b"{\"agent\":\"\\ud800\",\"token\":\"t\"}", E::BadString(Field::Agent)),
             (b"{\"agent\":\"\",\"token\":\"t\"}", E::Empty(Field::Agent)),
             (b"{\"agent\":\"a\",\"token\":\"\"}", E::Empty(Field::Token)),
             (b"{\"agent\":\"a\\nb\",\"token\":\"t\"}", E::AgentControl),
-            (
-                b"{\"agent\":\"a\\u0085b\",\"token\":\"t\"}",
-                E::AgentControl,
-            ),
+            (b"{\"agent\":\"a\\u0085b\",\"token\":\"t\"}", E::AgentControl),
             (b"{\"agent\":\"a\",\"token\":\"t t\"}", E::TokenChar),
-            (
-                b"{\"agent\":\"a\",\"token\":\"t\\r\\nX-Evil: 1\"}",
-                E::TokenChar,
-            ),
+            (b"{\"agent\":\"a\",\"token\":\"t\\r\\nX-Evil: 1\"}", E::TokenChar),
             (b"{\"agent\":\"a\",\"token\":\"t\xc3\xa9\"}", E::TokenChar),
         ];
         for (input, want) in bad {
-            assert_eq!(
-                parse(input),
-                Err(*want),
-                "{:?}",
-                String::from_utf8_lossy(input)
-            );
+            assert_eq!(parse(input), Err(*want), "{:?}", String::from_utf8_lossy(input));
         }
-        let long_agent = format!(
-            r#"{{"agent":"{}","token":"t"}}"#,
-            "a".repeat(MAX_AGENT_LEN + 1)
-        );
+        let long_agent = format!(r#"{{"agent":"{}","token":"t"}}"#, "a".repeat(MAX_AGENT_LEN + 1));
         assert_eq!(parse(long_agent.as_bytes()), Err(E::TooLong(Field::Agent)));
-        let max_agent = format!(
-            r#"{{"agent":"{}","token":"t"}}"#,
-            "é".repeat(MAX_AGENT_LEN / 2)
-        );
+        let max_agent = format!(r#"{{"agent":"{}","token":"t"}}"#, "é".repeat(MAX_AGENT_LEN / 2));
         assert!(parse(max_agent.as_bytes()).is_ok());
-        let long_token = format!(
-            r#"{{"agent":"a","token":"{}"}}"#,
-            "t".repeat(MAX_TOKEN_LEN + 1)
-        );
+        let long_token = format!(r#"{{"agent":"a","token":"{}"}}"#, "t".repeat(MAX_TOKEN_LEN + 1));
         assert_eq!(parse(long_token.as_bytes()), Err(E::TooLong(Field::Token)));
     }
 
@@ -280,10 +227,7 @@ mod tests {
     fn token_never_shows() {
         let id = parse(format!(r#"{{"agent":"claude","token":"{TOKEN}"}}"#).as_bytes()).unwrap();
         let debug = format!("{id:?}");
-        assert!(
-            debug.contains("claude") && !debug.contains(TOKEN),
-            "{debug}"
-        );
+        assert!(debug.contains("claude") && !debug.contains(TOKEN), "{debug}");
         let inputs = [
             format!(r#"{{"agent":"claude","token":"{TOKEN} "}}"#),
             format!(r#"{{"agent":"","token":"{TOKEN}"}}"#),

@@ -36,10 +36,7 @@ impl fmt::Display for ScanError {
             ScanError::Syntax { offset } => write!(f, "invalid JSON at byte {offset}"),
             ScanError::InvalidUtf8 { offset } => write!(f, "invalid UTF-8 at byte {offset}"),
             ScanError::TooDeep { offset } => {
-                write!(
-                    f,
-                    "JSON nested deeper than {MAX_JSON_DEPTH} at byte {offset}"
-                )
+                write!(f, "JSON nested deeper than {MAX_JSON_DEPTH} at byte {offset}")
             }
         }
     }
@@ -81,9 +78,9 @@ impl Value {
     /// Whether this is a string whose decoded content equals `s`.
     pub fn is_str(&self, body: &[u8], s: &str) -> bool {
         match self.kind {
-            Kind::String { escaped } => self
-                .string_raw(body)
-                .is_some_and(|raw| text_eq(raw, escaped, s.as_bytes())),
+            Kind::String { escaped } => {
+                self.string_raw(body).is_some_and(|raw| text_eq(raw, escaped, s.as_bytes()))
+            }
             _ => false,
         }
     }
@@ -225,10 +222,7 @@ pub fn for_each_member<E: From<ScanError>>(
     object: &Value,
     mut f: impl FnMut(Key, Value) -> Result<(), E>,
 ) -> Result<(), E> {
-    let mut cur = Cursor {
-        b: body,
-        pos: object.start,
-    };
+    let mut cur = Cursor { b: body, pos: object.start };
     // The object was validated where it sits; at depth 1 it stays within
     // the limit it met there.
     cur.object(1, |cur, key| {
@@ -289,9 +283,7 @@ pub fn write_json_string<E: Extend<u8>>(s: &str, out: &mut E) {
 fn check_utf8(body: &[u8]) -> Result<(), ScanError> {
     // Outside strings only ASCII is valid JSON, so one pass over the whole
     // body is the same as checking each string.
-    std::str::from_utf8(body).map_err(|e| ScanError::InvalidUtf8 {
-        offset: e.valid_up_to(),
-    })?;
+    std::str::from_utf8(body).map_err(|e| ScanError::InvalidUtf8 { offset: e.valid_up_to() })?;
     Ok(())
 }
 
@@ -318,13 +310,7 @@ struct Unescape<'a> {
 
 impl<'a> Unescape<'a> {
     fn new(raw: &'a [u8]) -> Self {
-        Unescape {
-            raw,
-            pos: 0,
-            pending: [0; 4],
-            pending_at: 0,
-            pending_len: 0,
-        }
+        Unescape { raw, pos: 0, pending: [0; 4], pending_at: 0, pending_len: 0 }
     }
 
     fn hex4(&self, at: usize) -> Option<u32> {
@@ -352,9 +338,7 @@ impl<'a> Unescape<'a> {
             b'u' => {
                 let hi = self.hex4(self.pos)?;
                 self.pos += 4;
-                if (0xD800..0xDC00).contains(&hi)
-                    && self.raw.get(self.pos..self.pos + 2) == Some(b"\\u")
-                {
+                if (0xD800..0xDC00).contains(&hi) && self.raw.get(self.pos..self.pos + 2) == Some(b"\\u") {
                     if let Some(lo @ 0xDC00..=0xDFFF) = self.hex4(self.pos + 2) {
                         self.pos += 6;
                         return Some(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00));
@@ -455,16 +439,12 @@ impl Cursor<'_> {
         loop {
             let rest = self.b.get(self.pos..).unwrap_or_default();
             let Some(i) = memchr2(b'"', b'\\', rest) else {
-                return Err(ScanError::Syntax {
-                    offset: self.b.len(),
-                });
+                return Err(ScanError::Syntax { offset: self.b.len() });
             };
             let run = rest.get(..i).unwrap_or_default();
             if has_control(run) {
                 let at = run.iter().position(|&c| c < 0x20).unwrap_or(0);
-                return Err(ScanError::Syntax {
-                    offset: self.pos + at,
-                });
+                return Err(ScanError::Syntax { offset: self.pos + at });
             }
             self.pos += i + 1;
             if rest.get(i) == Some(&b'"') {
@@ -539,9 +519,7 @@ impl Cursor<'_> {
 
     fn scalar(&mut self) -> Result<Kind, ScanError> {
         let kind = match self.peek() {
-            Some(b'"') => Kind::String {
-                escaped: self.string()?,
-            },
+            Some(b'"') => Kind::String { escaped: self.string()? },
             Some(b'-' | b'0'..=b'9') => {
                 self.number()?;
                 Kind::Number
@@ -578,11 +556,7 @@ impl Cursor<'_> {
             Some(b'{' | b'[') => self.container(depth)?,
             _ => self.scalar()?,
         };
-        Ok(Value {
-            start,
-            end: self.pos,
-            kind,
-        })
+        Ok(Value { start, end: self.pos, kind })
     }
 
     /// A key, its colon and the whitespace up to the member's value.
@@ -635,9 +609,7 @@ impl Cursor<'_> {
             while level > 0 {
                 self.ws();
                 let top = level - 1;
-                let is_object = stack
-                    .get(top / 64)
-                    .is_some_and(|w| w & (1u64 << (top % 64)) != 0);
+                let is_object = stack.get(top / 64).is_some_and(|w| w & (1u64 << (top % 64)) != 0);
                 match self.peek() {
                     Some(b',') => {
                         self.pos += 1;
@@ -656,11 +628,7 @@ impl Cursor<'_> {
             }
             break;
         }
-        Ok(if outer_is_object {
-            Kind::Object { empty: outer_empty }
-        } else {
-            Kind::Array
-        })
+        Ok(if outer_is_object { Kind::Object { empty: outer_empty } } else { Kind::Array })
     }
 
     /// Walks the object at `pos`, which is the `depth`-th open container;
@@ -684,11 +652,7 @@ impl Cursor<'_> {
             loop {
                 let key_start = self.pos + 1;
                 let escaped = self.string()?;
-                let key = Key {
-                    start: key_start,
-                    end: self.pos - 1,
-                    escaped,
-                };
+                let key = Key { start: key_start, end: self.pos - 1, escaped };
                 self.ws();
                 self.expect(b':')?;
                 self.ws();
@@ -707,11 +671,7 @@ impl Cursor<'_> {
                 }
             }
         }
-        Ok(Value {
-            start,
-            end: self.pos,
-            kind: Kind::Object { empty },
-        })
+        Ok(Value { start, end: self.pos, kind: Kind::Object { empty } })
     }
 
     /// A message object at `depth`: records `method` and `params`, and
@@ -883,8 +843,7 @@ mod tests {
                                     if (0xD800..0xDC00).contains(&hi) && self.eat(b"\\u") {
                                         match self.hex4() {
                                             Ok(lo) if (0xDC00..0xE000).contains(&lo) => {
-                                                let cp =
-                                                    0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
+                                                let cp = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
                                                 push_cp(&mut out, cp);
                                                 continue;
                                             }
@@ -938,9 +897,7 @@ mod tests {
                                 }
                             }
                         }
-                        Kind::Object {
-                            empty: members.is_empty(),
-                        }
+                        Kind::Object { empty: members.is_empty() }
                     }
                     b'[' => {
                         self.i += 1;
@@ -989,14 +946,7 @@ mod tests {
                     }
                     _ => return Err(Error::Syntax),
                 };
-                Ok(Node {
-                    value: Value {
-                        start,
-                        end: self.i,
-                        kind,
-                    },
-                    members,
-                })
+                Ok(Node { value: Value { start, end: self.i, kind }, members })
             }
         }
 
@@ -1063,19 +1013,9 @@ mod tests {
     fn agree(b: &[u8]) -> Result<Vec<Message>, naive::Error> {
         let f = fast(b);
         let n = naive::messages(b);
-        assert_eq!(
-            f,
-            n,
-            "fast and naive disagree on {:?}",
-            String::from_utf8_lossy(b)
-        );
+        assert_eq!(f, n, "fast and naive disagree on {:?}", String::from_utf8_lossy(b));
         // parse_value accepts exactly the same bodies.
-        assert_eq!(
-            parse_value(b).is_ok(),
-            n.is_ok(),
-            "{:?}",
-            String::from_utf8_lossy(b)
-        );
+        assert_eq!(parse_value(b).is_ok(), n.is_ok(), "{:?}", String::from_utf8_lossy(b));
         f
     }
 
@@ -1187,10 +1127,7 @@ mod tests {
         let l = find_member(b, &args, "sender").unwrap();
         assert_eq!(l.value.unwrap().bytes(b), br#""x""#);
         assert!(!l.duplicate);
-        assert_eq!(
-            find_member(b, &args, "n").unwrap().value.unwrap().bytes(b),
-            b"1e400"
-        );
+        assert_eq!(find_member(b, &args, "n").unwrap().value.unwrap().bytes(b), b"1e400");
         assert_eq!(find_member(b, &args, "absent").unwrap(), Lookup::default());
         assert_eq!((m.start, m.end), (0, b.len()));
     }
@@ -1226,38 +1163,14 @@ mod tests {
     #[test]
     fn duplicates_are_reported() {
         let cases: &[(&str, Duplicates)] = &[
-            (
-                r#"{"method":"a","method":"b"}"#,
-                Duplicates {
-                    method: true,
-                    ..Default::default()
-                },
-            ),
-            (
-                r#"{"params":{},"p\u0061rams":{}}"#,
-                Duplicates {
-                    params: true,
-                    ..Default::default()
-                },
-            ),
-            (
-                r#"{"params":{"name":"a","name":"a"}}"#,
-                Duplicates {
-                    name: true,
-                    ..Default::default()
-                },
-            ),
+            (r#"{"method":"a","method":"b"}"#, Duplicates { method: true, ..Default::default() }),
+            (r#"{"params":{},"p\u0061rams":{}}"#, Duplicates { params: true, ..Default::default() }),
+            (r#"{"params":{"name":"a","name":"a"}}"#, Duplicates { name: true, ..Default::default() }),
             (
                 r#"{"params":{"arguments":{},"arguments":null}}"#,
-                Duplicates {
-                    arguments: true,
-                    ..Default::default()
-                },
+                Duplicates { arguments: true, ..Default::default() },
             ),
-            (
-                r#"{"params":{"x":{"name":1,"name":2}}}"#,
-                Duplicates::default(),
-            ),
+            (r#"{"params":{"x":{"name":1,"name":2}}}"#, Duplicates::default()),
         ];
         for (s, d) in cases {
             assert_eq!(agree(s.as_bytes()).unwrap()[0].duplicates, *d, "{s}");
@@ -1268,32 +1181,17 @@ mod tests {
     fn depth_is_bounded_without_recursion() {
         let nest = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
         assert!(agree(nest(MAX_JSON_DEPTH).as_bytes()).is_ok());
-        assert_eq!(
-            agree(nest(MAX_JSON_DEPTH + 1).as_bytes()),
-            Err(naive::Error::Deep)
-        );
+        assert_eq!(agree(nest(MAX_JSON_DEPTH + 1).as_bytes()), Err(naive::Error::Deep));
         // A message's own levels count too.
-        let obj = |n: usize| {
-            format!(
-                "{{\"params\":{{\"arguments\":{}{}}}}}",
-                "[".repeat(n),
-                "]".repeat(n)
-            )
-        };
+        let obj = |n: usize| format!("{{\"params\":{{\"arguments\":{}{}}}}}", "[".repeat(n), "]".repeat(n));
         assert!(agree(obj(MAX_JSON_DEPTH - 2).as_bytes()).is_ok());
-        assert_eq!(
-            agree(obj(MAX_JSON_DEPTH - 1).as_bytes()),
-            Err(naive::Error::Deep)
-        );
+        assert_eq!(agree(obj(MAX_JSON_DEPTH - 1).as_bytes()), Err(naive::Error::Deep));
         let batch = |n: usize| {
             let (open, close) = ("{\"a\":".repeat(n), "}".repeat(n));
             format!("[{{\"params\":{{\"a\":{open}1{close}}}}}]")
         };
         assert!(agree(batch(MAX_JSON_DEPTH - 3).as_bytes()).is_ok());
-        assert_eq!(
-            agree(batch(MAX_JSON_DEPTH - 2).as_bytes()),
-            Err(naive::Error::Deep)
-        );
+        assert_eq!(agree(batch(MAX_JSON_DEPTH - 2).as_bytes()), Err(naive::Error::Deep));
         // 100k open brackets: an error, not a stack overflow (only the fast one).
         let deep = "[".repeat(100_000);
         assert!(matches!(
@@ -1314,14 +1212,7 @@ mod tests {
 
     #[test]
     fn write_json_string_round_trips() {
-        for s in [
-            "",
-            "plain",
-            "é—😀",
-            "a\"b\\c/",
-            "\n\r\t\u{8}\u{c}\u{0}\u{1f}\u{7f}",
-            "\u{2028}",
-        ] {
+        for s in ["", "plain", "é—😀", "a\"b\\c/", "\n\r\t\u{8}\u{c}\u{0}\u{1f}\u{7f}", "\u{2028}"] {
             let mut out = Vec::new();
             write_json_string(s, &mut out);
             let v = parse_value(&out).unwrap();
@@ -1458,9 +1349,6 @@ mod tests {
     fn error_display_carries_no_content() {
         let e = parse_value(b"{\"secret-token\":x}").unwrap_err();
         assert_eq!(e.to_string(), "invalid JSON at byte 16");
-        assert_eq!(
-            ScanError::TooDeep { offset: 3 }.to_string(),
-            "JSON nested deeper than 128 at byte 3"
-        );
+        assert_eq!(ScanError::TooDeep { offset: 3 }.to_string(), "JSON nested deeper than 128 at byte 3");
     }
 }

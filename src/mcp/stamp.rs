@@ -60,18 +60,12 @@ impl StampMap {
 
     /// The argument to stamp for a tool name (decoded bytes).
     pub fn param_for(&self, tool: &[u8]) -> Option<&str> {
-        self.entries
-            .iter()
-            .find(|(t, _)| t.as_bytes() == tool)
-            .map(|(_, p)| &**p)
+        self.entries.iter().find(|(t, _)| t.as_bytes() == tool).map(|(_, p)| &**p)
     }
 
     /// The entry for the tool named by a `params.name` string value.
     fn param_for_value(&self, body: &[u8], name: &Value) -> Option<&Arc<str>> {
-        self.entries
-            .iter()
-            .find(|(t, _)| name.is_str(body, t))
-            .map(|(_, p)| p)
+        self.entries.iter().find(|(t, _)| name.is_str(body, t)).map(|(_, p)| p)
     }
 }
 
@@ -126,8 +120,7 @@ impl Plan {
     /// Length of the stamped body: the Content-Length to send.
     pub fn new_len(&self, body_len: usize) -> usize {
         self.splices.iter().fold(body_len, |len, s| {
-            len.saturating_sub(s.end.saturating_sub(s.start))
-                .saturating_add(s.insert.len())
+            len.saturating_sub(s.end.saturating_sub(s.start)).saturating_add(s.insert.len())
         })
     }
 
@@ -189,9 +182,7 @@ impl StampError {
 impl From<ScanError> for StampError {
     fn from(e: ScanError) -> Self {
         match e {
-            ScanError::Syntax { offset } | ScanError::InvalidUtf8 { offset } => {
-                StampError::Parse { offset }
-            }
+            ScanError::Syntax { offset } | ScanError::InvalidUtf8 { offset } => StampError::Parse { offset },
             ScanError::TooDeep { offset } => StampError::TooDeep { offset },
         }
     }
@@ -208,11 +199,9 @@ impl fmt::Display for StampError {
         };
         match self {
             StampError::Parse { offset } => write!(f, "body is not valid JSON (byte {offset})"),
-            StampError::TooDeep { offset } => write!(
-                f,
-                "body nested deeper than {} (byte {offset})",
-                crate::limits::MAX_JSON_DEPTH
-            ),
+            StampError::TooDeep { offset } => {
+                write!(f, "body nested deeper than {} (byte {offset})", crate::limits::MAX_JSON_DEPTH)
+            }
             StampError::Duplicate(k) => write!(f, "duplicate {} key", key(k)),
             StampError::ParamsNotObject => f.write_str("tools/call params is not an object"),
             StampError::ArgumentsNotObject => f.write_str("tools/call arguments is not an object"),
@@ -269,22 +258,14 @@ fn plan_message(
             insert.extend_from_slice(b"\"arguments\":{");
             member(&mut insert, key, agent);
             insert.extend_from_slice(b"},");
-            Splice {
-                start: params.start + 1,
-                end: params.start + 1,
-                insert,
-            }
+            Splice { start: params.start + 1, end: params.start + 1, insert }
         }
         Some(args) => match args.kind {
             Kind::Null => {
                 insert.extend_from_slice(b"{");
                 member(&mut insert, key, agent);
                 insert.extend_from_slice(b"}");
-                Splice {
-                    start: args.start,
-                    end: args.end,
-                    insert,
-                }
+                Splice { start: args.start, end: args.end, insert }
             }
             Kind::Object { empty } => {
                 let found = json::find_member(body, &args, key)?;
@@ -294,22 +275,14 @@ fn plan_message(
                 match found.value {
                     Some(v) => {
                         json::write_json_string(agent, &mut insert);
-                        Splice {
-                            start: v.start,
-                            end: v.end,
-                            insert,
-                        }
+                        Splice { start: v.start, end: v.end, insert }
                     }
                     None => {
                         member(&mut insert, key, agent);
                         if !empty {
                             insert.extend_from_slice(b",");
                         }
-                        Splice {
-                            start: args.start + 1,
-                            end: args.start + 1,
-                            insert,
-                        }
+                        Splice { start: args.start + 1, end: args.start + 1, insert }
                     }
                 }
             }
@@ -359,10 +332,7 @@ fn base64(input: &[u8], out: &mut SmallVec<[u8; 64]>) {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let sym = |n: u32| ALPHABET.get((n & 63) as usize).copied().unwrap_or(b'=');
     for chunk in input.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, &c)| acc | u32::from(c) << (16 - 8 * i));
+        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, &c)| acc | u32::from(c) << (16 - 8 * i));
         out.push(sym(n >> 18));
         out.push(sym(n >> 12));
         out.push(if chunk.len() > 1 { sym(n >> 6) } else { b'=' });
@@ -525,9 +495,7 @@ mod tests {
             "[".repeat(n),
             "]".repeat(n)
         );
-        assert!(stamp(&ok, "claude")
-            .unwrap()
-            .contains(r#""sender":"claude""#));
+        assert!(stamp(&ok, "claude").unwrap().contains(r#""sender":"claude""#));
     }
 
     #[test]
@@ -541,10 +509,7 @@ mod tests {
         ] {
             assert_eq!(e.jsonrpc_code(), -32600);
         }
-        assert_eq!(
-            StampError::Duplicate(DuplicateKey::Name).to_string(),
-            "duplicate \"params.name\" key"
-        );
+        assert_eq!(StampError::Duplicate(DuplicateKey::Name).to_string(), "duplicate \"params.name\" key");
         let secret = r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"hunter2","sender":"hunter2"}}}"#;
         let e = plan(secret.as_bytes(), "claude", &StampMap::agentchattr()).unwrap_err();
         assert!(!e.to_string().contains("hunter2"));
@@ -552,14 +517,8 @@ mod tests {
 
     #[test]
     fn non_ascii_and_escaped_agent_names() {
-        let body =
-            r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"x"}}}"#;
-        for agent in [
-            "claude-é😀",
-            "quote\"back\\slash",
-            "tab\tnew\nline",
-            "\u{7f}",
-        ] {
+        let body = r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"x"}}}"#;
+        for agent in ["claude-é😀", "quote\"back\\slash", "tab\tnew\nline", "\u{7f}"] {
             let out = stamp(body, agent).unwrap();
             let v: J = serde_json::from_str(&out).unwrap();
             assert_eq!(v["params"]["arguments"]["sender"], J::from(agent));
@@ -606,9 +565,7 @@ mod tests {
         assert_eq!(map.param_for(b"chat_send"), Some("author"));
         assert_eq!(map.param_for(b"my_tool"), Some("who"));
         let body = r#"{"method":"tools/call","params":{"name":"my_tool","arguments":{"who":"x"}}}"#;
-        let out = plan(body.as_bytes(), "z", &map)
-            .unwrap()
-            .apply(body.as_bytes());
+        let out = plan(body.as_bytes(), "z", &map).unwrap().apply(body.as_bytes());
         assert!(String::from_utf8(out).unwrap().contains(r#""who":"z""#));
         let empty = StampMap::empty();
         assert_eq!(empty.param_for(b"chat_send"), None);
@@ -618,10 +575,7 @@ mod tests {
 
     #[test]
     fn stamp_arg_parsing() {
-        assert_eq!(
-            parse_stamp_arg("chat_send=author"),
-            Ok(("chat_send".into(), "author".into()))
-        );
+        assert_eq!(parse_stamp_arg("chat_send=author"), Ok(("chat_send".into(), "author".into())));
         assert_eq!(parse_stamp_arg("t=a=b"), Ok(("t".into(), "a=b".into())));
         assert!(parse_stamp_arg("chat_send").is_err());
         assert!(parse_stamp_arg("=sender").is_err());
@@ -754,11 +708,7 @@ mod tests {
         match r.below(4) {
             0 => {}
             1 => params.push("\"arguments\":null".into()),
-            _ => params.push(format!(
-                "\"arguments\":{{{}{}}}",
-                r.pick(WS),
-                args.join(&sep)
-            )),
+            _ => params.push(format!("\"arguments\":{{{}{}}}", r.pick(WS), args.join(&sep))),
         }
         params.push("\"_meta\":{\"progressToken\":12345678901234567890}".into());
         let m = params.len();
@@ -771,10 +721,7 @@ mod tests {
         ];
         let k = members.len();
         members.swap(r.below(k), r.below(k));
-        (
-            format!("{}{{{}}}{}", r.pick(WS), members.join(&sep), r.pick(WS)),
-            stamped,
-        )
+        (format!("{}{{{}}}{}", r.pick(WS), members.join(&sep), r.pick(WS)), stamped)
     }
 
     /// What serde_json should read after stamping: the original with only
@@ -798,9 +745,8 @@ mod tests {
         for i in 0..5_000 {
             let agent = r.pick(&["claude", "codex-2", "ñandú 😀", "q\"uote"]);
             let batch = i % 3 == 0;
-            let parts: Vec<(String, bool)> = (0..if batch { 1 + r.below(3) } else { 1 })
-                .map(|_| gen_message(&mut r))
-                .collect();
+            let parts: Vec<(String, bool)> =
+                (0..if batch { 1 + r.below(3) } else { 1 }).map(|_| gen_message(&mut r)).collect();
             let body = if batch {
                 let texts: Vec<&str> = parts.iter().map(|(t, _)| t.as_str()).collect();
                 format!("[{}]", texts.join(","))
