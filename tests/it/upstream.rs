@@ -59,6 +59,18 @@ pub fn parse_head(bytes: &[u8]) -> Head {
     Head { start, fields }
 }
 
+/// `read` that retries `Interrupted`: on Linux a socket read with a timeout
+/// set fails with EINTR when the process is stopped and continued, even
+/// without a signal handler (signal(7)).
+fn read_retrying(stream: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match stream.read(buf) {
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
@@ -229,7 +241,7 @@ fn serve(mut stream: TcpStream, conn: usize, sh: &Shared, handler: &Handler) {
             // Drain until the peer closes so no RST races the response.
             let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
             let mut sink = [0u8; 4096];
-            while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+            while matches!(read_retrying(&mut stream, &mut sink), Ok(n) if n > 0) {}
             return;
         }
     }
@@ -238,7 +250,7 @@ fn serve(mut stream: TcpStream, conn: usize, sh: &Shared, handler: &Handler) {
 /// Read more bytes into `buf`; false on EOF or error.
 fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
     let mut chunk = [0u8; 16 * 1024];
-    match stream.read(&mut chunk) {
+    match read_retrying(stream, &mut chunk) {
         Ok(0) | Err(_) => false,
         Ok(n) => {
             buf.extend_from_slice(&chunk[..n]);
@@ -373,7 +385,7 @@ impl Client {
             return false;
         }
         let mut chunk = [0u8; 16 * 1024];
-        match self.stream.read(&mut chunk) {
+        match read_retrying(&mut self.stream, &mut chunk) {
             Ok(0) => {
                 self.eof = true;
                 false
@@ -494,7 +506,7 @@ impl Client {
             }
             let _ = self.stream.set_read_timeout(Some((deadline - now).max(Duration::from_millis(1))));
             let mut chunk = [0u8; 16 * 1024];
-            match self.stream.read(&mut chunk) {
+            match read_retrying(&mut self.stream, &mut chunk) {
                 Ok(0) => self.eof = true,
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 Err(_) => {}
@@ -518,7 +530,7 @@ impl Client {
             }
             let _ = self.stream.set_read_timeout(Some(deadline - now));
             let mut chunk = [0u8; 4096];
-            match self.stream.read(&mut chunk) {
+            match read_retrying(&mut self.stream, &mut chunk) {
                 Ok(0) => self.eof = true,
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == ErrorKind::ConnectionReset => self.eof = true,
