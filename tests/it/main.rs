@@ -1,4 +1,7 @@
 //! One integration-test binary (one link, shared helpers), ripgrep style.
 //! Every test drives the real `mcp-identity-proxy` binary over loopback.
 
+mod cli;
+mod core;
+mod upstream;
 mod util;
