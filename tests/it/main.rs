@@ -3,5 +3,6 @@
 
 mod cli;
 mod core;
+mod identity;
 mod upstream;
 mod util;
