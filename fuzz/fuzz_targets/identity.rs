@@ -12,7 +12,10 @@ fuzz_target!(|data: &[u8]| {
     assert!(identity::validate_agent(&id.agent).is_ok());
     assert!(identity::validate_token(&id.token).is_ok());
     let debug = format!("{id:?}");
-    let redacted = format!("Identity {{ agent: {:?}, token: \"<redacted>\" }}", id.agent);
+    let redacted = format!(
+        "Identity {{ agent: {:?}, token: \"<redacted>\" }}",
+        id.agent
+    );
     assert_eq!(debug, redacted, "Debug must not show the token");
     let mut text = b"{\"token\":".to_vec();
     write_json_string(&id.token, &mut text);
