@@ -2,3 +2,5 @@
 //! Every test drives the real `mcp-identity-proxy` binary over loopback.
 
 mod util;
+mod clients;
+mod realenv;

@@ -1,0 +1,214 @@
+"""A FastMCP upstream shaped like agentchattr's MCP server, for the real-client tests.
+
+Runs with the Python MCP SDK 1.x (`mcp.server.fastmcp.FastMCP`, what agentchattr runs) or 2.x
+(`mcp.server.mcpserver.MCPServer`, which also speaks the stateless 2026-07-28 protocol), whichever the
+interpreter has.
+
+    FASTMCP_TEST_TOKEN=<token> python fastmcp_server.py [--port N] [--transport streamable-http|sse]
+
+- Binds 127.0.0.1 (port 0 = OS-assigned), prints `PORT <n>` on stdout once listening, then serves until killed.
+- DNS-rebinding protection is the SDK default for host 127.0.0.1 (Host must be `127.0.0.1:<port>` etc.).
+- Every HTTP request must carry exactly one `Authorization: Bearer <FASTMCP_TEST_TOKEN>`; otherwise 401.
+  The token is read from the environment, never from argv.
+- Every tool answers one text content: a JSON object with what the server saw (identity argument,
+  every Authorization / X-Agent-Token / Host / Mcp-Session-Id value), so tests can assert stamping and
+  credential replacement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import sys
+import time
+
+import uvicorn
+
+try:  # SDK 1.x
+    from mcp.server.fastmcp import Context, FastMCP
+
+    SDK_MAJOR = 1
+except ModuleNotFoundError:  # SDK 2.x renamed FastMCP to MCPServer
+    from mcp.server.mcpserver import Context, MCPServer
+
+    SDK_MAJOR = 2
+
+from importlib.metadata import version as _dist_version
+
+SDK_VERSION = _dist_version("mcp")
+
+TOKEN = os.environ.get("FASTMCP_TEST_TOKEN", "")
+if not TOKEN:
+    sys.exit("fastmcp_server.py: FASTMCP_TEST_TOKEN must be set (the expected bearer token)")
+
+# Background tasks (notify_standalone) are kept referenced until they finish.
+_background: set[asyncio.Task] = set()
+
+
+def _request(ctx: Context):
+    try:
+        return ctx.request_context.request
+    except (ValueError, AttributeError):
+        return None
+
+
+def _seen(ctx: Context, tool: str, **args) -> str:
+    """The JSON text every tool answers: its arguments plus the credentials the server saw."""
+    req = _request(ctx)
+    headers = req.headers if req is not None else None
+
+    def all_values(name: str) -> list[str]:
+        return list(headers.getlist(name)) if headers is not None else []
+
+    out = {
+        "tool": tool,
+        **args,
+        "authorization": all_values("authorization"),
+        "x_agent_token": all_values("x-agent-token"),
+        "host": all_values("host"),
+        "mcp_session_id": all_values("mcp-session-id"),
+        "mcp_protocol_version": all_values("mcp-protocol-version"),
+        "sdk": SDK_VERSION,
+    }
+    return json.dumps(out, sort_keys=True)
+
+
+def build_server():
+    kwargs = dict(name="agentchattr-test", instructions="test upstream for mcp-identity-proxy", log_level="ERROR")
+    if SDK_MAJOR == 1:
+        return FastMCP(host="127.0.0.1", **kwargs)
+    return MCPServer(**kwargs)
+
+
+mcp = build_server()
+
+
+@mcp.tool()
+async def chat_send(sender: str, message: str, ctx: Context, channel: str = "general") -> str:
+    """Send a message to a channel (agentchattr shape)."""
+    return _seen(ctx, "chat_send", sender=sender, message=message, channel=channel)
+
+
+@mcp.tool()
+async def chat_read(ctx: Context, sender: str = "") -> str:
+    """Read messages (agentchattr shape)."""
+    return _seen(ctx, "chat_read", sender=sender, messages=[])
+
+
+@mcp.tool()
+async def chat_join(name: str, ctx: Context, channel: str = "general") -> str:
+    """Join a channel; the identity parameter is `name`."""
+    return _seen(ctx, "chat_join", name=name, channel=channel)
+
+
+@mcp.tool()
+async def chat_who(ctx: Context) -> str:
+    """List agents; carries no identity parameter."""
+    return _seen(ctx, "chat_who", online=["claude-prime"])
+
+
+@mcp.tool()
+async def slow_progress(sender: str, ctx: Context, count: int = 3, interval_ms: int = 150) -> str:
+    """Send `count` progress notifications and as many log notifications, `interval_ms` apart, then answer.
+
+    Each notification carries its send time (`time.time()`, seconds) so a client can measure its arrival
+    latency: progress in `message` as JSON `{"i": i, "sent": t}`, log `data` as `{"i": i, "sent": t}`."""
+    for i in range(count):
+        if i:
+            await asyncio.sleep(interval_ms / 1000)
+        t = time.time()
+        await ctx.report_progress(i + 1, count, json.dumps({"i": i, "sent": t}))
+        await ctx.log("info", json.dumps({"i": i, "sent": time.time()}))
+    return _seen(ctx, "slow_progress", sender=sender, count=count)
+
+
+@mcp.tool()
+async def notify_standalone(sender: str, ctx: Context, delay_ms: int = 100) -> str:
+    """Answer at once; `delay_ms` later, outside any request, send `notifications/tools/list_changed` and a
+    log message `{"standalone": true, "sent": t}`. With no related request these go on the session's
+    standalone GET stream (streamable HTTP) or the SSE stream (legacy transport)."""
+    session = ctx.request_context.session
+
+    async def later() -> None:
+        await asyncio.sleep(delay_ms / 1000)
+        try:
+            await session.send_tool_list_changed()
+            await session.send_log_message(level="info", data=json.dumps({"standalone": True, "sent": time.time()}))
+        except Exception as e:  # the session may be gone; tests see the absence
+            print(f"notify_standalone: {e!r}", file=sys.stderr, flush=True)
+
+    task = asyncio.get_running_loop().create_task(later())
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    return _seen(ctx, "notify_standalone", sender=sender, delay_ms=delay_ms)
+
+
+class RequireBearer:
+    """ASGI middleware: exactly one `Authorization: Bearer <TOKEN>` on every HTTP request, else 401."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self.expected = f"Bearer {TOKEN}".encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            values = [v for k, v in scope["headers"] if k.lower() == b"authorization"]
+            if values != [self.expected]:
+                body = json.dumps(
+                    {"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": "unauthorized (test upstream)"}}
+                ).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"www-authenticate", b'Bearer realm="test"'),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--transport", choices=["streamable-http", "sse"], default="streamable-http")
+    args = parser.parse_args()
+
+    if args.transport == "sse":
+        app = mcp.sse_app() if SDK_MAJOR == 1 else mcp.sse_app(host="127.0.0.1")
+    else:
+        app = mcp.streamable_http_app() if SDK_MAJOR == 1 else mcp.streamable_http_app(host="127.0.0.1")
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    port = sock.getsockname()[1]
+
+    config = uvicorn.Config(RequireBearer(app), log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+    server = uvicorn.Server(config)
+
+    async def serve() -> None:
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            if task.done():
+                task.result()
+                return
+            await asyncio.sleep(0.01)
+        print(f"PORT {port}", flush=True)
+        await task
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

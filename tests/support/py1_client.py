@@ -1,0 +1,131 @@
+"""Python MCP SDK 1.x client: the lifecycle agentchattr's agents run, as JSON on stdout.
+
+    python py1_client.py URL [--authorization "Bearer spoof"] [--x-agent-token spoof] [--sender mallory]
+
+streamable_http_client + ClientSession: initialize, tools/list, tools/call (chat_send, chat_join, chat_read,
+chat_who as `--sender`), slow_progress (arrival latency of each progress/log notification), then exit, which
+sends the closing DELETE. Every HTTP response is recorded by an httpx event hook (method, status, every
+Mcp-Session-Id value and what `headers.get` reads). Prints one JSON object; exits 0 even if a step failed
+(the error is in "error"), so the Rust test can show everything it got.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from importlib.metadata import version
+
+import anyio
+import httpx
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+
+def text_json(result) -> object:
+    text = result.content[0].text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+async def run(args, out: dict) -> None:
+    http: list[dict] = out["http"]
+
+    async def on_response(response: httpx.Response) -> None:
+        http.append(
+            {
+                "method": response.request.method,
+                "path": response.request.url.raw_path.decode(),
+                "status": response.status_code,
+                "content_type": response.headers.get("content-type"),
+                "session_ids": response.headers.get_list("mcp-session-id"),
+                "session_get": response.headers.get("mcp-session-id"),
+            }
+        )
+
+    headers = {}
+    if args.authorization is not None:
+        headers["Authorization"] = args.authorization
+    if args.x_agent_token is not None:
+        headers["X-Agent-Token"] = args.x_agent_token
+
+    progress: list[dict] = out["progress"]
+    logs: list[dict] = out["logs"]
+
+    async def on_progress(p: float, total: float | None, message: str | None) -> None:
+        now = time.time()
+        sent = json.loads(message)["sent"] if message else None
+        progress.append({"progress": p, "total": total, "latency_ms": (now - sent) * 1000 if sent else None})
+
+    async def on_log(params) -> None:
+        now = time.time()
+        try:
+            data = json.loads(params.data)
+            latency = (now - data["sent"]) * 1000
+        except (TypeError, ValueError, KeyError):
+            data, latency = params.data, None
+        logs.append({"level": params.level, "data": data, "latency_ms": latency})
+
+    client = httpx.AsyncClient(
+        headers=headers,
+        timeout=httpx.Timeout(30, read=300),
+        event_hooks={"response": [on_response]},
+    )
+    async with client:
+        async with streamable_http_client(args.url, http_client=client) as (read, write, get_session_id):
+            async with ClientSession(read, write, logging_callback=on_log) as session:
+                init = await session.initialize()
+                out["protocol_version"] = init.protocolVersion
+                out["server"] = init.serverInfo.name
+                out["session_id"] = get_session_id()
+                tools = await session.list_tools()
+                out["tools"] = sorted(t.name for t in tools.tools)
+                calls = out["calls"]
+                calls["chat_send"] = text_json(
+                    await session.call_tool("chat_send", {"sender": args.sender, "message": "hello from py1"})
+                )
+                calls["chat_join"] = text_json(await session.call_tool("chat_join", {"name": args.sender}))
+                calls["chat_read"] = text_json(await session.call_tool("chat_read", {"sender": args.sender}))
+                calls["chat_who"] = text_json(await session.call_tool("chat_who", {}))
+                # Warm-up (as in py2_client.py / ts_client.cjs): measure the second notification-carrying call.
+                await session.call_tool("slow_progress", {"sender": args.sender, "count": 1})
+                logs.clear()
+                calls["slow_progress"] = text_json(
+                    await session.call_tool(
+                        "slow_progress", {"sender": args.sender, "count": args.count}, progress_callback=on_progress
+                    )
+                )
+        out["closed"] = True
+
+
+async def run_bounded(args, out: dict) -> None:
+    with anyio.fail_after(60):
+        await run(args, out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("--authorization")
+    parser.add_argument("--x-agent-token")
+    parser.add_argument("--sender", default="mallory")
+    parser.add_argument("--count", type=int, default=3)
+    args = parser.parse_args()
+    out: dict = {"sdk": version("mcp"), "httpx": version("httpx"), "http": [], "progress": [], "logs": [],
+                 "calls": {}, "error": None}
+    started = time.monotonic()
+    try:
+        anyio.run(run_bounded, args, out)
+    except BaseException as e:  # noqa: BLE001 - report everything, including ExceptionGroups
+        out["error"] = "".join(traceback.format_exception(e))
+    out["elapsed_ms"] = (time.monotonic() - started) * 1000
+    json.dump(out, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
