@@ -1,1 +1,486 @@
-//! (to be written)
+//! Command line and environment -> `Config`. Hand-written (no clap): the
+//! contract in DESIGN.md §2 is small and wrappers depend on its exact shape.
+//! The token is read from a file or `MCP_PROXY_TOKEN`, never from argv, and
+//! never appears in an error message.
+
+use crate::limits;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Environment variable holding the token when `--token-file` is absent.
+pub const TOKEN_ENV: &str = "MCP_PROXY_TOKEN";
+
+/// The upstream MCP server, from `--upstream http://HOST[:PORT][/PATH]`.
+#[derive(Clone, Debug)]
+pub struct Upstream {
+    /// Resolved addresses, tried in turn when a connect is refused.
+    pub addrs: Vec<SocketAddr>,
+    /// `host:port` as written (port filled in), the Host sent upstream and
+    /// the authority recognised in `Location` and SSE endpoint URLs.
+    pub authority: String,
+    /// The path the proxy announces (`/mcp`, `/sse`).
+    pub path: String,
+}
+
+/// Everything the proxy needs to run.
+#[derive(Clone)]
+pub struct Config {
+    pub upstream: Upstream,
+    pub listen: SocketAddr,
+    pub agent: String,
+    /// Secret: never logged (see the `Debug` impl).
+    pub token: String,
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("upstream", &self.upstream)
+            .field("listen", &self.listen)
+            .field("agent", &self.agent)
+            .field("token", &"<redacted>")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .finish()
+    }
+}
+
+/// What parsing asked for instead of a config, or why it failed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    Help,
+    Version,
+    UnknownFlag(String),
+    MissingValue(&'static str),
+    Missing(&'static str),
+    Invalid {
+        flag: &'static str,
+        why: &'static str,
+    },
+    /// The token file could not be read (the kind, never the contents).
+    TokenFile(PathBuf, std::io::ErrorKind),
+    EmptyToken,
+    InvalidToken,
+    Https,
+    Resolve(String),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Help => f.write_str("help requested"),
+            ConfigError::Version => f.write_str("version requested"),
+            ConfigError::UnknownFlag(s) => write!(f, "unknown argument '{s}' (see --help)"),
+            ConfigError::MissingValue(flag) => write!(f, "{flag} needs a value"),
+            ConfigError::Missing(what) => write!(f, "missing {what} (see --help)"),
+            ConfigError::Invalid { flag, why } => write!(f, "invalid {flag}: {why}"),
+            ConfigError::TokenFile(p, kind) => {
+                write!(f, "cannot read token file {}: {kind}", p.display())
+            }
+            ConfigError::EmptyToken => f.write_str("the token is empty"),
+            ConfigError::InvalidToken => {
+                f.write_str("the token must be visible ASCII without spaces (it is sent in a header)")
+            }
+            ConfigError::Https => f.write_str(
+                "--upstream: https:// is not supported (no TLS in this binary); use http:// to a local server",
+            ),
+            ConfigError::Resolve(host) => write!(f, "--upstream: cannot resolve host '{host}'"),
+        }
+    }
+}
+
+pub const USAGE: &str = "\
+mcp-identity-proxy: a local identity proxy for one MCP agent.
+
+Relays MCP streamable HTTP (POST/GET/DELETE) and legacy SSE (GET /sse,
+POST /messages/) to one upstream server, replacing the client's credentials
+with the agent's token (Authorization: Bearer, X-Agent-Token) and sending
+exactly one Mcp-Session-Id line back, whatever the upstream's casing.
+
+USAGE:
+    mcp-identity-proxy --upstream URL --agent NAME --token-file PATH [OPTIONS]
+
+REQUIRED:
+    --upstream URL          upstream MCP endpoint, http://HOST[:PORT][/PATH]
+                            (https is refused: no TLS in this binary)
+    --agent NAME            the agent's name
+    --token-file PATH       file holding the agent's token (trailing newline
+                            trimmed); or set MCP_PROXY_TOKEN instead
+
+OPTIONS:
+    --listen ADDR:PORT      loopback address to listen on [default: 127.0.0.1:0]
+                            (port 0: the OS picks one)
+    --connect-timeout SECS  upstream connect timeout, then 504 [default: 5]
+    --response-timeout SECS request sent -> response head, then 504 [default: 300]
+    --idle-timeout SECS     no byte either way on an open exchange or stream,
+                            then the connection closes [default: 300]
+    -h, --help              print this help
+    -V, --version           print the version
+
+OUTPUT:
+    Once listening, prints exactly '  MCP proxy: port N' on stdout.
+
+ENVIRONMENT:
+    MCP_PROXY_TOKEN         the token, when --token-file is not given
+    RUST_LOG                log filter on stderr (error, warn, info, debug,
+                            trace) [default: warn]; info logs one line per
+                            exchange. Tokens are never logged.
+
+EXIT STATUS:
+    0  clean shutdown (SIGINT, SIGTERM)
+    2  bad arguments or configuration
+    3  cannot bind the listen address (a fixed port in use prints
+       '  MCP proxy: port N in use (shared with another instance)')
+
+EXAMPLE:
+    mcp-identity-proxy --upstream http://127.0.0.1:8200/mcp \\
+        --agent claude-prime --token-file ~/.agentchattr/claude.token
+";
+
+/// Parse argv (without the program name) and the environment.
+pub fn parse<I>(args: I, env_token: Option<String>) -> Result<Config, ConfigError>
+where
+    I: IntoIterator<Item = String>,
+{
+    let mut upstream = None;
+    let mut agent = None;
+    let mut token_file = None;
+    let mut listen = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+    let mut connect_timeout = limits::CONNECT_TIMEOUT;
+    let mut response_timeout = limits::RESPONSE_TIMEOUT;
+    let mut idle_timeout = limits::IDLE_TIMEOUT;
+
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = |name: &'static str| -> Result<String, ConfigError> {
+            match inline.clone() {
+                Some(v) => Ok(v),
+                None => args.next().ok_or(ConfigError::MissingValue(name)),
+            }
+        };
+        match flag.as_str() {
+            "-h" | "--help" => return Err(ConfigError::Help),
+            "-V" | "--version" => return Err(ConfigError::Version),
+            "--upstream" => upstream = Some(value("--upstream")?),
+            "--agent" => agent = Some(value("--agent")?),
+            "--token-file" => token_file = Some(PathBuf::from(value("--token-file")?)),
+            "--listen" => listen = parse_listen(&value("--listen")?)?,
+            "--connect-timeout" => {
+                connect_timeout = parse_secs("--connect-timeout", &value("--connect-timeout")?)?
+            }
+            "--response-timeout" => {
+                response_timeout = parse_secs("--response-timeout", &value("--response-timeout")?)?
+            }
+            "--idle-timeout" => {
+                idle_timeout = parse_secs("--idle-timeout", &value("--idle-timeout")?)?
+            }
+            _ => return Err(ConfigError::UnknownFlag(arg)),
+        }
+    }
+
+    let upstream = parse_upstream(&upstream.ok_or(ConfigError::Missing("--upstream"))?)?;
+    let agent = agent.ok_or(ConfigError::Missing("--agent"))?;
+    if agent.is_empty() || agent.len() > 256 || agent.chars().any(char::is_control) {
+        return Err(ConfigError::Invalid {
+            flag: "--agent",
+            why: "must be 1-256 characters without control characters",
+        });
+    }
+    let token = match token_file {
+        Some(path) => read_token_file(&path)?,
+        None => env_token.ok_or(ConfigError::Missing("--token-file or MCP_PROXY_TOKEN"))?,
+    };
+    let token = token.trim().to_string();
+    check_token(&token)?;
+    Ok(Config {
+        upstream,
+        listen,
+        agent,
+        token,
+        connect_timeout,
+        response_timeout,
+        idle_timeout,
+    })
+}
+
+/// A token goes into `Authorization: Bearer <t>`: visible ASCII only.
+pub fn check_token(token: &str) -> Result<(), ConfigError> {
+    if token.is_empty() {
+        return Err(ConfigError::EmptyToken);
+    }
+    if token.len() > 4096 || !token.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+        return Err(ConfigError::InvalidToken);
+    }
+    Ok(())
+}
+
+fn read_token_file(path: &PathBuf) -> Result<String, ConfigError> {
+    use std::io::Read;
+    let err = |e: std::io::Error| ConfigError::TokenFile(path.clone(), e.kind());
+    let file = std::fs::File::open(path).map_err(err)?;
+    let mut s = String::new();
+    file.take(limits::MAX_SECRET_FILE)
+        .read_to_string(&mut s)
+        .map_err(err)?;
+    Ok(s)
+}
+
+/// Seconds as `N` or `N.F`, greater than zero.
+fn parse_secs(flag: &'static str, v: &str) -> Result<Duration, ConfigError> {
+    let bad = ConfigError::Invalid {
+        flag,
+        why: "expected seconds greater than 0, e.g. 5 or 0.5",
+    };
+    let ok = !v.is_empty()
+        && v.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && v.matches('.').count() <= 1;
+    let secs: f64 = if ok {
+        v.parse().map_err(|_| bad)?
+    } else {
+        return Err(bad);
+    };
+    if !(secs > 0.0 && secs <= 1e9) {
+        return Err(ConfigError::Invalid {
+            flag,
+            why: "expected seconds greater than 0, e.g. 5 or 0.5",
+        });
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn parse_listen(v: &str) -> Result<SocketAddr, ConfigError> {
+    let addr = match v.strip_prefix("localhost:") {
+        Some(port) => port
+            .parse::<u16>()
+            .ok()
+            .map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, p))),
+        None => v.parse::<SocketAddr>().ok(),
+    };
+    let addr = addr.ok_or(ConfigError::Invalid {
+        flag: "--listen",
+        why: "expected ADDR:PORT, e.g. 127.0.0.1:0",
+    })?;
+    // R26: the proxy adds the agent's credentials to whatever it forwards, so
+    // it listens on loopback only.
+    if !addr.ip().is_loopback() {
+        return Err(ConfigError::Invalid {
+            flag: "--listen",
+            why: "must be a loopback address (127.0.0.1 or [::1])",
+        });
+    }
+    Ok(addr)
+}
+
+fn parse_upstream(v: &str) -> Result<Upstream, ConfigError> {
+    let lower = v.to_ascii_lowercase();
+    if lower.starts_with("https://") {
+        return Err(ConfigError::Https);
+    }
+    let invalid = |why| ConfigError::Invalid {
+        flag: "--upstream",
+        why,
+    };
+    let rest = v
+        .get(..7)
+        .filter(|s| s.eq_ignore_ascii_case("http://"))
+        .and_then(|_| v.get(7..))
+        .ok_or(invalid("expected http://HOST[:PORT][/PATH]"))?;
+    let (authority, path) = match rest.find(['/', '?', '#']) {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    if authority.contains('@') {
+        return Err(invalid("user info is not supported"));
+    }
+    if path.contains('#') || !path.starts_with('/') {
+        return Err(invalid("the path must start with / and have no fragment"));
+    }
+    let (host, port) = split_host_port(authority).ok_or(invalid("expected HOST[:PORT]"))?;
+    if host.is_empty() {
+        return Err(invalid("missing host"));
+    }
+    let lookup_host = host.trim_start_matches('[').trim_end_matches(']');
+    let addrs: Vec<SocketAddr> = match lookup_host.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => (lookup_host, port)
+            .to_socket_addrs()
+            .map_err(|_| ConfigError::Resolve(lookup_host.to_string()))?
+            .collect(),
+    };
+    if addrs.is_empty() {
+        return Err(ConfigError::Resolve(lookup_host.to_string()));
+    }
+    Ok(Upstream {
+        addrs,
+        authority: format!("{host}:{port}"),
+        path: path.to_string(),
+    })
+}
+
+/// `host[:port]` or `[v6][:port]`; port defaults to 80.
+fn split_host_port(a: &str) -> Option<(&str, u16)> {
+    let (host, port) = if a.starts_with('[') {
+        let close = a.find(']')?;
+        let (h, rest) = a.split_at(close + 1);
+        match rest.strip_prefix(':') {
+            Some(p) => (h, Some(p)),
+            None if rest.is_empty() => (h, None),
+            None => return None,
+        }
+    } else {
+        match a.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (a, None),
+        }
+    };
+    let port = match port {
+        Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => p.parse().ok()?,
+        Some(_) => return None,
+        None => 80,
+    };
+    if host
+        .bytes()
+        .any(|b| !(b.is_ascii_alphanumeric() || b"-._[]:".contains(&b)))
+    {
+        return None;
+    }
+    Some((host, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn minimal_with_env_token() {
+        let c = parse(
+            args("--upstream http://127.0.0.1:8200/mcp --agent a"),
+            Some("tok\n".into()),
+        )
+        .unwrap();
+        assert_eq!(c.upstream.authority, "127.0.0.1:8200");
+        assert_eq!(c.upstream.path, "/mcp");
+        assert_eq!(c.upstream.addrs, vec!["127.0.0.1:8200".parse().unwrap()]);
+        assert_eq!(c.token, "tok");
+        assert_eq!(c.listen, "127.0.0.1:0".parse().unwrap());
+        assert!(!format!("{c:?}").contains("tok\""));
+    }
+
+    #[test]
+    fn upstream_forms() {
+        let ok = [
+            ("http://localhost:8200", "localhost:8200", "/"),
+            ("HTTP://127.0.0.1/sse", "127.0.0.1:80", "/sse"),
+            ("http://[::1]:9/mcp?x=1", "[::1]:9", "/mcp?x=1"),
+        ];
+        for (url, authority, path) in ok {
+            let u = parse_upstream(url).unwrap();
+            assert_eq!(
+                (u.authority.as_str(), u.path.as_str()),
+                (authority, path),
+                "{url}"
+            );
+        }
+        for bad in [
+            "https://127.0.0.1:1/mcp",
+            "127.0.0.1:1",
+            "http://",
+            "http://a@b:1/",
+            "http://h:x/",
+            "http://h:1#f",
+        ] {
+            assert!(parse_upstream(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn errors() {
+        let up = "--upstream http://127.0.0.1:1/mcp --agent a";
+        let cases: &[(&str, Option<&str>, ConfigError)] = &[
+            (
+                "--bogus",
+                Some("t"),
+                ConfigError::UnknownFlag("--bogus".into()),
+            ),
+            (
+                "--upstream",
+                Some("t"),
+                ConfigError::MissingValue("--upstream"),
+            ),
+            ("--agent a", Some("t"), ConfigError::Missing("--upstream")),
+            (
+                up,
+                None,
+                ConfigError::Missing("--token-file or MCP_PROXY_TOKEN"),
+            ),
+            (up, Some("  \n"), ConfigError::EmptyToken),
+            (up, Some("a b"), ConfigError::InvalidToken),
+            (
+                "--upstream https://x/mcp --agent a",
+                Some("t"),
+                ConfigError::Https,
+            ),
+            ("--help", None, ConfigError::Help),
+        ];
+        for (a, tok, want) in cases {
+            assert_eq!(
+                parse(args(a), tok.map(String::from)).unwrap_err(),
+                *want,
+                "{a}"
+            );
+        }
+        let e = parse(args(&format!("{up} --listen nonsense")), Some("t".into())).unwrap_err();
+        assert!(matches!(
+            e,
+            ConfigError::Invalid {
+                flag: "--listen",
+                ..
+            }
+        ));
+        let e = parse(args(&format!("{up} --listen 0.0.0.0:1")), Some("t".into())).unwrap_err();
+        assert!(matches!(
+            e,
+            ConfigError::Invalid {
+                flag: "--listen",
+                ..
+            }
+        ));
+        let e = parse(args(&format!("{up} --token-file /nonexistent/x")), None).unwrap_err();
+        assert!(matches!(
+            e,
+            ConfigError::TokenFile(_, std::io::ErrorKind::NotFound)
+        ));
+        let e = parse(args(&format!("{up} --idle-timeout -1")), Some("t".into())).unwrap_err();
+        assert!(matches!(
+            e,
+            ConfigError::Invalid {
+                flag: "--idle-timeout",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn timeouts_and_inline_values() {
+        let c = parse(
+            args("--upstream=http://127.0.0.1:1/ --agent=a --response-timeout 0.5 --listen localhost:0"),
+            Some("t".into()),
+        )
+        .unwrap();
+        assert_eq!(c.response_timeout, Duration::from_millis(500));
+    }
+}

@@ -1,1 +1,1482 @@
-//! (to be written)
+//! One client connection and the upstream connection of its current
+//! exchange. `drive` moves bytes in both directions until nothing more can
+//! be done and returns a `Verdict`; the event loop owns `Poll`, the pool and
+//! the sockets' registration. A failing connection only closes itself.
+//!
+//! Phases of one exchange (`mem::replace` + `match` for every transition):
+//! `ReadHead -> [ReadBody] -> Connect -> SendRequest -> ReadResponseHead ->
+//! Relay -> ReadHead | Closing`, plus `Reply` for proxy-generated answers.
+
+use crate::buf::Buf;
+use crate::config::Config;
+use crate::http::chunked::{ChunkTracker, Piece};
+use crate::http::framing::Framing;
+use crate::http::head::{self, RequestHead, ResponseHead};
+use crate::io::{read_into, slices_after, write_vectored, Outcome};
+use crate::limits::{
+    CLIENT_IDLE_TIMEOUT, CONNECT_RETRIES, CONNECT_RETRY_DELAY, HEAD_TIMEOUT, IO_BUF_SIZE,
+    MAX_IO_PER_EVENT, MAX_REQUEST_HEAD, MAX_RESPONSE_HEAD, MAX_STAMP_BODY,
+};
+use log::{debug, info, warn};
+use mio::net::TcpStream;
+use std::fmt;
+use std::io::Write as _;
+use std::mem;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// What the event loop hands a connection on every drive: configuration,
+/// the current identity and the time.
+pub struct Ctx<'a> {
+    pub config: &'a Config,
+    /// `Bearer <token>`, the value set as `authorization` upstream.
+    pub bearer: &'a [u8],
+    /// The token alone, set as `x-agent-token`.
+    pub token: &'a [u8],
+    pub now: Instant,
+    /// SIGINT/SIGTERM received: finish the current exchange, then close.
+    pub shutting_down: bool,
+}
+
+/// What the loop must do after a drive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Wait for readiness or the deadline.
+    Wait,
+    /// Progress was cut short by the per-event bound: drive again soon.
+    Again,
+    /// Give this connection an upstream socket (`attach_upstream`).
+    NeedUpstream,
+    /// Drop the connection (its reason has been logged).
+    Close,
+}
+
+/// Why a connection ended; logged once at debug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    ClientClosed,
+    ClientError,
+    ClientIdle,
+    HeadTimeout,
+    BadRequest,
+    UpstreamFailed,
+    UpstreamTruncated,
+    UpstreamTimeout,
+    IdleTimeout,
+    Done,
+    Shutdown,
+}
+
+impl fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CloseReason::ClientClosed => "client closed",
+            CloseReason::ClientError => "client socket error",
+            CloseReason::ClientIdle => "idle keep-alive timeout",
+            CloseReason::HeadTimeout => "request head or body too slow",
+            CloseReason::BadRequest => "bad request answered",
+            CloseReason::UpstreamFailed => "upstream failed",
+            CloseReason::UpstreamTruncated => "upstream closed mid-body",
+            CloseReason::UpstreamTimeout => "upstream timeout",
+            CloseReason::IdleTimeout => "exchange idle timeout",
+            CloseReason::Done => "exchange done, connection not reusable",
+            CloseReason::Shutdown => "shutting down",
+        })
+    }
+}
+
+/// Readiness seen on a socket since the last WouldBlock (edge-triggered).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ready {
+    pub readable: bool,
+    pub writable: bool,
+}
+
+struct UpstreamSock {
+    stream: TcpStream,
+    ready: Ready,
+    connected: bool,
+    /// Taken from the keep-alive pool (may have been closed by the peer).
+    reused: bool,
+    /// Any response byte received on it for this exchange.
+    received: bool,
+}
+
+/// The request body as it goes upstream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum BodyMode {
+    #[default]
+    None,
+    /// Read whole into `Exchange::body` (chunked de-chunked, JSON POSTs).
+    Buffered,
+    /// Content-Length body relayed from `client_buf` as it arrives.
+    Stream,
+}
+
+/// How the response body is written to the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OutMode {
+    /// No body.
+    None,
+    /// Bytes pass through unchanged (Content-Length, or chunked with
+    /// trailers dropped).
+    Same,
+    /// Payload re-framed as chunks by the proxy (close-delimited upstream
+    /// body to an HTTP/1.1 client).
+    Chunk,
+    /// Payload only, close-delimited (HTTP/1.0 client).
+    Raw,
+}
+
+/// How the upstream body ends.
+#[derive(Clone, Debug)]
+enum InFraming {
+    None,
+    Length { remaining: u64 },
+    Chunked(ChunkTracker),
+    UntilClose,
+}
+
+enum Phase {
+    ReadHead,
+    ReadBody {
+        tracker: Option<ChunkTracker>,
+        remaining: u64,
+    },
+    Connect {
+        attempt: u32,
+        retry_at: Option<Instant>,
+        since: Instant,
+    },
+    SendRequest {
+        written: usize,
+        stream_remaining: u64,
+    },
+    ReadResponseHead {
+        since: Instant,
+    },
+    Relay {
+        input: InFraming,
+        out: OutMode,
+        input_done: bool,
+    },
+    /// A proxy-generated response is being flushed; then close or go on.
+    Reply {
+        close: bool,
+    },
+    /// Our side is shut for writing; unread client bytes are drained so the
+    /// kernel does not answer them with a reset that could destroy the
+    /// response in flight (lingering close, as nginx does).
+    Linger {
+        until: Instant,
+        reason: CloseReason,
+    },
+    Closed(CloseReason),
+}
+
+impl Phase {
+    fn name(&self) -> &'static str {
+        match self {
+            Phase::ReadHead => "read-head",
+            Phase::ReadBody { .. } => "read-body",
+            Phase::Connect { .. } => "connect",
+            Phase::SendRequest { .. } => "send-request",
+            Phase::ReadResponseHead { .. } => "read-response-head",
+            Phase::Relay { .. } => "relay",
+            Phase::Reply { .. } => "reply",
+            Phase::Linger { .. } => "linger",
+            Phase::Closed(_) => "closed",
+        }
+    }
+}
+
+/// The current request/response pair. Its vectors are reused across
+/// exchanges on one connection.
+#[derive(Default)]
+struct Exchange {
+    method: smallvec::SmallVec<[u8; 16]>,
+    target: smallvec::SmallVec<[u8; 64]>,
+    /// The Host the client used (for `Location` rewriting).
+    client_host: smallvec::SmallVec<[u8; 32]>,
+    head_request: bool,
+    idempotent: bool,
+    http10: bool,
+    /// The rewritten request head for the upstream.
+    head_out: Vec<u8>,
+    body: Vec<u8>,
+    body_mode: BodyMode,
+    /// End-to-end request fields as they go upstream.
+    headers: crate::http::headers::HeaderList,
+    stream_len: u64,
+    start: Option<Instant>,
+    status: u16,
+    bytes_out: u64,
+    /// A stale pooled connection was already replaced once.
+    retried: bool,
+}
+
+pub struct Conn {
+    id: u64,
+    peer: SocketAddr,
+    client: TcpStream,
+    client_ready: Ready,
+    upstream: Option<UpstreamSock>,
+    /// An upstream socket the loop must take back (reusable or not).
+    released: Option<(TcpStream, bool)>,
+    client_buf: Buf,
+    upstream_buf: Buf,
+    /// Proxy-made bytes for the client (heads, 100 Continue, re-framed
+    /// chunks, canned replies), written before `pass` bytes.
+    to_client: Vec<u8>,
+    to_client_pos: usize,
+    /// Bytes at the front of `upstream_buf` to pass to the client as they are.
+    pass: usize,
+    /// Bytes right after `pass` to drop once `pass` is written (trailers,
+    /// chunk framing for HTTP/1.0 clients).
+    skip: usize,
+    phase: Phase,
+    ex: Exchange,
+    /// The client connection closes once the current exchange is done.
+    close_after: bool,
+    last_activity: Instant,
+    head_started: Option<Instant>,
+    /// How far `client_buf` was scanned for the end of a head.
+    scanned: usize,
+    /// The upstream allows its connection to be reused after this response.
+    upstream_reusable: bool,
+}
+
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        431 => "Request Header Fields Too Large",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        504 => "Gateway Timeout",
+        _ => "Error",
+    }
+}
+
+fn is_json_content_type(v: Option<&[u8]>) -> bool {
+    let Some(v) = v else { return false };
+    let media = v.split(|b| *b == b';').next().unwrap_or(v);
+    let media = crate::http::headers::trim_ows(media);
+    media.eq_ignore_ascii_case(b"application/json")
+        || (media.len() > 5 && media[media.len() - 5..].eq_ignore_ascii_case(b"+json"))
+}
+
+/// `Location: http://<upstream authority>/x` -> `http://<client host>/x`
+/// (R24): FastMCP redirects `/mcp/` to its own absolute URL, which clients
+/// would otherwise follow around the proxy or refuse as cross-origin.
+fn rewrite_location(value: &[u8], upstream: &[u8], client_host: &[u8]) -> Option<Vec<u8>> {
+    let rest = value
+        .get(..7)
+        .filter(|s| s.eq_ignore_ascii_case(b"http://"))
+        .and(value.get(7..))?;
+    let after = rest
+        .get(..upstream.len())
+        .filter(|a| a.eq_ignore_ascii_case(upstream))
+        .and(rest.get(upstream.len()..))?;
+    if !(after.is_empty() || matches!(after[0], b'/' | b'?' | b'#')) || client_host.is_empty() {
+        return None;
+    }
+    Some([b"http://", client_host, after].concat())
+}
+
+impl Conn {
+    pub fn new(id: u64, client: TcpStream, peer: SocketAddr, now: Instant) -> Conn {
+        let _ = client.set_nodelay(true);
+        Conn {
+            id,
+            peer,
+            client,
+            client_ready: Ready::default(),
+            upstream: None,
+            released: None,
+            client_buf: Buf::new(MAX_REQUEST_HEAD),
+            upstream_buf: Buf::new(MAX_RESPONSE_HEAD),
+            to_client: Vec::new(),
+            to_client_pos: 0,
+            pass: 0,
+            skip: 0,
+            phase: Phase::ReadHead,
+            ex: Exchange::default(),
+            close_after: false,
+            last_activity: now,
+            head_started: None,
+            scanned: 0,
+            upstream_reusable: false,
+        }
+    }
+
+    /// Why the connection closed, once it has.
+    pub fn close_reason(&self) -> Option<CloseReason> {
+        match self.phase {
+            Phase::Closed(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    pub fn client(&mut self) -> &mut TcpStream {
+        &mut self.client
+    }
+
+    pub fn upstream_stream(&mut self) -> Option<&mut TcpStream> {
+        self.upstream.as_mut().map(|u| &mut u.stream)
+    }
+
+    /// Record readiness from an event on the client socket.
+    pub fn client_event(&mut self, readable: bool, writable: bool) {
+        self.client_ready.readable |= readable;
+        self.client_ready.writable |= writable;
+    }
+
+    /// Record readiness from an event on the upstream socket.
+    pub fn upstream_event(&mut self, readable: bool, writable: bool) {
+        if let Some(u) = self.upstream.as_mut() {
+            u.ready.readable |= readable;
+            u.ready.writable |= writable;
+        }
+    }
+
+    /// The upstream socket the loop must deregister and pool or drop.
+    pub fn take_released(&mut self) -> Option<(TcpStream, bool)> {
+        self.released.take()
+    }
+
+    /// Index into the upstream's addresses for the next connect.
+    pub fn connect_attempt(&self) -> u32 {
+        match self.phase {
+            Phase::Connect { attempt, .. } => attempt,
+            _ => 0,
+        }
+    }
+
+    /// Whether a pooled connection may be used (not after a stale one failed).
+    pub fn may_use_pool(&self) -> bool {
+        !self.ex.retried
+    }
+
+    /// Hand over an upstream socket: fresh (connecting) or from the pool.
+    pub fn attach_upstream(&mut self, stream: TcpStream, reused: bool) {
+        let _ = stream.set_nodelay(true);
+        self.upstream = Some(UpstreamSock {
+            stream,
+            ready: Ready {
+                readable: reused,
+                writable: reused,
+            },
+            connected: reused,
+            reused,
+            received: false,
+        });
+    }
+
+    /// The loop could not even start a connect (e.g. out of descriptors).
+    pub fn connect_failed(&mut self, ctx: &Ctx, err: &std::io::Error) {
+        debug!("conn {}: upstream connect failed: {}", self.id, err.kind());
+        self.upstream_connect_error(ctx);
+    }
+
+    /// The earliest instant at which `drive` must run even without events.
+    pub fn deadline(&self, config: &Config) -> Option<Instant> {
+        match &self.phase {
+            Phase::ReadHead => Some(match self.head_started {
+                Some(t) => t + HEAD_TIMEOUT,
+                None => self.last_activity + CLIENT_IDLE_TIMEOUT,
+            }),
+            Phase::ReadBody { .. } => Some(self.last_activity + HEAD_TIMEOUT),
+            Phase::Connect {
+                retry_at: Some(t), ..
+            } => Some(*t),
+            Phase::Connect { since, .. } => Some(*since + config.connect_timeout),
+            Phase::SendRequest { .. } | Phase::ReadResponseHead { .. } => {
+                let since = match &self.phase {
+                    Phase::ReadResponseHead { since } => *since,
+                    _ => self.last_activity,
+                };
+                Some(since + config.response_timeout)
+            }
+            Phase::Relay { .. } => Some(self.last_activity + config.idle_timeout),
+            Phase::Reply { .. } => Some(self.last_activity + HEAD_TIMEOUT),
+            Phase::Linger { until, .. } => Some(*until),
+            Phase::Closed(_) => None,
+        }
+    }
+
+    fn close(&mut self, reason: CloseReason) {
+        debug!(
+            "conn {} ({}): closed in {}: {reason}",
+            self.id,
+            self.peer,
+            self.phase.name()
+        );
+        if let Some(u) = self.upstream.take() {
+            self.released = Some((u.stream, false));
+        }
+        self.phase = Phase::Closed(reason);
+    }
+
+    fn log_exchange(&mut self, now: Instant) {
+        if let Some(start) = self.ex.start.take() {
+            info!(
+                "{} {} -> {} {}B {}ms",
+                String::from_utf8_lossy(&self.ex.method),
+                String::from_utf8_lossy(&self.ex.target),
+                self.ex.status,
+                self.ex.bytes_out,
+                now.saturating_duration_since(start).as_millis()
+            );
+        }
+    }
+
+    /// Queue a proxy-generated JSON-RPC error response (no `id`: it answers
+    /// an HTTP request, not a JSON-RPC one) and stop the exchange.
+    fn reply_error(&mut self, now: Instant, status: u16, code: i32, message: &str, close: bool) {
+        if let Some(u) = self.upstream.take() {
+            self.released = Some((u.stream, false));
+        }
+        let body = format!(
+            "{{\"jsonrpc\":\"2.0\",\"error\":{{\"code\":{code},\"message\":\"{message}\"}}}}"
+        );
+        let close = close || self.close_after || self.ex.http10;
+        let _ = write!(
+            self.to_client,
+            "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}\r\n{body}",
+            reason_phrase(status),
+            body.len(),
+            if close { "connection: close\r\n" } else { "" }
+        );
+        self.ex.status = status;
+        self.ex.bytes_out = body.len() as u64;
+        if self.ex.start.is_none() {
+            self.ex.start = Some(now);
+        }
+        self.log_exchange(now);
+        self.pass = 0;
+        self.skip = 0;
+        self.upstream_buf.clear();
+        self.phase = Phase::Reply { close };
+    }
+
+    /// Move bytes until nothing more can be done now.
+    pub fn drive(&mut self, ctx: &Ctx) -> Verdict {
+        if let Some(d) = self.deadline(ctx.config) {
+            if ctx.now >= d {
+                self.on_deadline(ctx);
+            }
+        }
+        if ctx.shutting_down {
+            self.close_after = true;
+            if matches!(self.phase, Phase::ReadHead) && self.client_buf.is_empty() {
+                self.close(CloseReason::Shutdown);
+            }
+        }
+        for _ in 0..MAX_IO_PER_EVENT {
+            if let Phase::Closed(_) = self.phase {
+                return Verdict::Close;
+            }
+            let progressed = self.step(ctx);
+            if let Phase::Connect { retry_at: None, .. } = self.phase {
+                if self.upstream.is_none() {
+                    return Verdict::NeedUpstream;
+                }
+            }
+            if !progressed {
+                return match self.phase {
+                    Phase::Closed(_) => Verdict::Close,
+                    _ => Verdict::Wait,
+                };
+            }
+        }
+        Verdict::Again
+    }
+
+    fn on_deadline(&mut self, ctx: &Ctx) {
+        let now = ctx.now;
+        match mem::replace(&mut self.phase, Phase::ReadHead) {
+            Phase::ReadHead if self.head_started.is_none() => {
+                self.phase = Phase::ReadHead;
+                self.close(CloseReason::ClientIdle);
+            }
+            Phase::ReadHead | Phase::ReadBody { .. } => {
+                warn!(
+                    "conn {}: request head or body not received in time",
+                    self.id
+                );
+                self.reply_error(now, 408, -32600, "request not received in time", true);
+            }
+            Phase::Connect {
+                attempt,
+                retry_at: Some(_),
+                since,
+            } => {
+                self.phase = Phase::Connect {
+                    attempt,
+                    retry_at: None,
+                    since,
+                };
+            }
+            Phase::Connect { .. } => {
+                warn!("conn {}: upstream connect timed out", self.id);
+                self.reply_error(now, 504, -32000, "upstream connect timed out", false);
+            }
+            Phase::SendRequest { .. } | Phase::ReadResponseHead { .. } => {
+                warn!("conn {}: no response head from upstream in time", self.id);
+                self.reply_error(now, 504, -32000, "upstream did not answer in time", false);
+            }
+            Phase::Relay { .. } => {
+                self.log_exchange(now);
+                self.close(CloseReason::IdleTimeout);
+            }
+            Phase::Reply { .. } => self.close(CloseReason::ClientError),
+            Phase::Linger { reason, .. } => self.close(reason),
+            closed @ Phase::Closed(_) => self.phase = closed,
+        }
+    }
+
+    /// One round over both sockets; true if anything moved.
+    fn step(&mut self, ctx: &Ctx) -> bool {
+        let mut progressed = self.flush_client(ctx.now);
+        if let Phase::Closed(_) = self.phase {
+            return true;
+        }
+        progressed |= match self.phase {
+            Phase::ReadHead => self.read_head(ctx),
+            Phase::ReadBody { .. } => self.read_body(ctx),
+            Phase::Connect { .. } => self.connect_progress(ctx),
+            Phase::SendRequest { .. } => self.send_request(ctx),
+            Phase::ReadResponseHead { .. } => self.read_response_head(ctx),
+            Phase::Relay { .. } => self.relay(ctx),
+            Phase::Reply { close } => {
+                if self.client_output_pending() {
+                    false
+                } else if close {
+                    self.linger(ctx.now, CloseReason::BadRequest);
+                    true
+                } else {
+                    self.next_exchange(ctx.now)
+                }
+            }
+            Phase::Linger { .. } => self.drain_client(),
+            Phase::Closed(_) => false,
+        };
+        // Watch the client while the exchange runs: its EOF aborts the
+        // exchange (R16), and pipelined requests wait in client_buf.
+        if matches!(
+            self.phase,
+            Phase::Connect { .. } | Phase::ReadResponseHead { .. } | Phase::Relay { .. }
+        ) {
+            progressed |= self.watch_client();
+        }
+        progressed
+    }
+
+    fn client_output_pending(&self) -> bool {
+        self.to_client_pos < self.to_client.len() || self.pass > 0
+    }
+
+    /// Write queued bytes to the client: `to_client`, then `pass` bytes of
+    /// `upstream_buf`, in one vectored write per round.
+    fn flush_client(&mut self, now: Instant) -> bool {
+        let mut progressed = false;
+        while self.client_output_pending() && self.client_ready.writable {
+            let own_len = self.to_client.len() - self.to_client_pos;
+            let (n, outcome) = {
+                let own = &self.to_client[self.to_client_pos..];
+                let passed = &self.upstream_buf.data()[..self.pass];
+                let slices = slices_after::<2>(&[own, passed], 0);
+                write_vectored(&mut self.client, &slices)
+            };
+            let own_n = n.min(own_len);
+            self.to_client_pos += own_n;
+            let pass_n = n - own_n;
+            if pass_n > 0 {
+                self.upstream_buf.consume(pass_n);
+                self.pass -= pass_n;
+                self.ex.bytes_out += pass_n as u64;
+            }
+            if self.to_client_pos == self.to_client.len() {
+                self.to_client.clear();
+                self.to_client_pos = 0;
+            }
+            if n > 0 {
+                progressed = true;
+                self.last_activity = now;
+            }
+            match outcome {
+                Outcome::Open => {}
+                Outcome::WouldBlock => self.client_ready.writable = false,
+                Outcome::Closed | Outcome::Error(_) => {
+                    self.log_exchange(now);
+                    self.close(CloseReason::ClientClosed);
+                    return true;
+                }
+            }
+        }
+        if self.pass == 0 && self.skip > 0 {
+            self.upstream_buf.consume(self.skip);
+            self.skip = 0;
+            progressed = true;
+        }
+        progressed
+    }
+
+    /// Read from the client into `client_buf`; returns (bytes, eof/error).
+    fn read_client(&mut self) -> (usize, bool) {
+        let mut total = 0;
+        while self.client_ready.readable {
+            let space = self.client_buf.space();
+            if space.is_empty() {
+                break;
+            }
+            let (n, outcome) = read_into(&mut self.client, space);
+            self.client_buf.fill(n);
+            total += n;
+            match outcome {
+                Outcome::Open => {}
+                Outcome::WouldBlock => self.client_ready.readable = false,
+                Outcome::Closed | Outcome::Error(_) => return (total, true),
+            }
+        }
+        (total, false)
+    }
+
+    /// During connect/response phases: notice a client that went away.
+    fn watch_client(&mut self) -> bool {
+        if !self.client_ready.readable || !self.client_buf.has_space() {
+            return false;
+        }
+        let (n, gone) = self.read_client();
+        if gone {
+            debug!("conn {}: client went away mid-exchange", self.id);
+            self.ex.status = 499;
+            self.log_exchange(Instant::now());
+            self.close(CloseReason::ClientClosed);
+            return true;
+        }
+        n > 0
+    }
+
+    fn read_head(&mut self, ctx: &Ctx) -> bool {
+        let mut progressed = false;
+        if !self.client_buf.is_empty()
+            && head::may_be_complete(self.client_buf.data(), self.scanned)
+        {
+            return self.parse_head(ctx);
+        }
+        self.scanned = self.client_buf.len();
+        if self.client_ready.readable && !self.client_buf.has_space() && !self.client_buf.grow() {
+            // Full at MAX_REQUEST_HEAD without a complete head.
+            return self.parse_head(ctx);
+        }
+        let (n, gone) = self.read_client();
+        if n > 0 {
+            progressed = true;
+            self.last_activity = ctx.now;
+            self.head_started.get_or_insert(ctx.now);
+            if head::may_be_complete(self.client_buf.data(), self.scanned)
+                || self.client_buf.len() >= MAX_REQUEST_HEAD
+            {
+                return self.parse_head(ctx);
+            }
+            self.scanned = self.client_buf.len();
+        }
+        if gone {
+            let reason = if self.client_buf.is_empty() {
+                CloseReason::ClientClosed
+            } else {
+                CloseReason::ClientError
+            };
+            self.close(reason);
+            return true;
+        }
+        if self.client_buf.is_empty() {
+            self.client_buf.release_if_empty();
+            self.upstream_buf.release_if_empty();
+        }
+        progressed
+    }
+
+    fn parse_head(&mut self, ctx: &Ctx) -> bool {
+        match head::parse_request(self.client_buf.data()) {
+            Ok(None) => {
+                self.scanned = self.client_buf.len();
+                false
+            }
+            Ok(Some(req)) => {
+                self.client_buf.consume(req.len);
+                self.scanned = 0;
+                self.head_started = None;
+                self.start_exchange(req, ctx);
+                true
+            }
+            Err(e) => {
+                warn!("conn {} ({}): bad request: {e}", self.id, self.peer);
+                self.ex.method.clear();
+                self.ex.target.clear();
+                self.client_buf.clear();
+                let status = e.client_status();
+                self.reply_error(ctx.now, status, -32600, &e.to_string(), true);
+                true
+            }
+        }
+    }
+
+    fn start_exchange(&mut self, req: RequestHead, ctx: &Ctx) {
+        let ex = &mut self.ex;
+        ex.method = req.method.clone();
+        ex.target = req.target.clone();
+        ex.client_host = req
+            .headers
+            .get(b"host")
+            .map(smallvec::SmallVec::from_slice)
+            .unwrap_or_default();
+        ex.head_request = req.is_method(b"HEAD");
+        ex.idempotent = matches!(
+            req.method.as_slice(),
+            b"GET" | b"HEAD" | b"OPTIONS" | b"DELETE" | b"PUT"
+        );
+        ex.http10 = req.http10;
+        ex.start = Some(ctx.now);
+        ex.status = 0;
+        ex.bytes_out = 0;
+        ex.retried = false;
+        ex.body.clear();
+        if !req.keep_alive || ctx.shutting_down {
+            self.close_after = true;
+        }
+        let buffered = match req.framing {
+            Framing::Chunked => true,
+            Framing::Length(_) => {
+                req.is_method(b"POST") && is_json_content_type(req.headers.get(b"content-type"))
+            }
+            _ => false,
+        };
+        if let Framing::Length(n) = req.framing {
+            if buffered && n > MAX_STAMP_BODY as u64 {
+                warn!("conn {}: request body of {n} bytes refused", self.id);
+                self.reply_error(ctx.now, 413, -32600, "request body too large", true);
+                return;
+            }
+        }
+        if req.expect_continue && req.framing != Framing::None {
+            self.to_client.extend_from_slice(CONTINUE);
+        }
+        self.ex.body_mode = match (req.framing, buffered) {
+            (Framing::None, _) => BodyMode::None,
+            (_, true) => BodyMode::Buffered,
+            _ => BodyMode::Stream,
+        };
+        self.ex.stream_len = match req.framing {
+            Framing::Length(n) if !buffered => n,
+            _ => 0,
+        };
+        self.ex.headers = req.headers;
+        headers_for_upstream(&mut self.ex.headers, ctx);
+        self.phase = match req.framing {
+            Framing::Chunked => Phase::ReadBody {
+                tracker: Some(ChunkTracker::new()),
+                remaining: 0,
+            },
+            Framing::Length(n) if buffered => Phase::ReadBody {
+                tracker: None,
+                remaining: n,
+            },
+            _ => {
+                self.finish_request_head();
+                Phase::Connect {
+                    attempt: 0,
+                    retry_at: None,
+                    since: ctx.now,
+                }
+            }
+        };
+    }
+
+    /// Write the upstream request head into `ex.head_out`. Framing is
+    /// derived here, never copied: a stale Content-Length cannot be sent.
+    fn finish_request_head(&mut self) {
+        let ex = &mut self.ex;
+        ex.head_out.clear();
+        ex.head_out.extend_from_slice(&ex.method);
+        ex.head_out.push(b' ');
+        ex.head_out.extend_from_slice(&ex.target);
+        ex.head_out.extend_from_slice(b" HTTP/1.1\r\n");
+        ex.headers.write_to(&mut ex.head_out);
+        let length = match ex.body_mode {
+            BodyMode::Buffered => Some(ex.body.len() as u64),
+            BodyMode::Stream => Some(ex.stream_len),
+            // RFC 9110 §8.6: send a length when the method defines content.
+            BodyMode::None if matches!(ex.method.as_slice(), b"POST" | b"PUT" | b"PATCH") => {
+                Some(0)
+            }
+            BodyMode::None => None,
+        };
+        if let Some(n) = length {
+            let _ = write!(ex.head_out, "content-length: {n}\r\n");
+        }
+        ex.head_out.extend_from_slice(b"\r\n");
+    }
+
+    fn read_body(&mut self, ctx: &Ctx) -> bool {
+        let Phase::ReadBody { tracker, remaining } = &mut self.phase else {
+            return false;
+        };
+        let mut progressed = false;
+        let mut failure: Option<(u16, &'static str)> = None;
+        loop {
+            let data = self.client_buf.data();
+            if data.is_empty() {
+                break;
+            }
+            let n = match tracker {
+                Some(t) if t.is_done() => break,
+                Some(t) => match t.step(data) {
+                    Ok(Some(step)) => {
+                        if step.piece == Piece::Data {
+                            self.ex.body.extend_from_slice(&data[..step.len]);
+                        }
+                        step.len
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        warn!("conn {}: bad chunked request body: {e}", self.id);
+                        failure = Some((400, "malformed chunked body"));
+                        break;
+                    }
+                },
+                None if *remaining == 0 => break,
+                None => {
+                    let n = (*remaining).min(data.len() as u64) as usize;
+                    self.ex.body.extend_from_slice(&data[..n]);
+                    *remaining -= n as u64;
+                    n
+                }
+            };
+            self.client_buf.consume(n);
+            progressed = true;
+            if self.ex.body.len() > MAX_STAMP_BODY {
+                warn!(
+                    "conn {}: chunked request body over {MAX_STAMP_BODY} bytes refused",
+                    self.id
+                );
+                failure = Some((413, "request body too large"));
+                break;
+            }
+        }
+        let done = match tracker {
+            Some(t) => t.is_done(),
+            None => *remaining == 0,
+        };
+        if let Some((status, message)) = failure {
+            self.reply_error(ctx.now, status, -32600, message, true);
+            return true;
+        }
+        if done {
+            self.finish_request_head();
+            self.phase = Phase::Connect {
+                attempt: 0,
+                retry_at: None,
+                since: ctx.now,
+            };
+            return true;
+        }
+        let (n, gone) = self.read_client();
+        if n > 0 {
+            self.last_activity = ctx.now;
+            progressed = true;
+        }
+        if gone && n == 0 {
+            self.ex.status = 499;
+            self.log_exchange(ctx.now);
+            self.close(CloseReason::ClientClosed);
+            return true;
+        }
+        progressed
+    }
+
+    fn connect_progress(&mut self, ctx: &Ctx) -> bool {
+        let Some(u) = self.upstream.as_mut() else {
+            return false;
+        };
+        if !u.connected {
+            if !u.ready.writable && !u.ready.readable {
+                return false;
+            }
+            if let Ok(Some(_)) | Err(_) = u.stream.take_error() {
+                self.upstream_connect_error(ctx);
+                return true;
+            }
+            match u.stream.peer_addr() {
+                Ok(_) => u.connected = true,
+                Err(e) if e.kind() == std::io::ErrorKind::NotConnected => {
+                    u.ready = Ready::default();
+                    return false;
+                }
+                Err(_) => {
+                    self.upstream_connect_error(ctx);
+                    return true;
+                }
+            }
+        }
+        self.last_activity = ctx.now;
+        self.phase = Phase::SendRequest {
+            written: 0,
+            stream_remaining: self.ex.stream_len,
+        };
+        true
+    }
+
+    /// A connect was refused or failed: retry shortly (nothing was sent, so
+    /// this is safe for every method, R35), then 502.
+    fn upstream_connect_error(&mut self, ctx: &Ctx) {
+        if let Some(u) = self.upstream.take() {
+            self.released = Some((u.stream, false));
+        }
+        let Phase::Connect { attempt, since, .. } = self.phase else {
+            return;
+        };
+        if attempt < CONNECT_RETRIES {
+            self.phase = Phase::Connect {
+                attempt: attempt + 1,
+                retry_at: Some(ctx.now + CONNECT_RETRY_DELAY),
+                since,
+            };
+        } else {
+            warn!(
+                "conn {}: upstream unreachable after {} attempts",
+                self.id,
+                attempt + 1
+            );
+            self.reply_error(ctx.now, 502, -32000, "upstream unreachable", false);
+        }
+    }
+
+    /// The upstream connection failed before any response byte. A stale
+    /// pooled connection is replaced once for idempotent requests; a POST
+    /// whose bytes were written is never replayed (R35).
+    fn upstream_lost_before_response(&mut self, ctx: &Ctx) {
+        let stale = self
+            .upstream
+            .as_ref()
+            .is_some_and(|u| u.reused && !u.received);
+        if let Some(u) = self.upstream.take() {
+            self.released = Some((u.stream, false));
+        }
+        if stale && !self.ex.retried && self.ex.idempotent && self.ex.body_mode != BodyMode::Stream
+        {
+            debug!(
+                "conn {}: pooled upstream connection was stale; reconnecting",
+                self.id
+            );
+            self.ex.retried = true;
+            self.upstream_buf.clear();
+            self.phase = Phase::Connect {
+                attempt: 0,
+                retry_at: None,
+                since: ctx.now,
+            };
+            return;
+        }
+        warn!(
+            "conn {}: upstream closed the connection before answering",
+            self.id
+        );
+        self.reply_error(
+            ctx.now,
+            502,
+            -32000,
+            "upstream closed the connection without a response",
+            false,
+        );
+    }
+
+    fn send_request(&mut self, ctx: &Ctx) -> bool {
+        let Phase::SendRequest {
+            written,
+            stream_remaining,
+        } = &mut self.phase
+        else {
+            return false;
+        };
+        let Some(u) = self.upstream.as_mut() else {
+            return false;
+        };
+        let mut progressed = false;
+        let body: &[u8] = if self.ex.body_mode == BodyMode::Buffered {
+            &self.ex.body
+        } else {
+            &[]
+        };
+        let parts: [&[u8]; 2] = [&self.ex.head_out, body];
+        let total = self.ex.head_out.len() + body.len();
+        let mut lost = false;
+        while *written < total && u.ready.writable {
+            let slices = slices_after::<2>(&parts, *written);
+            let (n, outcome) = write_vectored(&mut u.stream, &slices);
+            *written += n;
+            progressed |= n > 0;
+            match outcome {
+                Outcome::Open => {}
+                Outcome::WouldBlock => u.ready.writable = false,
+                Outcome::Closed | Outcome::Error(_) => {
+                    lost = true;
+                    break;
+                }
+            }
+        }
+        // A Content-Length body relayed as it arrives.
+        while !lost && *written >= total && *stream_remaining > 0 && u.ready.writable {
+            if self.client_buf.is_empty() {
+                let (n, gone) = read_client_into(
+                    &mut self.client,
+                    &mut self.client_ready,
+                    &mut self.client_buf,
+                );
+                if gone && n == 0 {
+                    self.ex.status = 499;
+                    self.log_exchange(ctx.now);
+                    self.close(CloseReason::ClientClosed);
+                    return true;
+                }
+                if n == 0 {
+                    break;
+                }
+                progressed = true;
+            }
+            let data = self.client_buf.data();
+            let chunk = &data[..(*stream_remaining).min(data.len() as u64) as usize];
+            let (n, outcome) = write_vectored(&mut u.stream, &[std::io::IoSlice::new(chunk)]);
+            self.client_buf.consume(n);
+            *stream_remaining -= n as u64;
+            progressed |= n > 0;
+            match outcome {
+                Outcome::Open => {}
+                Outcome::WouldBlock => u.ready.writable = false,
+                Outcome::Closed | Outcome::Error(_) => lost = true,
+            }
+        }
+        if lost {
+            self.upstream_lost_before_response(ctx);
+            return true;
+        }
+        if progressed {
+            self.last_activity = ctx.now;
+        }
+        if *written >= total && *stream_remaining == 0 {
+            self.phase = Phase::ReadResponseHead { since: ctx.now };
+            return true;
+        }
+        progressed
+    }
+
+    /// Read from the upstream into `upstream_buf`; returns (bytes, eof/error).
+    fn read_upstream(&mut self) -> (usize, bool) {
+        let Some(u) = self.upstream.as_mut() else {
+            return (0, false);
+        };
+        let mut total = 0;
+        while u.ready.readable {
+            let space = self.upstream_buf.space();
+            if space.is_empty() {
+                break;
+            }
+            let (n, outcome) = read_into(&mut u.stream, space);
+            self.upstream_buf.fill(n);
+            total += n;
+            match outcome {
+                Outcome::Open => {}
+                Outcome::WouldBlock => u.ready.readable = false,
+                Outcome::Closed | Outcome::Error(_) => return (total, true),
+            }
+        }
+        if total > 0 {
+            u.received = true;
+        }
+        (total, false)
+    }
+
+    fn read_response_head(&mut self, ctx: &Ctx) -> bool {
+        if !self.upstream_buf.has_space() {
+            self.upstream_buf.grow();
+        }
+        let (n, eof) = self.read_upstream();
+        let mut progressed = n > 0;
+        if n > 0 {
+            self.last_activity = ctx.now;
+        }
+        loop {
+            if self.upstream_buf.is_empty() {
+                break;
+            }
+            match head::parse_response(self.upstream_buf.data(), self.ex.head_request) {
+                Ok(Some(resp)) if resp.is_interim() => {
+                    // 100 Continue and 103 Early Hints are not relayed as
+                    // final answers (R32); 101 cannot happen: Upgrade is
+                    // never forwarded.
+                    self.upstream_buf.consume(resp.len);
+                    if resp.status == 101 {
+                        warn!("conn {}: upstream switched protocols unasked", self.id);
+                        self.reply_error(ctx.now, 502, -32000, "invalid upstream response", false);
+                        return true;
+                    }
+                    progressed = true;
+                }
+                Ok(Some(resp)) => {
+                    self.upstream_buf.consume(resp.len);
+                    self.start_relay(resp, ctx);
+                    return true;
+                }
+                Ok(None) => {
+                    if !self.upstream_buf.has_space() && !self.upstream_buf.grow() {
+                        warn!("conn {}: upstream response head too large", self.id);
+                        self.reply_error(ctx.now, 502, -32000, "invalid upstream response", false);
+                        return true;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    warn!("conn {}: invalid upstream response: {e}", self.id);
+                    self.reply_error(ctx.now, 502, -32000, "invalid upstream response", false);
+                    return true;
+                }
+            }
+        }
+        if eof {
+            self.upstream_lost_before_response(ctx);
+            return true;
+        }
+        progressed
+    }
+
+    fn start_relay(&mut self, mut resp: ResponseHead, ctx: &Ctx) {
+        let http10 = self.ex.http10;
+        let (input, out) = match resp.framing {
+            Framing::None => (InFraming::None, OutMode::None),
+            Framing::Length(n) => (InFraming::Length { remaining: n }, OutMode::Same),
+            Framing::Chunked if http10 => (InFraming::Chunked(ChunkTracker::new()), OutMode::Raw),
+            Framing::Chunked => (InFraming::Chunked(ChunkTracker::new()), OutMode::Same),
+            Framing::UntilClose if http10 => (InFraming::UntilClose, OutMode::Raw),
+            Framing::UntilClose => (InFraming::UntilClose, OutMode::Chunk),
+        };
+        self.upstream_reusable = resp.keep_alive;
+        if out == OutMode::Raw {
+            self.close_after = true;
+        }
+        if let Some(loc) = resp.headers.get(b"location") {
+            let upstream = ctx.config.upstream.authority.as_bytes();
+            if let Some(new) = rewrite_location(loc, upstream, &self.ex.client_host) {
+                let _ = resp.headers.set(b"location", &new);
+            }
+        }
+        let sse = resp
+            .headers
+            .get(b"content-type")
+            .is_some_and(|v| v.len() >= 17 && v[..17].eq_ignore_ascii_case(b"text/event-stream"));
+        if sse && resp.headers.get(b"x-accel-buffering").is_none() {
+            // R15: tell any buffering intermediary after us to stream.
+            let _ = resp.headers.set(b"x-accel-buffering", b"no");
+        }
+        let t = &mut self.to_client;
+        t.extend_from_slice(b"HTTP/1.1 ");
+        let _ = write!(t, "{} ", resp.status);
+        t.extend_from_slice(&resp.reason);
+        t.extend_from_slice(b"\r\n");
+        resp.headers.write_to(t);
+        match (out, resp.framing) {
+            (OutMode::Same, Framing::Length(n)) => {
+                let _ = write!(t, "content-length: {n}\r\n");
+            }
+            (OutMode::Same, _) | (OutMode::Chunk, _) => {
+                t.extend_from_slice(b"transfer-encoding: chunked\r\n")
+            }
+            (OutMode::None, _) => {
+                if let Some(n) = resp.advertised_length {
+                    let _ = write!(t, "content-length: {n}\r\n");
+                }
+            }
+            (OutMode::Raw, _) => {}
+        }
+        if self.close_after {
+            t.extend_from_slice(b"connection: close\r\n");
+        }
+        t.extend_from_slice(b"\r\n");
+        self.ex.status = resp.status;
+        let input_done =
+            matches!(input, InFraming::None) || matches!(input, InFraming::Length { remaining: 0 });
+        self.phase = Phase::Relay {
+            input,
+            out,
+            input_done,
+        };
+    }
+
+    fn relay(&mut self, ctx: &Ctx) -> bool {
+        let Phase::Relay { input_done, .. } = &self.phase else {
+            return false;
+        };
+        let (mut n, mut eof) = (0, false);
+        if !*input_done {
+            (n, eof) = self.read_upstream();
+        }
+        let mut progressed = n > 0;
+        if n > 0 {
+            self.last_activity = ctx.now;
+        }
+        let Phase::Relay {
+            input,
+            out,
+            input_done,
+        } = &mut self.phase
+        else {
+            return progressed;
+        };
+        let mut bad_chunk = false;
+        // Classify the unread bytes: pass them, copy them re-framed, or
+        // drop them. Dropping needs the bytes before them written first.
+        while self.skip == 0 && !*input_done {
+            let avail = &self.upstream_buf.data()[self.pass..];
+            if avail.is_empty() || (*out == OutMode::Chunk && self.to_client.len() > IO_BUF_SIZE) {
+                break;
+            }
+            let (len, piece) = match input {
+                InFraming::None => break,
+                InFraming::Length { remaining } => {
+                    let n = (*remaining).min(avail.len() as u64);
+                    *remaining -= n;
+                    *input_done = *remaining == 0;
+                    (n as usize, Piece::Data)
+                }
+                InFraming::Chunked(t) => match t.step(avail) {
+                    Ok(Some(step)) => {
+                        *input_done = t.is_done();
+                        (step.len, step.piece)
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        warn!("conn {}: invalid chunked body from upstream: {e}", self.id);
+                        bad_chunk = true;
+                        break;
+                    }
+                },
+                InFraming::UntilClose => (avail.len(), Piece::Data),
+            };
+            progressed = true;
+            match (*out, piece) {
+                (OutMode::Same, Piece::Data | Piece::Framing) | (OutMode::Raw, Piece::Data) => {
+                    self.pass += len
+                }
+                (OutMode::Chunk, Piece::Data) => {
+                    let _ = write!(self.to_client, "{len:x}\r\n");
+                    self.to_client.extend_from_slice(&avail[..len]);
+                    self.to_client.extend_from_slice(b"\r\n");
+                    self.upstream_buf.consume(len);
+                    self.ex.bytes_out += len as u64;
+                }
+                _ if self.pass == 0 => self.upstream_buf.consume(len),
+                _ => self.skip = len,
+            }
+        }
+        if bad_chunk {
+            // Headers are gone already: the only honest signal left is to
+            // close without a terminating chunk.
+            self.log_exchange(ctx.now);
+            self.close(CloseReason::UpstreamTruncated);
+            return true;
+        }
+        if eof {
+            if let Some(u) = self.upstream.take() {
+                self.released = Some((u.stream, false));
+            }
+            if matches!(input, InFraming::UntilClose) && self.upstream_buf.len() == self.pass {
+                *input_done = true;
+                if *out == OutMode::Chunk {
+                    self.to_client.extend_from_slice(b"0\r\n\r\n");
+                }
+                progressed = true;
+            } else if !*input_done {
+                debug!("conn {}: upstream closed mid-body", self.id);
+                self.upstream_reusable = false;
+                // Flush what arrived, then close without completing the body
+                // (R31: a truncated body is never presented as complete).
+                self.close_after = true;
+                self.truncate_after_flush(ctx);
+                return true;
+            }
+        }
+        progressed |= self.flush_client(ctx.now);
+        if let Phase::Relay {
+            input_done: true, ..
+        } = self.phase
+        {
+            if !self.client_output_pending() && self.skip == 0 {
+                self.finish_exchange(ctx);
+                return true;
+            }
+        }
+        progressed
+    }
+
+    /// The upstream died mid-body: write what we have, then close.
+    fn truncate_after_flush(&mut self, ctx: &Ctx) {
+        let mut out = OutMode::Same;
+        if let Phase::Relay { out: o, .. } = &self.phase {
+            out = *o;
+        }
+        // Pass the unclassified remainder too when it is plain payload.
+        if out == OutMode::Same {
+            if let Phase::Relay {
+                input: InFraming::Length { .. },
+                ..
+            } = &self.phase
+            {
+                self.pass = self.upstream_buf.len();
+            }
+        }
+        self.flush_client(ctx.now);
+        self.log_exchange(ctx.now);
+        self.close(CloseReason::UpstreamTruncated);
+    }
+
+    fn finish_exchange(&mut self, ctx: &Ctx) {
+        self.log_exchange(ctx.now);
+        let reusable = self.upstream_reusable && self.upstream_buf.is_empty() && !ctx.shutting_down;
+        if let Some(u) = self.upstream.take() {
+            self.released = Some((u.stream, reusable));
+        }
+        self.upstream_buf.clear();
+        if self.close_after {
+            self.linger(ctx.now, CloseReason::Done);
+        } else {
+            self.next_exchange(ctx.now);
+        }
+    }
+
+    fn next_exchange(&mut self, now: Instant) -> bool {
+        self.phase = Phase::ReadHead;
+        self.scanned = 0;
+        self.head_started = if self.client_buf.is_empty() {
+            None
+        } else {
+            Some(now)
+        };
+        self.last_activity = now;
+        true
+    }
+
+    /// Shut our sending side and drain the client for a moment before the
+    /// socket is dropped.
+    fn linger(&mut self, now: Instant, reason: CloseReason) {
+        if let Some(u) = self.upstream.take() {
+            self.released = Some((u.stream, false));
+        }
+        let _ = self.client.shutdown(std::net::Shutdown::Write);
+        self.client_buf.clear();
+        self.phase = Phase::Linger {
+            until: now + LINGER,
+            reason,
+        };
+    }
+
+    fn drain_client(&mut self) -> bool {
+        let Phase::Linger { reason, .. } = self.phase else {
+            return false;
+        };
+        loop {
+            self.client_buf.clear();
+            let (n, gone) = self.read_client();
+            if gone {
+                self.close(reason);
+                return true;
+            }
+            if n == 0 {
+                return false;
+            }
+        }
+    }
+}
+
+/// How long a closing connection drains unread client bytes.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// `read_client` for use while other fields are borrowed.
+fn read_client_into(client: &mut TcpStream, ready: &mut Ready, buf: &mut Buf) -> (usize, bool) {
+    let mut total = 0;
+    while ready.readable {
+        let space = buf.space();
+        if space.is_empty() {
+            break;
+        }
+        let (n, outcome) = read_into(client, space);
+        buf.fill(n);
+        total += n;
+        match outcome {
+            Outcome::Open => {}
+            Outcome::WouldBlock => ready.readable = false,
+            Outcome::Closed | Outcome::Error(_) => return (total, true),
+        }
+    }
+    (total, false)
+}
+
+/// Replace the client's credentials and Host (R18, R24). `set` replaces, so
+/// whatever the client sent under these names cannot survive.
+fn headers_for_upstream(headers: &mut crate::http::headers::HeaderList, ctx: &Ctx) {
+    let _ = headers.set(b"host", ctx.config.upstream.authority.as_bytes());
+    if headers.set(b"authorization", ctx.bearer).is_err()
+        || headers.set(b"x-agent-token", ctx.token).is_err()
+    {
+        // Tokens are checked at load time; this cannot happen, but a request
+        // must never go out with the client's credentials.
+        headers.remove(b"authorization");
+        headers.remove(b"x-agent-token");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn location_rewrite() {
+        let up = b"127.0.0.1:8200";
+        let host = b"127.0.0.1:4000";
+        assert_eq!(
+            rewrite_location(b"http://127.0.0.1:8200/mcp", up, host).unwrap(),
+            b"http://127.0.0.1:4000/mcp"
+        );
+        assert_eq!(
+            rewrite_location(b"HTTP://127.0.0.1:8200?x", up, host).unwrap(),
+            b"http://127.0.0.1:4000?x"
+        );
+        assert_eq!(
+            rewrite_location(b"http://127.0.0.1:8200", up, host).unwrap(),
+            b"http://127.0.0.1:4000"
+        );
+        assert!(rewrite_location(b"http://127.0.0.1:82000/mcp", up, host).is_none());
+        assert!(rewrite_location(b"/mcp", up, host).is_none());
+        assert!(rewrite_location(b"https://127.0.0.1:8200/mcp", up, host).is_none());
+        assert!(rewrite_location(b"http://example.com/", up, host).is_none());
+    }
+
+    #[test]
+    fn json_content_types() {
+        for ok in [
+            &b"application/json"[..],
+            b"Application/JSON; charset=utf-8",
+            b"application/vnd.x+json",
+        ] {
+            assert!(is_json_content_type(Some(ok)));
+        }
+        for no in [&b"text/plain"[..], b"application/jsonx", b"json"] {
+            assert!(!is_json_content_type(Some(no)));
+        }
+        assert!(!is_json_content_type(None));
+    }
+}

@@ -1,1 +1,434 @@
-//! (to be written)
+//! The only owner of `mio::Poll`: the listener, a slab of `Conn`s addressed
+//! by token, deadlines, accept backpressure, the upstream keep-alive pool and
+//! signals. One thread; nothing here can stop the process except shutdown.
+
+use crate::config::Config;
+use crate::conn::{Conn, Ctx, Verdict};
+use crate::limits::{MAX_CONNECTIONS, MAX_POOLED_UPSTREAM, POOL_IDLE_TIMEOUT, SHUTDOWN_GRACE};
+use log::{debug, error, info, warn};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use std::io::{self, Read};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+const LISTENER: Token = Token(usize::MAX);
+const SIGNALS: Token = Token(usize::MAX - 1);
+
+/// Token of a connection's client (`side` 0) or upstream (`side` 1) socket.
+fn token(slot: usize, side: usize) -> Token {
+    Token(slot << 1 | side)
+}
+
+/// How long accepting pauses after the process ran out of descriptors.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The bound proxy, ready to `run`.
+pub struct Proxy {
+    poll: Poll,
+    listener: Option<TcpListener>,
+    local_addr: SocketAddr,
+    config: Config,
+    bearer: Vec<u8>,
+    signals: Signals,
+}
+
+/// A signal pipe: the handler writes the signal number, the loop reads it.
+struct Signals {
+    receiver: mio::unix::pipe::Receiver,
+    _sender: mio::unix::pipe::Sender,
+}
+
+static SIGNAL_FD: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Async-signal-safe: one write(2) to a non-blocking pipe; errno kept.
+    let fd = SIGNAL_FD.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let byte = sig as u8;
+        // SAFETY: errno location is thread-local and valid; write(2) on a
+        // valid fd with a 1-byte stack buffer is async-signal-safe.
+        unsafe {
+            let errno = *libc::__errno_location();
+            libc::write(fd, (&byte as *const u8).cast(), 1);
+            *libc::__errno_location() = errno;
+        }
+    }
+}
+
+impl Signals {
+    fn install() -> io::Result<Signals> {
+        use std::os::fd::AsRawFd;
+        let (sender, receiver) = mio::unix::pipe::new()?;
+        SIGNAL_FD.store(sender.as_raw_fd(), Ordering::Relaxed);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: a zeroed sigaction with a valid handler and an empty
+            // mask is a valid argument; the handler only calls write(2).
+            let rc = unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = on_signal as *const () as usize;
+                action.sa_flags = libc::SA_RESTART;
+                libc::sigemptyset(&mut action.sa_mask);
+                libc::sigaction(sig, &action, std::ptr::null_mut())
+            };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(Signals {
+            receiver,
+            _sender: sender,
+        })
+    }
+
+    /// Drain the pipe; returns (terminate requested, hangup received).
+    fn drain(&mut self) -> (bool, bool) {
+        let (mut term, mut hup) = (false, false);
+        let mut buf = [0u8; 64];
+        loop {
+            match self.receiver.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    for &s in &buf[..n] {
+                        match libc::c_int::from(s) {
+                            libc::SIGHUP => hup = true,
+                            _ => term = true,
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        (term, hup)
+    }
+}
+
+struct Slab {
+    entries: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    /// Slots freed during the current events batch: they rejoin `free` only
+    /// after it, so a stale event can never reach a reused slot.
+    freed: Vec<usize>,
+    live: usize,
+}
+
+impl Slab {
+    fn insert(&mut self, conn: Conn) -> usize {
+        self.live += 1;
+        match self.free.pop() {
+            Some(i) => {
+                self.entries[i] = Some(conn);
+                i
+            }
+            None => {
+                self.entries.push(Some(conn));
+                self.entries.len() - 1
+            }
+        }
+    }
+
+    fn remove(&mut self, slot: usize) -> Option<Conn> {
+        let conn = self.entries.get_mut(slot)?.take()?;
+        self.live -= 1;
+        self.freed.push(slot);
+        Some(conn)
+    }
+
+    fn end_batch(&mut self) {
+        self.free.append(&mut self.freed);
+    }
+}
+
+impl Proxy {
+    /// Bind the listener and install signal handlers.
+    pub fn bind(config: Config) -> io::Result<Proxy> {
+        let poll = Poll::new()?;
+        let mut listener = TcpListener::bind(config.listen)?;
+        let local_addr = listener.local_addr()?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let mut signals = Signals::install()?;
+        poll.registry()
+            .register(&mut signals.receiver, SIGNALS, Interest::READABLE)?;
+        let bearer = [b"Bearer ".as_slice(), config.token.as_bytes()].concat();
+        Ok(Proxy {
+            poll,
+            listener: Some(listener),
+            local_addr,
+            config,
+            bearer,
+            signals,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serve until SIGINT/SIGTERM, then let in-flight exchanges finish for
+    /// up to `SHUTDOWN_GRACE`.
+    pub fn run(mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        let mut slab = Slab {
+            entries: Vec::new(),
+            free: Vec::new(),
+            freed: Vec::new(),
+            live: 0,
+        };
+        let mut pool: Vec<(TcpStream, Instant)> = Vec::new();
+        let mut touched: Vec<usize> = Vec::new();
+        let mut again: Vec<usize> = Vec::new();
+        let mut next_id: u64 = 0;
+        let mut accept_paused_until: Option<Instant> = None;
+        let mut listener_registered = true;
+        let mut shutdown_at: Option<Instant> = None;
+
+        loop {
+            let now = Instant::now();
+            // The poll timeout is the earliest deadline (a linear scan is fine
+            // at MAX_CONNECTIONS; measure before adding a timer wheel).
+            let mut wake: Option<Instant> = shutdown_at.map(|t| t + SHUTDOWN_GRACE);
+            let mut earliest = |t: Instant| wake = Some(wake.map_or(t, |w| w.min(t)));
+            for conn in slab.entries.iter().flatten() {
+                if let Some(d) = conn.deadline(&self.config) {
+                    earliest(d);
+                }
+            }
+            if let Some((_, since)) = pool.first() {
+                earliest(*since + POOL_IDLE_TIMEOUT);
+            }
+            if let Some(t) = accept_paused_until {
+                earliest(t);
+            }
+            let timeout = if again.is_empty() {
+                wake.map(|w| w.saturating_duration_since(now))
+            } else {
+                Some(Duration::ZERO)
+            };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            let now = Instant::now();
+            touched.clear();
+            touched.append(&mut again);
+            let mut accept_ready = false;
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => accept_ready = true,
+                    SIGNALS => {
+                        let (term, _hup) = self.signals.drain();
+                        if term && shutdown_at.is_none() {
+                            info!("shutting down: no new connections, {} open", slab.live);
+                            shutdown_at = Some(now);
+                            if let Some(mut l) = self.listener.take() {
+                                let _ = self.poll.registry().deregister(&mut l);
+                            }
+                            // Every connection learns about it on its next drive.
+                            touched.extend(
+                                (0..slab.entries.len()).filter(|i| slab.entries[*i].is_some()),
+                            );
+                        }
+                    }
+                    Token(t) => {
+                        let (slot, side) = (t >> 1, t & 1);
+                        let Some(Some(conn)) = slab.entries.get_mut(slot) else {
+                            continue; // sporadic event for a closed slot
+                        };
+                        let readable =
+                            event.is_readable() || event.is_read_closed() || event.is_error();
+                        let writable =
+                            event.is_writable() || event.is_write_closed() || event.is_error();
+                        if side == 0 {
+                            conn.client_event(readable, writable);
+                        } else {
+                            conn.upstream_event(readable, writable);
+                        }
+                        touched.push(slot);
+                    }
+                }
+            }
+            if accept_paused_until.is_some_and(|t| now >= t) {
+                accept_paused_until = None;
+                accept_ready = true;
+            }
+            if !listener_registered && slab.live < MAX_CONNECTIONS && accept_paused_until.is_none()
+            {
+                if let Some(l) = self.listener.as_mut() {
+                    if self
+                        .poll
+                        .registry()
+                        .register(l, LISTENER, Interest::READABLE)
+                        .is_ok()
+                    {
+                        listener_registered = true;
+                        accept_ready = true;
+                    }
+                }
+            }
+            if accept_ready && listener_registered {
+                while let Some(l) = self.listener.as_mut() {
+                    if slab.live >= MAX_CONNECTIONS {
+                        warn!("{MAX_CONNECTIONS} connections open: accepting paused");
+                        let _ = self.poll.registry().deregister(l);
+                        listener_registered = false;
+                        break;
+                    }
+                    match l.accept() {
+                        Ok((mut stream, peer)) => {
+                            next_id += 1;
+                            let slot = slab.free.last().copied().unwrap_or(slab.entries.len());
+                            if let Err(e) = self.poll.registry().register(
+                                &mut stream,
+                                token(slot, 0),
+                                Interest::READABLE | Interest::WRITABLE,
+                            ) {
+                                warn!("cannot register client connection: {e}");
+                                continue;
+                            }
+                            debug!("conn {next_id}: accepted from {peer}");
+                            let got = slab.insert(Conn::new(next_id, stream, peer, now));
+                            debug_assert_eq!(got, slot, "slot chosen before insert");
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => {
+                            // EMFILE/ENFILE and friends: back off instead of spinning.
+                            warn!("accept failed: {e}; pausing for {ACCEPT_BACKOFF:?}");
+                            let _ = self.poll.registry().deregister(l);
+                            listener_registered = false;
+                            accept_paused_until = Some(now + ACCEPT_BACKOFF);
+                            break;
+                        }
+                    }
+                }
+            }
+            // Connections whose deadline passed.
+            for (i, c) in slab.entries.iter().enumerate() {
+                if c.as_ref()
+                    .and_then(|c| c.deadline(&self.config))
+                    .is_some_and(|d| now >= d)
+                {
+                    touched.push(i);
+                }
+            }
+            touched.sort_unstable();
+            touched.dedup();
+            let ctx = Ctx {
+                config: &self.config,
+                bearer: &self.bearer,
+                token: self.config.token.as_bytes(),
+                now,
+                shutting_down: shutdown_at.is_some(),
+            };
+            for &slot in &touched {
+                drive_slot(&self.poll, &mut slab, &mut pool, &mut again, slot, &ctx);
+            }
+            slab.end_batch();
+            // Expire idle pooled upstream connections.
+            pool.retain(|(_, since)| now.saturating_duration_since(*since) < POOL_IDLE_TIMEOUT);
+            if let Some(t) = shutdown_at {
+                if slab.live == 0 {
+                    info!("shutdown complete");
+                    return Ok(());
+                }
+                if now >= t + SHUTDOWN_GRACE {
+                    warn!("shutdown grace over; closing {} connections", slab.live);
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Drive one connection until it waits, handing it upstream sockets as it
+/// asks for them.
+fn drive_slot(
+    poll: &Poll,
+    slab: &mut Slab,
+    pool: &mut Vec<(TcpStream, Instant)>,
+    again: &mut Vec<usize>,
+    slot: usize,
+    ctx: &Ctx,
+) {
+    // Bounded: each NeedUpstream round either attaches a socket or fails.
+    for _ in 0..8 {
+        let Some(Some(conn)) = slab.entries.get_mut(slot) else {
+            return;
+        };
+        let verdict = conn.drive(ctx);
+        if let Some((mut stream, reusable)) = conn.take_released() {
+            let _ = poll.registry().deregister(&mut stream);
+            if reusable && pool.len() < MAX_POOLED_UPSTREAM {
+                pool.push((stream, ctx.now));
+            }
+        }
+        match verdict {
+            Verdict::Wait => return,
+            Verdict::Again => {
+                again.push(slot);
+                return;
+            }
+            Verdict::Close => {
+                if let Some(mut conn) = slab.remove(slot) {
+                    debug_assert!(conn.close_reason().is_some(), "closed with a reason");
+                    let _ = poll.registry().deregister(conn.client());
+                }
+                return;
+            }
+            Verdict::NeedUpstream => {
+                let pooled = if conn.may_use_pool() {
+                    take_pooled(pool, ctx.now)
+                } else {
+                    None
+                };
+                let (mut stream, reused) = match pooled {
+                    Some(s) => (s, true),
+                    None => {
+                        let addrs = &ctx.config.upstream.addrs;
+                        let addr = addrs[conn.connect_attempt() as usize % addrs.len()];
+                        match TcpStream::connect(addr) {
+                            Ok(s) => (s, false),
+                            Err(e) => {
+                                conn.connect_failed(ctx, &e);
+                                continue;
+                            }
+                        }
+                    }
+                };
+                if let Err(e) = poll.registry().register(
+                    &mut stream,
+                    token(slot, 1),
+                    Interest::READABLE | Interest::WRITABLE,
+                ) {
+                    error!("cannot register upstream connection: {e}");
+                    conn.connect_failed(ctx, &e);
+                    continue;
+                }
+                conn.attach_upstream(stream, reused);
+            }
+        }
+    }
+    again.push(slot);
+}
+
+/// The most recently pooled connection that is still open and silent.
+fn take_pooled(pool: &mut Vec<(TcpStream, Instant)>, now: Instant) -> Option<TcpStream> {
+    while let Some((stream, since)) = pool.pop() {
+        if now.saturating_duration_since(since) >= POOL_IDLE_TIMEOUT {
+            continue;
+        }
+        // An idle HTTP/1.1 connection has nothing to say: EOF or data means
+        // the upstream closed it or broke framing.
+        let mut probe = [0u8; 1];
+        match stream.peek(&mut probe) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Some(stream),
+            _ => continue,
+        }
+    }
+    None
+}

@@ -1,1 +1,52 @@
-fn main() {}
+//! Thin entry point: argv/env -> Config, logger, bind, port line, run,
+//! exit code (0 clean, 2 configuration, 3 bind).
+
+use mcp_identity_proxy::config::{self, ConfigError, TOKEN_ENV, USAGE};
+use mcp_identity_proxy::event_loop::Proxy;
+use std::io::Write;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let env_token = std::env::var(TOKEN_ENV).ok();
+    let config = match config::parse(std::env::args().skip(1), env_token) {
+        Ok(c) => c,
+        Err(ConfigError::Help) => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(ConfigError::Version) => {
+            println!("mcp-identity-proxy {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("mcp-identity-proxy: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    env_logger::Builder::new()
+        .parse_filters(&std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+        .target(env_logger::Target::Stderr)
+        .init();
+    let port = config.listen.port();
+    let proxy = match Proxy::bind(config) {
+        Ok(p) => p,
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && port != 0 => {
+            println!("  MCP proxy: port {port} in use (shared with another instance)");
+            let _ = std::io::stdout().flush();
+            return ExitCode::from(3);
+        }
+        Err(e) => {
+            eprintln!("mcp-identity-proxy: cannot listen: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    println!("  MCP proxy: port {}", proxy.local_addr().port());
+    let _ = std::io::stdout().flush();
+    match proxy.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            log::error!("event loop failed: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

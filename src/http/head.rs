@@ -1,1 +1,398 @@
-//! (to be written)
+//! Request and response heads: httparse in place, then merged into a
+//! `HeaderList` with the framing decided (RFC 9112 §6.3) and the hop-by-hop
+//! fields removed. The results own their bytes, so nothing borrows the
+//! connection buffer past one call. Pure.
+
+use super::framing::{parse_digits, request_framing, response_framing, Framing, FramingError};
+use super::headers::{FieldError, HeaderList};
+use crate::limits::{MAX_FIELDS, MAX_REQUEST_HEAD, MAX_RESPONSE_HEAD};
+use smallvec::SmallVec;
+use std::fmt;
+
+/// Why a head was refused. The caller picks the status by side: a client's
+/// error is 400 or 431, an upstream's is 502.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParseError {
+    /// The head grew past its size limit before it was complete.
+    TooLarge,
+    /// More than `MAX_FIELDS` field lines.
+    TooManyFields,
+    /// httparse refused the syntax (request line, status line, field line,
+    /// obs-fold, whitespace before the colon, bare CR).
+    Syntax(&'static str),
+    /// A field line that cannot be kept (conflicting singleton, bad value).
+    Field(FieldError),
+    /// No Host, or more than one Host line (RFC 9112 §3.2).
+    Host,
+    /// Unusable body framing.
+    Framing(FramingError),
+    /// A protocol version other than HTTP/1.0 or HTTP/1.1.
+    Version,
+}
+
+impl ParseError {
+    /// Status for a client whose request head failed this way.
+    pub fn client_status(&self) -> u16 {
+        match self {
+            ParseError::TooLarge | ParseError::TooManyFields => 431,
+            ParseError::Framing(FramingError::UnsupportedCoding) => 501,
+            _ => 400,
+        }
+    }
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParseError::TooLarge => f.write_str("head too large"),
+            ParseError::TooManyFields => f.write_str("too many header fields"),
+            ParseError::Syntax(what) => write!(f, "malformed head: {what}"),
+            ParseError::Field(e) => write!(f, "{e}"),
+            ParseError::Host => f.write_str("missing or repeated Host"),
+            ParseError::Framing(e) => write!(f, "{e}"),
+            ParseError::Version => f.write_str("unsupported HTTP version"),
+        }
+    }
+}
+
+impl From<FieldError> for ParseError {
+    fn from(e: FieldError) -> Self {
+        match e {
+            FieldError::TooMany => ParseError::TooManyFields,
+            e => ParseError::Field(e),
+        }
+    }
+}
+
+fn syntax(e: httparse::Error) -> ParseError {
+    match e {
+        httparse::Error::TooManyHeaders => ParseError::TooManyFields,
+        httparse::Error::Version => ParseError::Version,
+        e => ParseError::Syntax(match e {
+            httparse::Error::HeaderName => "field name",
+            httparse::Error::HeaderValue => "field value",
+            httparse::Error::NewLine => "line ending",
+            httparse::Error::Status => "status",
+            httparse::Error::Token => "method or token",
+            _ => "head",
+        }),
+    }
+}
+
+/// Where the blank line that ends a head may be: only worth calling httparse
+/// again once the bytes from `from` contain `\n\r\n` or `\n\n`. Keeps a
+/// slowloris head from costing quadratic parsing.
+pub fn may_be_complete(buf: &[u8], from: usize) -> bool {
+    let start = from.saturating_sub(3);
+    let tail = buf.get(start..).unwrap_or(&[]);
+    memchr::memmem::find(tail, b"\n\r\n").is_some() || memchr::memmem::find(tail, b"\n\n").is_some()
+}
+
+/// A parsed client request head.
+#[derive(Clone, Debug)]
+pub struct RequestHead {
+    pub method: SmallVec<[u8; 16]>,
+    /// Request target exactly as sent (path and query, byte for byte).
+    pub target: SmallVec<[u8; 64]>,
+    pub http10: bool,
+    /// End-to-end fields only: hop-by-hop, `content-length` and `expect`
+    /// are removed; the writer re-derives framing.
+    pub headers: HeaderList,
+    pub framing: Framing,
+    /// Bytes of the head, blank line included.
+    pub len: usize,
+    /// Whether the client allows the connection to be reused.
+    pub keep_alive: bool,
+    /// `Expect: 100-continue` was sent.
+    pub expect_continue: bool,
+}
+
+impl RequestHead {
+    pub fn is_method(&self, m: &[u8]) -> bool {
+        self.method.as_slice() == m
+    }
+}
+
+/// Parse a request head at the front of `buf`. `Ok(None)`: incomplete.
+pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, ParseError> {
+    let mut raw = [httparse::EMPTY_HEADER; MAX_FIELDS];
+    let mut req = httparse::Request::new(&mut raw);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_REQUEST_HEAD => {
+            return Err(ParseError::TooLarge)
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(syntax(e)),
+    };
+    if len > MAX_REQUEST_HEAD {
+        return Err(ParseError::TooLarge);
+    }
+    let (Some(method), Some(path), Some(version)) = (req.method, req.path, req.version) else {
+        return Err(ParseError::Syntax("request line"));
+    };
+    let http10 = version == 0;
+    let mut headers = HeaderList::new();
+    let mut hosts = 0;
+    for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("host") {
+            hosts += 1;
+        }
+        headers.merge_line(h.name.as_bytes(), super::headers::trim_ows(h.value))?;
+    }
+    // RFC 9112 §3.2: a server MUST answer 400 to no Host (1.1) or several.
+    if hosts > 1 || (hosts == 0 && !http10) {
+        return Err(ParseError::Host);
+    }
+    let framing = request_framing(&headers, http10).map_err(ParseError::Framing)?;
+    let keep_alive = !http10 && !headers.has_token(b"connection", b"close");
+    let expect_continue = headers
+        .get(b"expect")
+        .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
+    headers.strip_hop_by_hop();
+    headers.remove(b"content-length");
+    headers.remove(b"expect");
+    Ok(Some(RequestHead {
+        method: SmallVec::from_slice(method.as_bytes()),
+        target: SmallVec::from_slice(path.as_bytes()),
+        http10,
+        headers,
+        framing,
+        len,
+        keep_alive,
+        expect_continue,
+    }))
+}
+
+/// A parsed upstream response head.
+#[derive(Clone, Debug)]
+pub struct ResponseHead {
+    pub status: u16,
+    pub reason: SmallVec<[u8; 32]>,
+    pub http10: bool,
+    /// End-to-end fields only (hop-by-hop and `content-length` removed).
+    pub headers: HeaderList,
+    pub framing: Framing,
+    /// For bodiless responses (HEAD, 304): the Content-Length the upstream
+    /// announced, relayed as information.
+    pub advertised_length: Option<u64>,
+    pub len: usize,
+    /// Whether the upstream allows the connection to be reused.
+    pub keep_alive: bool,
+}
+
+impl ResponseHead {
+    pub fn is_interim(&self) -> bool {
+        (100..200).contains(&self.status)
+    }
+}
+
+/// Parse a response head at the front of `buf`, for a request whose method
+/// was HEAD if `head_request`. `Ok(None)`: incomplete.
+pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Option<ResponseHead>, ParseError> {
+    let mut raw = [httparse::EMPTY_HEADER; MAX_FIELDS];
+    let mut resp = httparse::Response::new(&mut raw);
+    let len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_RESPONSE_HEAD => {
+            return Err(ParseError::TooLarge)
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(syntax(e)),
+    };
+    if len > MAX_RESPONSE_HEAD {
+        return Err(ParseError::TooLarge);
+    }
+    let (Some(status), Some(version)) = (resp.code, resp.version) else {
+        return Err(ParseError::Syntax("status line"));
+    };
+    let mut headers = HeaderList::new();
+    for h in resp.headers.iter() {
+        headers.merge_line(h.name.as_bytes(), super::headers::trim_ows(h.value))?;
+    }
+    let framing = response_framing(&headers, status, head_request).map_err(ParseError::Framing)?;
+    let advertised_length = match framing {
+        Framing::None => headers.get(b"content-length").and_then(parse_digits),
+        _ => None,
+    };
+    let http10 = version == 0;
+    let keep_alive = if http10 {
+        headers.has_token(b"connection", b"keep-alive")
+    } else {
+        !headers.has_token(b"connection", b"close")
+    } && framing != Framing::UntilClose;
+    headers.strip_hop_by_hop();
+    headers.remove(b"content-length");
+    Ok(Some(ResponseHead {
+        status,
+        reason: SmallVec::from_slice(resp.reason.unwrap_or("").as_bytes()),
+        http10,
+        headers,
+        framing,
+        advertised_length,
+        len,
+        keep_alive,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REQ: &[u8] = b"POST /mcp?x=1 HTTP/1.1\r\nHost: 127.0.0.1:1\r\nContent-Type: application/json\r\nMcp-Session-Id: abc\r\nmcp-session-id: abc\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nContent-Length: 2\r\n\r\n{}";
+
+    #[test]
+    fn request_parsed_and_cleaned() {
+        let h = parse_request(REQ).unwrap().unwrap();
+        assert_eq!(h.method.as_slice(), b"POST");
+        assert_eq!(h.target.as_slice(), b"/mcp?x=1");
+        assert_eq!(h.framing, Framing::Length(2));
+        assert_eq!(h.len, REQ.len() - 2);
+        assert!(h.keep_alive && !h.http10 && !h.expect_continue);
+        let mut out = Vec::new();
+        h.headers.write_to(&mut out);
+        assert_eq!(
+            out,
+            b"host: 127.0.0.1:1\r\ncontent-type: application/json\r\nmcp-session-id: abc\r\n"
+        );
+    }
+
+    #[test]
+    fn request_split_at_every_offset() {
+        let head_len = REQ.len() - 2;
+        for i in 0..head_len {
+            assert!(
+                parse_request(&REQ[..i]).unwrap().is_none(),
+                "complete at {i}"
+            );
+        }
+        for i in head_len..=REQ.len() {
+            assert_eq!(parse_request(&REQ[..i]).unwrap().unwrap().len, head_len);
+        }
+    }
+
+    macro_rules! bad_req {
+        ($($name:ident: $bytes:expr => $want:expr;)*) => {
+            #[test]
+            fn bad_requests() {
+                $(
+                    let got = parse_request($bytes).map(|h| h.map(|h| h.len));
+                    assert_eq!(got.map_err(|e| e.client_status()), Err($want), stringify!($name));
+                )*
+            }
+        };
+    }
+
+    bad_req! {
+        cl_and_te: b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n" => 400;
+        two_cls: b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n" => 400;
+        cl_list_differs: b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 4\r\n\r\n" => 400;
+        te_not_chunked: b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n" => 400;
+        te_gzip_chunked: b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n" => 501;
+        obs_fold: b"GET / HTTP/1.1\r\nHost: a\r\nX-A: b\r\n c\r\n\r\n" => 400;
+        space_before_colon: b"GET / HTTP/1.1\r\nHost : a\r\n\r\n" => 400;
+        nul_in_value: b"GET / HTTP/1.1\r\nHost: a\r\nX-A: b\0c\r\n\r\n" => 400;
+        cr_in_value: b"GET / HTTP/1.1\r\nHost: a\r\nX-A: b\rc\r\n\r\n" => 400;
+        no_host: b"GET / HTTP/1.1\r\nX-A: b\r\n\r\n" => 400;
+        two_hosts_same: b"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n" => 400;
+        two_hosts_differ: b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n" => 400;
+        two_session_ids: b"GET / HTTP/1.1\r\nHost: a\r\nMcp-Session-Id: a\r\nmcp-session-id: b\r\n\r\n" => 400;
+        bad_method: b"G(T / HTTP/1.1\r\nHost: a\r\n\r\n" => 400;
+        space_in_target: b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n" => 400;
+        http2: b"GET / HTTP/2.0\r\nHost: a\r\n\r\n" => 400;
+        te_on_http10: b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n" => 400;
+    }
+
+    #[test]
+    fn limits() {
+        let mut many = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
+        for i in 0..MAX_FIELDS {
+            many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+        }
+        many.extend_from_slice(b"\r\n");
+        assert_eq!(parse_request(&many).unwrap_err(), ParseError::TooManyFields);
+        let mut big = b"GET / HTTP/1.1\r\nHost: a\r\nX-Big: ".to_vec();
+        big.resize(MAX_REQUEST_HEAD + 10, b'a');
+        assert_eq!(parse_request(&big).unwrap_err(), ParseError::TooLarge);
+    }
+
+    #[test]
+    fn expect_and_http10() {
+        let h = parse_request(
+            b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(h.expect_continue);
+        assert!(h.headers.get(b"expect").is_none());
+        let h = parse_request(b"GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        assert!(h.http10 && !h.keep_alive);
+        let h = parse_request(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!h.keep_alive);
+    }
+
+    const RESP: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nMCP-SESSION-ID: s1\r\nMcp-Session-Id: s1\r\nTransfer-Encoding: chunked\r\nKeep-Alive: timeout=5\r\n\r\n5\r\nhello\r\n";
+
+    #[test]
+    fn response_parsed_and_cleaned() {
+        let h = parse_response(RESP, false).unwrap().unwrap();
+        assert_eq!(h.status, 200);
+        assert_eq!(h.framing, Framing::Chunked);
+        assert!(h.keep_alive);
+        let mut out = Vec::new();
+        h.headers.write_to(&mut out);
+        assert_eq!(
+            out,
+            b"content-type: text/event-stream\r\nmcp-session-id: s1\r\n"
+        );
+        for i in 0..h.len {
+            assert!(parse_response(&RESP[..i], false).unwrap().is_none());
+        }
+    }
+
+    #[test]
+    fn response_errors_and_bodiless() {
+        let bad: &[&[u8]] = &[
+            b"HTTP/1.1 200 OK\r\nMcp-Session-Id: a\r\nmcp-session-id: b\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"HTTP/1.1 2000 OK\r\n\r\n",
+            b"HTTQ/1.1 200 OK\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nX-A: b\r\n c\r\n\r\n",
+        ];
+        for b in bad {
+            assert!(
+                parse_response(b, false).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(b)
+            );
+        }
+        let h = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 42\r\n\r\n", true)
+            .unwrap()
+            .unwrap();
+        assert_eq!((h.framing, h.advertised_length), (Framing::None, Some(42)));
+        let h = parse_response(b"HTTP/1.1 204 No Content\r\n\r\n", false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.framing, Framing::None);
+        let h = parse_response(b"HTTP/1.0 200 OK\r\n\r\n", false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.framing, Framing::UntilClose);
+        assert!(!h.keep_alive);
+        let h = parse_response(b"HTTP/1.1 100 Continue\r\n\r\n", false)
+            .unwrap()
+            .unwrap();
+        assert!(h.is_interim());
+    }
+
+    #[test]
+    fn blank_line_detector() {
+        assert!(!may_be_complete(b"GET / HTTP/1.1\r\nHost: a\r\n", 0));
+        assert!(may_be_complete(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", 25));
+        assert!(may_be_complete(b"GET / HTTP/1.1\nHost: a\n\n", 24));
+    }
+}

@@ -57,7 +57,11 @@ impl Proxy {
         cmd.args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .stdin(if piped_stdin { Stdio::piped() } else { Stdio::null() });
+            .stdin(if piped_stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            });
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "debug");
         }
@@ -111,7 +115,12 @@ impl Proxy {
                 String::from_utf8_lossy(&stderr.lock().unwrap())
             );
         };
-        Proxy { child, port, stderr, stdout_rest }
+        Proxy {
+            child,
+            port,
+            stderr,
+            stdout_rest,
+        }
     }
 
     pub fn addr(&self) -> SocketAddr {
