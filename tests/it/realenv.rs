@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 
 /// `tests/support/` in the source tree.
 pub fn support_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("support")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("support")
 }
 
 /// `target/realenv/` (next to `target/tmp`), or `$MCP_REALENV_DIR` to share one install between target dirs.
@@ -68,7 +70,13 @@ fn lock_file(path: &Path) -> File {
         .unwrap_or_else(|e| panic!("realenv: cannot open lock file {}: {e}", path.display()));
     // SAFETY: flock on a valid, owned fd; blocks until the lock is ours.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!(rc, 0, "realenv: flock {} failed: {}", path.display(), std::io::Error::last_os_error());
+    assert_eq!(
+        rc,
+        0,
+        "realenv: flock {} failed: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
     file
 }
 
@@ -98,18 +106,24 @@ fn run_step(what: &str, cmd: &mut Command) -> String {
             started.elapsed().as_secs_f64()
         );
     }
-    eprintln!("realenv: {what} done in {:.1}s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "realenv: {what} done in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
     text
 }
 
 fn tool_version(program: &str, arg: &str) -> String {
-    let out = Command::new(program)
-        .arg(arg)
-        .output()
-        .unwrap_or_else(|e| panic!("realenv: `{program} {arg}` cannot run: {e}; is {program} installed?"));
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-        .trim()
-        .to_string()
+    let out = Command::new(program).arg(arg).output().unwrap_or_else(|e| {
+        panic!("realenv: `{program} {arg}` cannot run: {e}; is {program} installed?")
+    });
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+    .trim()
+    .to_string()
 }
 
 /// Install (once) a venv named `name` with the pinned `requirements`; return its python.
@@ -123,14 +137,24 @@ fn install_venv(name: &str, requirements: &str) -> PathBuf {
     let req = fs::read_to_string(&req_path)
         .unwrap_or_else(|e| panic!("realenv: read {}: {e}", req_path.display()));
     let base = base_python();
-    let expected = format!("{}\n{}\n{req}", tool_version(&base, "--version"), requirements);
+    let expected = format!(
+        "{}\n{}\n{req}",
+        tool_version(&base, "--version"),
+        requirements
+    );
     let marker = dir.join(".installed");
     if python.exists() && fs::read_to_string(&marker).ok().as_deref() == Some(expected.as_str()) {
         return python;
     }
-    eprintln!("realenv: installing {name} ({requirements}) into {}", dir.display());
+    eprintln!(
+        "realenv: installing {name} ({requirements}) into {}",
+        dir.display()
+    );
     let _ = fs::remove_dir_all(&dir);
-    run_step(&format!("{base} -m venv {name}"), Command::new(&base).args(["-m", "venv"]).arg(&dir));
+    run_step(
+        &format!("{base} -m venv {name}"),
+        Command::new(&base).args(["-m", "venv"]).arg(&dir),
+    );
     run_step(
         &format!("pip install -r {requirements}"),
         Command::new(&python)
@@ -148,7 +172,8 @@ fn install_venv(name: &str, requirements: &str) -> PathBuf {
             ])
             .arg(&req_path),
     );
-    fs::write(&marker, &expected).unwrap_or_else(|e| panic!("realenv: write {}: {e}", marker.display()));
+    fs::write(&marker, &expected)
+        .unwrap_or_else(|e| panic!("realenv: write {}: {e}", marker.display()));
     python
 }
 
@@ -159,7 +184,8 @@ fn install_node() -> PathBuf {
     let _lock = lock_file(&root.join("node.lock"));
     let dir = root.join("node");
     let modules = dir.join("node_modules");
-    let pkg = fs::read_to_string(support_dir().join("package.json")).expect("read tests/support/package.json");
+    let pkg = fs::read_to_string(support_dir().join("package.json"))
+        .expect("read tests/support/package.json");
     let lock = fs::read_to_string(support_dir().join("package-lock.json"))
         .expect("read tests/support/package-lock.json");
     let expected = format!("node {}\n{pkg}\n{lock}", tool_version("node", "--version"));
@@ -167,7 +193,10 @@ fn install_node() -> PathBuf {
     if modules.is_dir() && fs::read_to_string(&marker).ok().as_deref() == Some(expected.as_str()) {
         return modules;
     }
-    eprintln!("realenv: installing the Node project (npm ci) into {}", dir.display());
+    eprintln!(
+        "realenv: installing the Node project (npm ci) into {}",
+        dir.display()
+    );
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("realenv: mkdir {}: {e}", dir.display()));
     fs::write(dir.join("package.json"), &pkg).expect("copy package.json");
@@ -175,10 +204,17 @@ fn install_node() -> PathBuf {
     run_step(
         "npm ci",
         Command::new("npm")
-            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--fetch-timeout=30000"])
+            .args([
+                "ci",
+                "--ignore-scripts",
+                "--no-audit",
+                "--no-fund",
+                "--fetch-timeout=30000",
+            ])
             .current_dir(&dir),
     );
-    fs::write(&marker, &expected).unwrap_or_else(|e| panic!("realenv: write {}: {e}", marker.display()));
+    fs::write(&marker, &expected)
+        .unwrap_or_else(|e| panic!("realenv: write {}: {e}", marker.display()));
     modules
 }
 
@@ -233,7 +269,9 @@ impl Upstream {
             let _ = reader.read_to_end(&mut rest);
         });
         let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
-        let port = line.strip_prefix("PORT ").and_then(|p| p.trim().parse::<u16>().ok());
+        let port = line
+            .strip_prefix("PORT ")
+            .and_then(|p| p.trim().parse::<u16>().ok());
         let Some(port) = port else {
             let _ = child.kill();
             let _ = child.wait();
@@ -243,7 +281,11 @@ impl Upstream {
                 String::from_utf8_lossy(&stderr.lock().unwrap())
             );
         };
-        Upstream { child, port, stderr }
+        Upstream {
+            child,
+            port,
+            stderr,
+        }
     }
 
     /// `http://127.0.0.1:<port><path>`.
@@ -303,17 +345,27 @@ pub fn run_json(what: &str, mut cmd: Command, limit: Duration) -> ScriptRun {
     match status {
         Some(s) if s.success() => {}
         Some(s) => panic!("{what}: exited with {s}\n--- stdout ---\n{out}\n--- stderr ---\n{err}"),
-        None => panic!("{what}: killed after {limit:?}\n--- stdout ---\n{out}\n--- stderr ---\n{err}"),
+        None => {
+            panic!("{what}: killed after {limit:?}\n--- stdout ---\n{out}\n--- stderr ---\n{err}")
+        }
     }
-    let json = serde_json::from_str(&out)
-        .unwrap_or_else(|e| panic!("{what}: stdout is not JSON ({e})\n--- stdout ---\n{out}\n--- stderr ---\n{err}"));
-    ScriptRun { json, stdout: out, stderr: err, elapsed }
+    let json = serde_json::from_str(&out).unwrap_or_else(|e| {
+        panic!("{what}: stdout is not JSON ({e})\n--- stdout ---\n{out}\n--- stderr ---\n{err}")
+    });
+    ScriptRun {
+        json,
+        stdout: out,
+        stderr: err,
+        elapsed,
+    }
 }
 
 /// `python tests/support/<script> <args>`.
 pub fn python_script(python: &Path, script: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(python);
-    cmd.arg(support_dir().join(script)).args(args).env("PYTHONUNBUFFERED", "1");
+    cmd.arg(support_dir().join(script))
+        .args(args)
+        .env("PYTHONUNBUFFERED", "1");
     cmd
 }
 
@@ -321,7 +373,9 @@ pub fn python_script(python: &Path, script: &str, args: &[&str]) -> Command {
 pub fn node_script(script: &str, args: &[&str]) -> Command {
     let modules = node_modules();
     let mut cmd = Command::new("node");
-    cmd.arg(support_dir().join(script)).args(args).env("NODE_PATH", modules);
+    cmd.arg(support_dir().join(script))
+        .args(args)
+        .env("NODE_PATH", modules);
     cmd
 }
 
