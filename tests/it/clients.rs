@@ -121,8 +121,10 @@ struct Expect {
     x_agent_token: String,
     /// The single Host value the server saw.
     host: String,
-    /// 2026-07-28 stateless: no session ids anywhere, no DELETE.
-    stateless: bool,
+    /// No Mcp-Session-Id anywhere (2026-07-28 stateless, or legacy SSE).
+    sessionless: bool,
+    /// Protocol 2026-07-28 negotiated and sent on every request.
+    modern: bool,
     /// The client sends a closing DELETE (py: on exit; ts: terminateSession()).
     delete: bool,
     /// What the client sent in chat_send's `message`.
@@ -136,7 +138,8 @@ impl Expect {
             authorization: format!("Bearer {TOKEN}"),
             x_agent_token: TOKEN.into(),
             host: format!("127.0.0.1:{}", up.port),
-            stateless: false,
+            sessionless: false,
+            modern: false,
             delete: true,
             message,
         }
@@ -182,7 +185,15 @@ fn strs(v: &[String]) -> Vec<&str> {
 /// The checks every script client's JSON must pass: tools, stamped identity, replaced credentials, one
 /// session id everywhere, streamed notifications, closing DELETE.
 fn check_lifecycle(c: &mut Checks, out: &Value, exp: &Expect) {
-    c.eq("error", &out["error"], &Value::Null);
+    if let Some(err) = out["error"].as_str() {
+        // The client failed: its error is the finding (a JS stack leads with it, a Python trace ends with it);
+        // the rest would be noise. The whole text is in the evidence.
+        let lines: Vec<&str> = err.trim_end().lines().collect();
+        let first = lines.first().copied().unwrap_or("");
+        let last = lines.last().copied().unwrap_or("");
+        c.check(false, format!("the client failed: {first} ... {last}"));
+        return;
+    }
     c.eq("closed", &out["closed"], &json!(true));
     let tools: Vec<&str> = out["tools"]
         .as_array()
@@ -202,13 +213,14 @@ fn check_lifecycle(c: &mut Checks, out: &Value, exp: &Expect) {
     }
 
     let session = out["session_id"].clone();
-    if exp.stateless {
+    if exp.modern {
         c.eq(
             "protocol_version",
             &out["protocol_version"],
             &json!("2026-07-28"),
         );
-    } else {
+    }
+    if !exp.sessionless {
         c.check(
             session.as_str().is_some_and(|s| !s.is_empty()),
             format!("no session id: {session}"),
@@ -272,17 +284,19 @@ fn check_lifecycle(c: &mut Checks, out: &Value, exp: &Expect) {
             &call["host"],
             &json!([exp.host]),
         );
-        if exp.stateless {
+        if exp.sessionless {
             c.eq(
                 &format!("{tool}: Mcp-Session-Id lines seen"),
                 &call["mcp_session_id"],
                 &json!([]),
             );
-            c.eq(
-                &format!("{tool}: MCP-Protocol-Version seen"),
-                &call["mcp_protocol_version"],
-                &json!(["2026-07-28"]),
-            );
+            if exp.modern {
+                c.eq(
+                    &format!("{tool}: MCP-Protocol-Version seen"),
+                    &call["mcp_protocol_version"],
+                    &json!(["2026-07-28"]),
+                );
+            }
         } else {
             c.eq(
                 &format!("{tool}: Mcp-Session-Id lines seen"),
@@ -321,7 +335,7 @@ fn check_lifecycle(c: &mut Checks, out: &Value, exp: &Expect) {
     for (i, h) in http.iter().enumerate() {
         let what = format!("http[{i}] {} {}", h["method"], h["status"]);
         if let Some(ids) = h.get("session_ids") {
-            if exp.stateless {
+            if exp.sessionless {
                 c.eq(&format!("{what}: Mcp-Session-Id lines"), ids, &json!([]));
             } else {
                 c.check(
@@ -334,7 +348,7 @@ fn check_lifecycle(c: &mut Checks, out: &Value, exp: &Expect) {
         // response of the session, so each must read exactly it. The 2.x client's discover probe is outside.
         let got = &h["session_get"];
         let discover = h["sent_mcp_method"] == "server/discover";
-        if exp.stateless {
+        if exp.sessionless {
             c.eq(&format!("{what}: Mcp-Session-Id read"), got, &Value::Null);
         } else if !discover {
             c.eq(&format!("{what}: Mcp-Session-Id read"), got, &session);
@@ -352,7 +366,7 @@ fn check_lifecycle(c: &mut Checks, out: &Value, exp: &Expect) {
     } else {
         c.check(
             !http.iter().any(|h| h["method"] == "DELETE"),
-            "a stateless client sent DELETE",
+            "a sessionless client sent DELETE",
         );
     }
 }
@@ -454,7 +468,8 @@ fn python_sdk_2x_client_direct_to_mcpserver_stateless() {
     let run = run_py2(&direct_args(&up.url("/mcp")));
     let mut c = Checks::default();
     let exp = Expect {
-        stateless: true,
+        sessionless: true,
+        modern: true,
         delete: false,
         ..Expect::direct(&up, "hello from py2")
     };
@@ -478,7 +493,8 @@ fn python_sdk_2x_client_stateless_through_proxy() {
     let run = run_py2(&spoofed_args(&proxy.url("/mcp")));
     let mut c = Checks::default();
     let exp = Expect {
-        stateless: true,
+        sessionless: true,
+        modern: true,
         delete: false,
         ..Expect::proxied(&up, "hello from py2")
     };
@@ -1053,6 +1069,202 @@ fn session_header_not_duplicated_for_node_fetch_and_httpx() {
     );
     timed(
         "session_header_not_duplicated_for_node_fetch_and_httpx",
+        started,
+    );
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Legacy HTTP+SSE (2024-11-05; issue 5): `GET /sse` + `POST /messages/?session_id=...`, FastMCP run with
+// transport "sse". The proxy is path-transparent: its `--upstream` is the `/sse` URL.
+
+fn legacy_args(base: Vec<String>) -> Vec<String> {
+    let mut v = base;
+    v.push("--transport".into());
+    v.push("sse".into());
+    v
+}
+
+fn legacy_expect(exp: Expect) -> Expect {
+    Expect {
+        sessionless: true,
+        modern: false,
+        delete: false,
+        ..exp
+    }
+}
+
+/// The legacy shape: one `GET /sse` (200), then every message a `POST /messages/?session_id=...` (202).
+fn check_legacy_sse(c: &mut Checks, out: &Value) {
+    let http = out["http"].as_array().cloned().unwrap_or_default();
+    let first = http.first().cloned().unwrap_or(Value::Null);
+    c.eq(
+        "first exchange",
+        &json!([first["method"], first["path"], first["status"]]),
+        &json!(["GET", "/sse", 200]),
+    );
+    for (i, h) in http.iter().enumerate().skip(1) {
+        let path = h["path"].as_str().unwrap_or("");
+        c.check(
+            h["method"] == "POST"
+                && path.starts_with("/messages/?session_id=")
+                && h["status"] == 202,
+            format!(
+                "http[{i}]: {} {path} {} (want POST /messages/?session_id=... 202)",
+                h["method"], h["status"]
+            ),
+        );
+    }
+}
+
+#[test]
+fn python_sdk_sse_client_direct_to_fastmcp() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py1(), "sse", TOKEN);
+    let run = run_py1(&legacy_args(direct_args(&up.url("/sse"))));
+    let mut c = Checks::default();
+    check_lifecycle(
+        &mut c,
+        &run.json,
+        &legacy_expect(Expect::direct(&up, "hello from py1")),
+    );
+    check_legacy_sse(&mut c, &run.json);
+    c.finish(
+        "python_sdk_sse_client_direct_to_fastmcp",
+        &evidence(&run, None, &up),
+    );
+    timed("python_sdk_sse_client_direct_to_fastmcp", started);
+}
+
+#[test]
+fn python_sdk_sse_client_through_proxy() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py1(), "sse", TOKEN);
+    let proxy = start_proxy(&up.url("/sse"));
+    let run = run_py1(&legacy_args(spoofed_args(&proxy.url("/sse"))));
+    let mut c = Checks::default();
+    check_lifecycle(
+        &mut c,
+        &run.json,
+        &legacy_expect(Expect::proxied(&up, "hello from py1")),
+    );
+    check_legacy_sse(&mut c, &run.json);
+    c.finish(
+        "python_sdk_sse_client_through_proxy",
+        &evidence(&run, Some(&proxy), &up),
+    );
+    timed("python_sdk_sse_client_through_proxy", started);
+}
+
+#[test]
+fn typescript_sdk_sse_client_direct_to_fastmcp() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py1(), "sse", TOKEN);
+    let run = run_ts(&legacy_args(direct_args(&up.url("/sse"))));
+    let mut c = Checks::default();
+    check_lifecycle(
+        &mut c,
+        &run.json,
+        &legacy_expect(Expect::direct(&up, "hello from ts")),
+    );
+    check_legacy_sse(&mut c, &run.json);
+    check_ts_extras(&mut c, &run.json);
+    c.finish(
+        "typescript_sdk_sse_client_direct_to_fastmcp",
+        &evidence(&run, None, &up),
+    );
+    timed("typescript_sdk_sse_client_direct_to_fastmcp", started);
+}
+
+#[test]
+fn typescript_sdk_sse_client_through_proxy() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py1(), "sse", TOKEN);
+    let proxy = start_proxy(&up.url("/sse"));
+    let run = run_ts(&legacy_args(spoofed_args(&proxy.url("/sse"))));
+    let mut c = Checks::default();
+    check_lifecycle(
+        &mut c,
+        &run.json,
+        &legacy_expect(Expect::proxied(&up, "hello from ts")),
+    );
+    check_legacy_sse(&mut c, &run.json);
+    check_ts_extras(&mut c, &run.json);
+    c.finish(
+        "typescript_sdk_sse_client_through_proxy",
+        &evidence(&run, Some(&proxy), &up),
+    );
+    timed("typescript_sdk_sse_client_through_proxy", started);
+}
+
+/// An upstream whose `endpoint` event is absolute (`http://127.0.0.1:<upstream port>/messages/?...`). Both SDK
+/// clients reject an endpoint on another origin than the SSE URL, so through the proxy this passes only if the
+/// proxy rewrites it to its own origin (PROTOCOL.md R25). Directly, the same upstream works (baseline).
+#[test]
+fn sse_absolute_endpoint_rewritten_for_python_and_typescript_clients() {
+    let started = Instant::now();
+    let up = Upstream::start_with(
+        realenv::py1(),
+        &["--transport", "sse", "--absolute-endpoint"],
+        TOKEN,
+    );
+    let mut c = Checks::default();
+    let mut ev: Vec<(&str, String)> = Vec::new();
+
+    let py_direct = run_py1(&legacy_args(direct_args(&up.url("/sse"))));
+    let ts_direct = run_ts(&legacy_args(direct_args(&up.url("/sse"))));
+    c.eq(
+        "python, direct: error",
+        &py_direct.json["error"],
+        &Value::Null,
+    );
+    c.eq(
+        "typescript, direct: error",
+        &ts_direct.json["error"],
+        &Value::Null,
+    );
+
+    let proxy = start_proxy(&up.url("/sse"));
+    // A rejected endpoint hangs the Python SSE client (it never sends a request): bound it at 10 s.
+    let bounded = |url: &str| {
+        let mut v = legacy_args(spoofed_args(url));
+        v.extend(["--timeout".to_string(), "10".to_string()]);
+        v
+    };
+    let py = run_py1(&bounded(&proxy.url("/sse")));
+    let ts = run_ts(&bounded(&proxy.url("/sse")));
+    for (name, run, message) in [
+        ("python", &py, "hello from py1"),
+        ("typescript", &ts, "hello from ts"),
+    ] {
+        let mut sub = Checks::default();
+        check_lifecycle(
+            &mut sub,
+            &run.json,
+            &legacy_expect(Expect::proxied(&up, message)),
+        );
+        check_legacy_sse(&mut sub, &run.json);
+        c.failures.extend(
+            sub.failures
+                .into_iter()
+                .map(|f| format!("{name}, through the proxy: {f}")),
+        );
+        ev.push((
+            if name == "python" {
+                "python JSON"
+            } else {
+                "typescript JSON"
+            },
+            pretty(&run.json),
+        ));
+    }
+    ev.push(("proxy stderr", proxy.stderr_text()));
+    ev.push(("upstream stderr", up.stderr_text()));
+    c.finish(
+        "sse_absolute_endpoint_rewritten_for_python_and_typescript_clients",
+        &ev,
+    );
+    timed(
+        "sse_absolute_endpoint_rewritten_for_python_and_typescript_clients",
         started,
     );
 }

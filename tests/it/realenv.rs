@@ -246,10 +246,17 @@ impl Upstream {
     /// `Authorization: Bearer <token>` (passed in the environment). Waits for its `PORT n` line (30 s bound).
     #[track_caller]
     pub fn start(python: &Path, transport: &str, token: &str) -> Upstream {
+        Self::start_with(python, &["--transport", transport], token)
+    }
+
+    /// Like `start`, with any `fastmcp_server.py` arguments (e.g. `--absolute-endpoint`); `token` may be a
+    /// comma-separated list of accepted tokens.
+    #[track_caller]
+    pub fn start_with(python: &Path, args: &[&str], token: &str) -> Upstream {
         let script = support_dir().join("fastmcp_server.py");
         let mut child = Command::new(python)
             .arg(&script)
-            .args(["--transport", transport])
+            .args(args)
             .env("FASTMCP_TEST_TOKEN", token)
             .env("PYTHONUNBUFFERED", "1")
             .stdin(Stdio::null())

@@ -4,12 +4,16 @@ Runs with the Python MCP SDK 1.x (`mcp.server.fastmcp.FastMCP`, what agentchattr
 (`mcp.server.mcpserver.MCPServer`, which also speaks the stateless 2026-07-28 protocol), whichever the
 interpreter has.
 
-    FASTMCP_TEST_TOKEN=<token> python fastmcp_server.py [--port N] [--transport streamable-http|sse]
+    FASTMCP_TEST_TOKEN=<token>[,<token>...] python fastmcp_server.py [--port N]
+        [--transport streamable-http|sse] [--absolute-endpoint]
 
 - Binds 127.0.0.1 (port 0 = OS-assigned), prints `PORT <n>` on stdout once listening, then serves until killed.
 - DNS-rebinding protection is the SDK default for host 127.0.0.1 (Host must be `127.0.0.1:<port>` etc.).
-- Every HTTP request must carry exactly one `Authorization: Bearer <FASTMCP_TEST_TOKEN>`; otherwise 401.
-  The token is read from the environment, never from argv.
+- Every HTTP request must carry exactly one `Authorization: Bearer <token>` with one of the tokens in
+  FASTMCP_TEST_TOKEN (comma-separated); otherwise 401. Tokens come from the environment, never from argv.
+- `--absolute-endpoint` (SSE only): the `endpoint` event names `http://127.0.0.1:<port>/messages/?...` instead
+  of FastMCP's relative path, like other servers do; SDK clients reject an endpoint on another origin, so
+  through a proxy this works only if the proxy rewrites it (PROTOCOL.md R25).
 - Every tool answers one text content: a JSON object with what the server saw (identity argument,
   every Authorization / X-Agent-Token / Host / Mcp-Session-Id value), so tests can assert stamping and
   credential replacement.
@@ -40,8 +44,8 @@ from importlib.metadata import version as _dist_version
 
 SDK_VERSION = _dist_version("mcp")
 
-TOKEN = os.environ.get("FASTMCP_TEST_TOKEN", "")
-if not TOKEN:
+TOKENS = [t for t in os.environ.get("FASTMCP_TEST_TOKEN", "").split(",") if t]
+if not TOKENS:
     sys.exit("fastmcp_server.py: FASTMCP_TEST_TOKEN must be set (the expected bearer token)")
 
 # Background tasks (notify_standalone) are kept referenced until they finish.
@@ -115,13 +119,18 @@ async def slow_progress(sender: str, ctx: Context, count: int = 3, interval_ms: 
     """Send `count` progress notifications and as many log notifications, `interval_ms` apart, then answer.
 
     Each notification carries its send time (`time.time()`, seconds) so a client can measure its arrival
-    latency: progress in `message` as JSON `{"i": i, "sent": t}`, log `data` as `{"i": i, "sent": t}`."""
+    latency: progress in `message` as JSON `{"i": i, "sent": t}`, log `data` as `{"i": i, "sent": t}`.
+
+    The answer comes `interval_ms` after the last notification: the TypeScript SDK (1.32) runs notification
+    handlers in a microtask but response handlers at once, and drops the progress handler with the response,
+    so a progress notification read in the same chunk as the response is lost (seen on legacy SSE directly)."""
     for i in range(count):
         if i:
             await asyncio.sleep(interval_ms / 1000)
         t = time.time()
         await ctx.report_progress(i + 1, count, json.dumps({"i": i, "sent": t}))
         await ctx.log("info", json.dumps({"i": i, "sent": time.time()}))
+    await asyncio.sleep(interval_ms / 1000)
     return _seen(ctx, "slow_progress", sender=sender, count=count)
 
 
@@ -147,16 +156,16 @@ async def notify_standalone(sender: str, ctx: Context, delay_ms: int = 100) -> s
 
 
 class RequireBearer:
-    """ASGI middleware: exactly one `Authorization: Bearer <TOKEN>` on every HTTP request, else 401."""
+    """ASGI middleware: exactly one `Authorization: Bearer <one of TOKENS>` on every HTTP request, else 401."""
 
     def __init__(self, app) -> None:
         self.app = app
-        self.expected = f"Bearer {TOKEN}".encode()
+        self.accepted = [[f"Bearer {t}".encode()] for t in TOKENS]
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
             values = [v for k, v in scope["headers"] if k.lower() == b"authorization"]
-            if values != [self.expected]:
+            if values not in self.accepted:
                 body = json.dumps(
                     {"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": "unauthorized (test upstream)"}}
                 ).encode()
@@ -176,10 +185,34 @@ class RequireBearer:
         await self.app(scope, receive, send)
 
 
+class AbsoluteEndpoint:
+    """ASGI middleware for `GET /sse`: rewrite the relative `data: /messages/...` of the first (endpoint) event
+    into an absolute URL on this server's own authority."""
+
+    def __init__(self, app, port: int) -> None:
+        self.app = app
+        self.prefix = f"data: http://127.0.0.1:{port}/messages/".encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["method"] != "GET" or not scope["path"].endswith("/sse"):
+            return await self.app(scope, receive, send)
+        done = False
+
+        async def rewriting_send(message) -> None:
+            nonlocal done
+            if not done and message["type"] == "http.response.body" and b"data: /messages/" in message["body"]:
+                message = {**message, "body": message["body"].replace(b"data: /messages/", self.prefix, 1)}
+                done = True
+            await send(message)
+
+        await self.app(scope, receive, rewriting_send)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--transport", choices=["streamable-http", "sse"], default="streamable-http")
+    parser.add_argument("--absolute-endpoint", action="store_true")
     args = parser.parse_args()
 
     if args.transport == "sse":
@@ -194,6 +227,8 @@ def main() -> None:
     sock.set_inheritable(True)
     port = sock.getsockname()[1]
 
+    if args.absolute_endpoint:
+        app = AbsoluteEndpoint(app, port)
     config = uvicorn.Config(RequireBearer(app), log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
 

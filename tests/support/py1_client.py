@@ -1,6 +1,10 @@
 """Python MCP SDK 1.x client: the lifecycle agentchattr's agents run, as JSON on stdout.
 
     python py1_client.py URL [--authorization "Bearer spoof"] [--x-agent-token spoof] [--sender mallory]
+                             [--transport streamable-http|sse]
+
+With `--transport sse` the legacy HTTP+SSE client (`sse_client`, URL = the `/sse` endpoint) runs the same
+calls; it has no Mcp-Session-Id and no closing DELETE ("endpoint" holds the session id from the endpoint event).
 
 streamable_http_client + ClientSession: initialize, tools/list, tools/call (chat_send, chat_join, chat_read,
 chat_who as `--sender`), slow_progress (arrival latency of each progress/log notification), then exit, which
@@ -21,6 +25,7 @@ from importlib.metadata import version
 import anyio
 import httpx
 from mcp import ClientSession
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 
@@ -47,11 +52,11 @@ async def run(args, out: dict) -> None:
             }
         )
 
-    headers = {}
+    spoof_headers = {}
     if args.authorization is not None:
-        headers["Authorization"] = args.authorization
+        spoof_headers["Authorization"] = args.authorization
     if args.x_agent_token is not None:
-        headers["X-Agent-Token"] = args.x_agent_token
+        spoof_headers["X-Agent-Token"] = args.x_agent_token
 
     progress: list[dict] = out["progress"]
     logs: list[dict] = out["logs"]
@@ -70,40 +75,55 @@ async def run(args, out: dict) -> None:
             data, latency = params.data, None
         logs.append({"level": params.level, "data": data, "latency_ms": latency})
 
-    client = httpx.AsyncClient(
-        headers=headers,
-        timeout=httpx.Timeout(30, read=300),
-        event_hooks={"response": [on_response]},
-    )
-    async with client:
-        async with streamable_http_client(args.url, http_client=client) as (read, write, get_session_id):
-            async with ClientSession(read, write, logging_callback=on_log) as session:
-                init = await session.initialize()
-                out["protocol_version"] = init.protocolVersion
-                out["server"] = init.serverInfo.name
-                out["session_id"] = get_session_id()
-                tools = await session.list_tools()
-                out["tools"] = sorted(t.name for t in tools.tools)
-                calls = out["calls"]
-                calls["chat_send"] = text_json(
-                    await session.call_tool("chat_send", {"sender": args.sender, "message": "hello from py1"})
-                )
-                calls["chat_join"] = text_json(await session.call_tool("chat_join", {"name": args.sender}))
-                calls["chat_read"] = text_json(await session.call_tool("chat_read", {"sender": args.sender}))
-                calls["chat_who"] = text_json(await session.call_tool("chat_who", {}))
-                # Warm-up (as in py2_client.py / ts_client.cjs): measure the second notification-carrying call.
-                await session.call_tool("slow_progress", {"sender": args.sender, "count": 1})
-                logs.clear()
-                calls["slow_progress"] = text_json(
-                    await session.call_tool(
-                        "slow_progress", {"sender": args.sender, "count": args.count}, progress_callback=on_progress
-                    )
-                )
-        out["closed"] = True
+    def make_client(headers=None, timeout=None, auth=None) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            headers={**(headers or {}), **spoof_headers},
+            timeout=timeout or httpx.Timeout(30, read=300),
+            auth=auth,
+            event_hooks={"response": [on_response]},
+        )
+
+    if args.transport == "sse":
+        transport = sse_client(
+            args.url, httpx_client_factory=make_client, on_session_created=lambda sid: out.update(endpoint=sid)
+        )
+        async with transport as (read, write):
+            await session_calls(args, out, read, write, None, on_log, on_progress)
+    else:
+        async with make_client() as client:
+            async with streamable_http_client(args.url, http_client=client) as (read, write, get_session_id):
+                await session_calls(args, out, read, write, get_session_id, on_log, on_progress)
+    out["closed"] = True
+
+
+async def session_calls(args, out: dict, read, write, get_session_id, on_log, on_progress) -> None:
+    logs: list[dict] = out["logs"]
+    async with ClientSession(read, write, logging_callback=on_log) as session:
+        init = await session.initialize()
+        out["protocol_version"] = init.protocolVersion
+        out["server"] = init.serverInfo.name
+        out["session_id"] = get_session_id() if get_session_id else None
+        tools = await session.list_tools()
+        out["tools"] = sorted(t.name for t in tools.tools)
+        calls = out["calls"]
+        calls["chat_send"] = text_json(
+            await session.call_tool("chat_send", {"sender": args.sender, "message": "hello from py1"})
+        )
+        calls["chat_join"] = text_json(await session.call_tool("chat_join", {"name": args.sender}))
+        calls["chat_read"] = text_json(await session.call_tool("chat_read", {"sender": args.sender}))
+        calls["chat_who"] = text_json(await session.call_tool("chat_who", {}))
+        # Warm-up (as in py2_client.py / ts_client.cjs): measure the second notification-carrying call.
+        await session.call_tool("slow_progress", {"sender": args.sender, "count": 1})
+        logs.clear()
+        calls["slow_progress"] = text_json(
+            await session.call_tool(
+                "slow_progress", {"sender": args.sender, "count": args.count}, progress_callback=on_progress
+            )
+        )
 
 
 async def run_bounded(args, out: dict) -> None:
-    with anyio.fail_after(60):
+    with anyio.fail_after(args.timeout):
         await run(args, out)
 
 
@@ -114,6 +134,8 @@ def main() -> None:
     parser.add_argument("--x-agent-token")
     parser.add_argument("--sender", default="mallory")
     parser.add_argument("--count", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=30, help="bound on the whole run, seconds")
+    parser.add_argument("--transport", choices=["streamable-http", "sse"], default="streamable-http")
     args = parser.parse_args()
     out: dict = {"sdk": version("mcp"), "httpx": version("httpx"), "http": [], "progress": [], "logs": [],
                  "calls": {}, "error": None}

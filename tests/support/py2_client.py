@@ -112,7 +112,7 @@ async def run(args, out: dict) -> None:
 
 
 async def run_bounded(args, out: dict) -> None:
-    with anyio.fail_after(60):
+    with anyio.fail_after(args.timeout):
         await run(args, out)
 
 
@@ -123,6 +123,7 @@ def main() -> None:
     parser.add_argument("--x-agent-token")
     parser.add_argument("--sender", default="mallory")
     parser.add_argument("--count", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=30, help="bound on the whole run, seconds")
     args = parser.parse_args()
     out: dict = {"sdk": version("mcp"), "httpx2": version("httpx2"), "http": [], "progress": [], "logs": [],
                  "calls": {}, "error": None}

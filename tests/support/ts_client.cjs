@@ -1,7 +1,7 @@
 // TypeScript MCP SDK client (StreamableHTTPClientTransport on Node's fetch), as JSON on stdout.
 //
 //   NODE_PATH=<realenv>/node/node_modules node ts_client.cjs URL [--authorization "Bearer spoof"]
-//        [--x-agent-token spoof] [--sender mallory]
+//        [--x-agent-token spoof] [--sender mallory] [--transport streamable-http|sse]
 //
 // connect (initialize + notifications/initialized + standalone GET stream), tools/list, tools/call
 // (chat_send, chat_join, chat_read, chat_who as --sender), slow_progress (arrival latency of each
@@ -9,10 +9,13 @@
 // outside any request: it must arrive on the GET stream, which this script taps), terminateSession()
 // (DELETE) and close(). Every fetch is recorded (method, status, what `headers.get('mcp-session-id')`
 // reads). Prints one JSON object; exits 0 even if a step failed ("error").
+// With `--transport sse`: the legacy SSEClientTransport (URL = the `/sse` endpoint); the server's
+// out-of-request notifications then arrive on that one GET stream, and there is no session to terminate.
 'use strict';
 
 const { Client } = require('@modelcontextprotocol/sdk/client/index.js');
 const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/client/streamableHttp.js');
+const { SSEClientTransport } = require('@modelcontextprotocol/sdk/client/sse.js');
 const {
   LoggingMessageNotificationSchema,
   ToolListChangedNotificationSchema,
@@ -20,13 +23,15 @@ const {
 const sdkVersion = require('@modelcontextprotocol/sdk/package.json').version;
 
 function parseArgs(argv) {
-  const args = { url: null, authorization: null, xAgentToken: null, sender: 'mallory', count: 3 };
+  const args = { url: null, authorization: null, xAgentToken: null, sender: 'mallory', count: 3, transport: 'streamable-http', timeout: 30 };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--authorization') args.authorization = argv[++i];
     else if (a === '--x-agent-token') args.xAgentToken = argv[++i];
     else if (a === '--sender') args.sender = argv[++i];
     else if (a === '--count') args.count = Number(argv[++i]);
+    else if (a === '--transport') args.transport = argv[++i];
+    else if (a === '--timeout') args.timeout = Number(argv[++i]);
     else if (args.url === null) args.url = a;
     else throw new Error(`unexpected argument ${a}`);
   }
@@ -61,8 +66,10 @@ async function run(args, out) {
   const recordingFetch = async (url, init) => {
     const method = (init && init.method) || 'GET';
     const response = await fetch(url, init);
+    const u = new URL(String(url instanceof Request ? url.url : url));
     const entry = {
       method,
+      path: u.pathname + u.search,
       status: response.status,
       content_type: response.headers.get('content-type'),
       session_get: response.headers.get('mcp-session-id'),
@@ -111,7 +118,8 @@ async function run(args, out) {
   if (args.authorization !== null) headers['Authorization'] = args.authorization;
   if (args.xAgentToken !== null) headers['X-Agent-Token'] = args.xAgentToken;
 
-  const transport = new StreamableHTTPClientTransport(new URL(args.url), {
+  const Transport = args.transport === 'sse' ? SSEClientTransport : StreamableHTTPClientTransport;
+  const transport = new Transport(new URL(args.url), {
     requestInit: { headers },
     fetch: recordingFetch,
   });
@@ -179,8 +187,10 @@ async function run(args, out) {
   );
   out.standalone_logs = out.logs.splice(before);
 
-  await transport.terminateSession();
-  out.session_id_after_terminate = transport.sessionId ?? null;
+  if (args.transport !== 'sse') {
+    await transport.terminateSession();
+    out.session_id_after_terminate = transport.sessionId ?? null;
+  }
   await client.close();
   out.closed = true;
 }
@@ -205,7 +215,7 @@ async function main() {
     await Promise.race([
       run(args, out),
       new Promise((_, reject) => {
-        timer = setTimeout(() => reject(new Error('ts_client.cjs: timed out after 60 s')), 60000);
+        timer = setTimeout(() => reject(new Error(`ts_client.cjs: timed out after ${args.timeout} s`)), args.timeout * 1000);
       }),
     ]);
   } catch (e) {
