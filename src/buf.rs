@@ -16,12 +16,7 @@ impl Buf {
     /// A buffer that may grow up to `limit` bytes. Memory is taken on the
     /// first `space()` call, so an idle connection holds none.
     pub fn new(limit: usize) -> Self {
-        Buf {
-            bytes: Vec::new(),
-            start: 0,
-            end: 0,
-            limit: limit.max(IO_BUF_SIZE),
-        }
+        Buf { bytes: Vec::new(), start: 0, end: 0, limit: limit.max(IO_BUF_SIZE) }
     }
 
     /// Bytes held and not yet consumed.

@@ -4,6 +4,8 @@
 //! never appears in an error message.
 
 use crate::limits;
+use crate::mcp::identity::{self, Identity, IdentityError};
+use crate::mcp::stamp::{parse_stamp_arg, StampMap};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -29,12 +31,23 @@ pub struct Upstream {
 pub struct Config {
     pub upstream: Upstream,
     pub listen: SocketAddr,
-    pub agent: String,
-    /// Secret: never logged (see the `Debug` impl).
-    pub token: String,
+    /// The identity at start (agent name and token; the token is never
+    /// logged). `--identity-file` and `--control-stdin` replace it live.
+    pub identity: Identity,
+    /// `{"agent": "...", "token": "..."}`, re-read on change and on SIGHUP.
+    pub identity_file: Option<PathBuf>,
+    /// Identity objects, one per line, on stdin; EOF shuts down.
+    pub control_stdin: bool,
+    /// Which argument of which tool is stamped with the agent name.
+    pub stamps: StampMap,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub idle_timeout: Duration,
+    /// Extra browser origins allowed besides the loopback ones (`--allow-origin`).
+    pub allow_origins: Vec<String>,
+    /// Secret clients must present as `Authorization: Bearer` (required
+    /// when listening on a non-loopback address). Never logged.
+    pub client_token: Option<String>,
 }
 
 impl fmt::Debug for Config {
@@ -42,11 +55,15 @@ impl fmt::Debug for Config {
         f.debug_struct("Config")
             .field("upstream", &self.upstream)
             .field("listen", &self.listen)
-            .field("agent", &self.agent)
-            .field("token", &"<redacted>")
+            .field("identity", &self.identity)
+            .field("identity_file", &self.identity_file)
+            .field("control_stdin", &self.control_stdin)
+            .field("stamps", &self.stamps)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("allow_origins", &self.allow_origins)
+            .field("client_token", &self.client_token.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
@@ -63,10 +80,16 @@ pub enum ConfigError {
         flag: &'static str,
         why: &'static str,
     },
-    /// The token file could not be read (the kind, never the contents).
+    /// A token file could not be read (the kind, never the contents).
     TokenFile(PathBuf, std::io::ErrorKind),
+    /// A non-loopback `--listen` without `--client-token-file`.
+    ExposedWithoutClientToken,
     EmptyToken,
     InvalidToken,
+    /// `--agent` refused.
+    InvalidAgent(IdentityError),
+    /// The identity file at start: unreadable or invalid (never its contents).
+    IdentityFile(PathBuf, String),
     Https,
     Resolve(String),
 }
@@ -83,6 +106,9 @@ impl fmt::Display for ConfigError {
             ConfigError::TokenFile(p, kind) => {
                 write!(f, "cannot read token file {}: {kind}", p.display())
             }
+            ConfigError::ExposedWithoutClientToken => f.write_str(
+                "--listen on a non-loopback address needs --client-token-file: anything that reaches the port could act as the agent",
+            ),
             ConfigError::EmptyToken => f.write_str("the token is empty"),
             ConfigError::InvalidToken => {
                 f.write_str("the token must be visible ASCII without spaces (it is sent in a header)")
@@ -90,13 +116,14 @@ impl fmt::Display for ConfigError {
             ConfigError::Https => f.write_str(
                 "--upstream: https:// is not supported (no TLS in this binary); use http:// to a local server",
             ),
+            ConfigError::InvalidAgent(e) => write!(f, "invalid --agent: {e}"),
+            ConfigError::IdentityFile(p, why) => write!(f, "identity file {}: {why}", p.display()),
             ConfigError::Resolve(host) => write!(f, "--upstream: cannot resolve host '{host}'"),
         }
     }
 }
 
-pub const USAGE: &str = "\
-mcp-identity-proxy: a local identity proxy for one MCP agent.
+pub const USAGE: &str = r#"mcp-identity-proxy: a local identity proxy for one MCP agent.
 
 Relays MCP streamable HTTP (POST/GET/DELETE) and legacy SSE (GET /sse,
 POST /messages/) to one upstream server, replacing the client's credentials
@@ -109,9 +136,26 @@ USAGE:
 REQUIRED:
     --upstream URL          upstream MCP endpoint, http://HOST[:PORT][/PATH]
                             (https is refused: no TLS in this binary)
-    --agent NAME            the agent's name
+    --agent NAME            the agent's name (not needed with --identity-file)
     --token-file PATH       file holding the agent's token (trailing newline
-                            trimmed); or set MCP_PROXY_TOKEN instead
+                            trimmed); or set MCP_PROXY_TOKEN instead (not
+                            needed with --identity-file)
+
+IDENTITY:
+    --identity-file PATH    JSON {"agent": "NAME", "token": "TOKEN"}; re-read
+                            within a second of a change (rename or in-place
+                            write) and at once on SIGHUP. A bad file is logged
+                            and the previous identity kept.
+    --control-stdin         read the same JSON objects, one per line, from
+                            stdin; shut down gracefully at EOF (the proxy
+                            never outlives the wrapper that started it)
+    --stamp TOOL=PARAM      stamp the agent name into argument PARAM of tool
+                            TOOL (repeatable; adds to or overrides defaults)
+    --no-default-stamps     drop the default map: 'sender' for chat_send,
+                            chat_read, chat_resync, chat_decision,
+                            chat_set_hat, chat_claim, chat_rules,
+                            chat_summary, chat_propose_job; 'name' for
+                            chat_join
 
 OPTIONS:
     --listen ADDR:PORT      loopback address to listen on [default: 127.0.0.1:0]
@@ -120,6 +164,13 @@ OPTIONS:
     --response-timeout SECS request sent -> response head, then 504 [default: 300]
     --idle-timeout SECS     no byte either way on an open exchange or stream,
                             then the connection closes [default: 300]
+    --allow-origin ORIGIN   also accept this browser Origin, e.g.
+                            https://app.example (repeatable) [default: only
+                            http(s) origins on localhost, 127.0.0.1, [::1]]
+    --client-token-file PATH
+                            secret clients must send as 'Authorization:
+                            Bearer <secret>' (replaced upstream); required to
+                            --listen on a non-loopback address
     -h, --help              print this help
     -V, --version           print the version
 
@@ -139,9 +190,9 @@ EXIT STATUS:
        '  MCP proxy: port N in use (shared with another instance)')
 
 EXAMPLE:
-    mcp-identity-proxy --upstream http://127.0.0.1:8200/mcp \\
+    mcp-identity-proxy --upstream http://127.0.0.1:8200/mcp \
         --agent claude-prime --token-file ~/.agentchattr/claude.token
-";
+"#;
 
 /// Parse argv (without the program name) and the environment.
 pub fn parse<I>(args: I, env_token: Option<String>) -> Result<Config, ConfigError>
@@ -155,6 +206,12 @@ where
     let mut connect_timeout = limits::CONNECT_TIMEOUT;
     let mut response_timeout = limits::RESPONSE_TIMEOUT;
     let mut idle_timeout = limits::IDLE_TIMEOUT;
+    let mut allow_origins = Vec::new();
+    let mut identity_file = None;
+    let mut control_stdin = false;
+    let mut extra_stamps = Vec::new();
+    let mut default_stamps = true;
+    let mut client_token_file = None;
 
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -181,47 +238,96 @@ where
             "--response-timeout" => {
                 response_timeout = parse_secs("--response-timeout", &value("--response-timeout")?)?
             }
-            "--idle-timeout" => {
-                idle_timeout = parse_secs("--idle-timeout", &value("--idle-timeout")?)?
+            "--idle-timeout" => idle_timeout = parse_secs("--idle-timeout", &value("--idle-timeout")?)?,
+            "--allow-origin" => {
+                let origin = value("--allow-origin")?;
+                let origin = origin.trim_end_matches('/');
+                if !(origin.starts_with("http://") || origin.starts_with("https://")) || origin.len() < 9 {
+                    return Err(ConfigError::Invalid {
+                        flag: "--allow-origin",
+                        why: "expected http(s)://HOST[:PORT]",
+                    });
+                }
+                allow_origins.push(origin.to_ascii_lowercase());
             }
+            "--identity-file" => identity_file = Some(PathBuf::from(value("--identity-file")?)),
+            "--control-stdin" => control_stdin = true,
+            "--no-default-stamps" => default_stamps = false,
+            "--stamp" => {
+                let v = value("--stamp")?;
+                let pair =
+                    parse_stamp_arg(&v).map_err(|why| ConfigError::Invalid { flag: "--stamp", why })?;
+                extra_stamps.push(pair);
+            }
+            "--client-token-file" => client_token_file = Some(PathBuf::from(value("--client-token-file")?)),
             _ => return Err(ConfigError::UnknownFlag(arg)),
         }
     }
 
     let upstream = parse_upstream(&upstream.ok_or(ConfigError::Missing("--upstream"))?)?;
-    let agent = agent.ok_or(ConfigError::Missing("--agent"))?;
-    if agent.is_empty() || agent.len() > 256 || agent.chars().any(char::is_control) {
-        return Err(ConfigError::Invalid {
-            flag: "--agent",
-            why: "must be 1-256 characters without control characters",
-        });
-    }
-    let token = match token_file {
-        Some(path) => read_token_file(&path)?,
-        None => env_token.ok_or(ConfigError::Missing("--token-file or MCP_PROXY_TOKEN"))?,
+    let flag_token = match token_file {
+        Some(path) => Some(read_token_file(&path)?),
+        None => env_token,
     };
-    let token = token.trim().to_string();
-    check_token(&token)?;
+    let identity = match &identity_file {
+        Some(path) => read_identity_file(path)?,
+        None => {
+            let agent = agent.ok_or(ConfigError::Missing("--agent (or --identity-file)"))?;
+            identity::validate_agent(&agent).map_err(ConfigError::InvalidAgent)?;
+            let token = flag_token.ok_or(ConfigError::Missing("--token-file or MCP_PROXY_TOKEN"))?;
+            let token = token.trim().to_string();
+            check_token(&token)?;
+            Identity { agent, token }
+        }
+    };
+    let mut stamps = if default_stamps { StampMap::agentchattr() } else { StampMap::empty() };
+    for (tool, param) in &extra_stamps {
+        stamps.set(tool, param);
+    }
+    let client_token = match client_token_file {
+        Some(path) => {
+            let t = read_token_file(&path)?.trim().to_string();
+            check_token(&t)?;
+            Some(t)
+        }
+        None => None,
+    };
+    if !listen.ip().is_loopback() && client_token.is_none() {
+        return Err(ConfigError::ExposedWithoutClientToken);
+    }
     Ok(Config {
         upstream,
         listen,
-        agent,
-        token,
+        identity,
+        identity_file,
+        control_stdin,
+        stamps,
         connect_timeout,
         response_timeout,
         idle_timeout,
+        allow_origins,
+        client_token,
     })
 }
 
 /// A token goes into `Authorization: Bearer <t>`: visible ASCII only.
 pub fn check_token(token: &str) -> Result<(), ConfigError> {
-    if token.is_empty() {
-        return Err(ConfigError::EmptyToken);
+    match identity::validate_token(token) {
+        Ok(()) => Ok(()),
+        Err(IdentityError::Empty(_)) => Err(ConfigError::EmptyToken),
+        Err(_) => Err(ConfigError::InvalidToken),
     }
-    if token.len() > 4096 || !token.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
-        return Err(ConfigError::InvalidToken);
-    }
-    Ok(())
+}
+
+/// Read and parse an identity file (bounded size). Errors name the path and
+/// the reason, never the contents.
+pub fn read_identity_file(path: &PathBuf) -> Result<Identity, ConfigError> {
+    use std::io::Read;
+    let err = |why: String| ConfigError::IdentityFile(path.clone(), why);
+    let file = std::fs::File::open(path).map_err(|e| err(e.kind().to_string()))?;
+    let mut bytes = Vec::new();
+    file.take(limits::MAX_SECRET_FILE).read_to_end(&mut bytes).map_err(|e| err(e.kind().to_string()))?;
+    identity::parse(&bytes).map_err(|e| err(e.to_string()))
 }
 
 fn read_token_file(path: &PathBuf) -> Result<String, ConfigError> {
@@ -229,55 +335,34 @@ fn read_token_file(path: &PathBuf) -> Result<String, ConfigError> {
     let err = |e: std::io::Error| ConfigError::TokenFile(path.clone(), e.kind());
     let file = std::fs::File::open(path).map_err(err)?;
     let mut s = String::new();
-    file.take(limits::MAX_SECRET_FILE)
-        .read_to_string(&mut s)
-        .map_err(err)?;
+    file.take(limits::MAX_SECRET_FILE).read_to_string(&mut s).map_err(err)?;
     Ok(s)
 }
 
 /// Seconds as `N` or `N.F`, greater than zero.
 fn parse_secs(flag: &'static str, v: &str) -> Result<Duration, ConfigError> {
-    let bad = ConfigError::Invalid {
-        flag,
-        why: "expected seconds greater than 0, e.g. 5 or 0.5",
-    };
-    let ok = !v.is_empty()
-        && v.bytes().all(|b| b.is_ascii_digit() || b == b'.')
-        && v.matches('.').count() <= 1;
+    let bad = ConfigError::Invalid { flag, why: "expected seconds greater than 0, e.g. 5 or 0.5" };
+    let ok =
+        !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit() || b == b'.') && v.matches('.').count() <= 1;
     let secs: f64 = if ok {
         v.parse().map_err(|_| bad)?
     } else {
         return Err(bad);
     };
     if !(secs > 0.0 && secs <= 1e9) {
-        return Err(ConfigError::Invalid {
-            flag,
-            why: "expected seconds greater than 0, e.g. 5 or 0.5",
-        });
+        return Err(ConfigError::Invalid { flag, why: "expected seconds greater than 0, e.g. 5 or 0.5" });
     }
     Ok(Duration::from_secs_f64(secs))
 }
 
 fn parse_listen(v: &str) -> Result<SocketAddr, ConfigError> {
     let addr = match v.strip_prefix("localhost:") {
-        Some(port) => port
-            .parse::<u16>()
-            .ok()
-            .map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, p))),
+        Some(port) => port.parse::<u16>().ok().map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, p))),
         None => v.parse::<SocketAddr>().ok(),
     };
-    let addr = addr.ok_or(ConfigError::Invalid {
-        flag: "--listen",
-        why: "expected ADDR:PORT, e.g. 127.0.0.1:0",
-    })?;
-    // R26: the proxy adds the agent's credentials to whatever it forwards, so
-    // it listens on loopback only.
-    if !addr.ip().is_loopback() {
-        return Err(ConfigError::Invalid {
-            flag: "--listen",
-            why: "must be a loopback address (127.0.0.1 or [::1])",
-        });
-    }
+    let addr =
+        addr.ok_or(ConfigError::Invalid { flag: "--listen", why: "expected ADDR:PORT, e.g. 127.0.0.1:0" })?;
+    // R26: a non-loopback address needs a client token (checked in `parse`).
     Ok(addr)
 }
 
@@ -286,10 +371,7 @@ fn parse_upstream(v: &str) -> Result<Upstream, ConfigError> {
     if lower.starts_with("https://") {
         return Err(ConfigError::Https);
     }
-    let invalid = |why| ConfigError::Invalid {
-        flag: "--upstream",
-        why,
-    };
+    let invalid = |why| ConfigError::Invalid { flag: "--upstream", why };
     let rest = v
         .get(..7)
         .filter(|s| s.eq_ignore_ascii_case("http://"))
@@ -320,11 +402,7 @@ fn parse_upstream(v: &str) -> Result<Upstream, ConfigError> {
     if addrs.is_empty() {
         return Err(ConfigError::Resolve(lookup_host.to_string()));
     }
-    Ok(Upstream {
-        addrs,
-        authority: format!("{host}:{port}"),
-        path: path.to_string(),
-    })
+    Ok(Upstream { addrs, authority: format!("{host}:{port}"), path: path.to_string() })
 }
 
 /// `host[:port]` or `[v6][:port]`; port defaults to 80.
@@ -348,10 +426,7 @@ fn split_host_port(a: &str) -> Option<(&str, u16)> {
         Some(_) => return None,
         None => 80,
     };
-    if host
-        .bytes()
-        .any(|b| !(b.is_ascii_alphanumeric() || b"-._[]:".contains(&b)))
-    {
+    if host.bytes().any(|b| !(b.is_ascii_alphanumeric() || b"-._[]:".contains(&b))) {
         return None;
     }
     Some((host, port))
@@ -367,15 +442,13 @@ mod tests {
 
     #[test]
     fn minimal_with_env_token() {
-        let c = parse(
-            args("--upstream http://127.0.0.1:8200/mcp --agent a"),
-            Some("tok\n".into()),
-        )
-        .unwrap();
+        let c = parse(args("--upstream http://127.0.0.1:8200/mcp --agent a"), Some("tok\n".into())).unwrap();
         assert_eq!(c.upstream.authority, "127.0.0.1:8200");
         assert_eq!(c.upstream.path, "/mcp");
         assert_eq!(c.upstream.addrs, vec!["127.0.0.1:8200".parse().unwrap()]);
-        assert_eq!(c.token, "tok");
+        assert_eq!(c.identity.token, "tok");
+        assert_eq!(c.identity.agent, "a");
+        assert_eq!(c.stamps.param_for(b"chat_join"), Some("name"));
         assert_eq!(c.listen, "127.0.0.1:0".parse().unwrap());
         assert!(!format!("{c:?}").contains("tok\""));
     }
@@ -389,11 +462,7 @@ mod tests {
         ];
         for (url, authority, path) in ok {
             let u = parse_upstream(url).unwrap();
-            assert_eq!(
-                (u.authority.as_str(), u.path.as_str()),
-                (authority, path),
-                "{url}"
-            );
+            assert_eq!((u.authority.as_str(), u.path.as_str()), (authority, path), "{url}");
         }
         for bad in [
             "https://127.0.0.1:1/mcp",
@@ -411,67 +480,33 @@ mod tests {
     fn errors() {
         let up = "--upstream http://127.0.0.1:1/mcp --agent a";
         let cases: &[(&str, Option<&str>, ConfigError)] = &[
-            (
-                "--bogus",
-                Some("t"),
-                ConfigError::UnknownFlag("--bogus".into()),
-            ),
-            (
-                "--upstream",
-                Some("t"),
-                ConfigError::MissingValue("--upstream"),
-            ),
+            ("--bogus", Some("t"), ConfigError::UnknownFlag("--bogus".into())),
+            ("--upstream", Some("t"), ConfigError::MissingValue("--upstream")),
             ("--agent a", Some("t"), ConfigError::Missing("--upstream")),
+            (up, None, ConfigError::Missing("--token-file or MCP_PROXY_TOKEN")),
             (
-                up,
-                None,
-                ConfigError::Missing("--token-file or MCP_PROXY_TOKEN"),
+                "--upstream http://127.0.0.1:1/mcp",
+                Some("t"),
+                ConfigError::Missing("--agent (or --identity-file)"),
             ),
             (up, Some("  \n"), ConfigError::EmptyToken),
             (up, Some("a b"), ConfigError::InvalidToken),
-            (
-                "--upstream https://x/mcp --agent a",
-                Some("t"),
-                ConfigError::Https,
-            ),
+            ("--upstream https://x/mcp --agent a", Some("t"), ConfigError::Https),
             ("--help", None, ConfigError::Help),
         ];
         for (a, tok, want) in cases {
-            assert_eq!(
-                parse(args(a), tok.map(String::from)).unwrap_err(),
-                *want,
-                "{a}"
-            );
+            assert_eq!(parse(args(a), tok.map(String::from)).unwrap_err(), *want, "{a}");
         }
         let e = parse(args(&format!("{up} --listen nonsense")), Some("t".into())).unwrap_err();
-        assert!(matches!(
-            e,
-            ConfigError::Invalid {
-                flag: "--listen",
-                ..
-            }
-        ));
+        assert!(matches!(e, ConfigError::Invalid { flag: "--listen", .. }));
         let e = parse(args(&format!("{up} --listen 0.0.0.0:1")), Some("t".into())).unwrap_err();
-        assert!(matches!(
-            e,
-            ConfigError::Invalid {
-                flag: "--listen",
-                ..
-            }
-        ));
+        assert_eq!(e, ConfigError::ExposedWithoutClientToken);
+        let e = parse(args(&format!("{up} --allow-origin evil")), Some("t".into())).unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { flag: "--allow-origin", .. }));
         let e = parse(args(&format!("{up} --token-file /nonexistent/x")), None).unwrap_err();
-        assert!(matches!(
-            e,
-            ConfigError::TokenFile(_, std::io::ErrorKind::NotFound)
-        ));
+        assert!(matches!(e, ConfigError::TokenFile(_, std::io::ErrorKind::NotFound)));
         let e = parse(args(&format!("{up} --idle-timeout -1")), Some("t".into())).unwrap_err();
-        assert!(matches!(
-            e,
-            ConfigError::Invalid {
-                flag: "--idle-timeout",
-                ..
-            }
-        ));
+        assert!(matches!(e, ConfigError::Invalid { flag: "--idle-timeout", .. }));
     }
 
     #[test]

@@ -11,12 +11,14 @@ use crate::buf::Buf;
 use crate::config::Config;
 use crate::http::chunked::{ChunkTracker, Piece};
 use crate::http::framing::Framing;
+use crate::http::guard;
 use crate::http::head::{self, RequestHead, ResponseHead};
 use crate::io::{read_into, slices_after, write_vectored, Outcome};
 use crate::limits::{
-    CLIENT_IDLE_TIMEOUT, CONNECT_RETRIES, CONNECT_RETRY_DELAY, HEAD_TIMEOUT, IO_BUF_SIZE,
-    MAX_IO_PER_EVENT, MAX_REQUEST_HEAD, MAX_RESPONSE_HEAD, MAX_STAMP_BODY,
+    CLIENT_IDLE_TIMEOUT, CONNECT_RETRIES, CONNECT_RETRY_DELAY, HEAD_TIMEOUT, IO_BUF_SIZE, MAX_IO_PER_EVENT,
+    MAX_REQUEST_HEAD, MAX_RESPONSE_HEAD, MAX_STAMP_BODY,
 };
+use crate::mcp::sse::EndpointRewriter;
 use log::{debug, info, warn};
 use mio::net::TcpStream;
 use std::fmt;
@@ -33,7 +35,11 @@ pub struct Ctx<'a> {
     pub bearer: &'a [u8],
     /// The token alone, set as `x-agent-token`.
     pub token: &'a [u8],
+    /// The agent name stamped into tools/call arguments.
+    pub agent: &'a str,
     pub now: Instant,
+    /// The port the proxy listens on (the DNS-rebinding guard's Host check).
+    pub listen_port: u16,
     /// SIGINT/SIGTERM received: finish the current exchange, then close.
     pub shutting_down: bool,
 }
@@ -159,10 +165,15 @@ enum Phase {
         input: InFraming,
         out: OutMode,
         input_done: bool,
+        /// Legacy SSE: rewrites an absolute upstream URL in the first
+        /// `endpoint` event; dropped once it is done (R25).
+        rewriter: Option<Box<EndpointRewriter>>,
     },
-    /// A proxy-generated response is being flushed; then close or go on.
+    /// A proxy-generated response (or what arrived of a truncated one) is
+    /// being flushed; then close or go on.
     Reply {
         close: bool,
+        reason: CloseReason,
     },
     /// Our side is shut for writing; unread client bytes are drained so the
     /// kernel does not answer them with a reset that could destroy the
@@ -213,6 +224,10 @@ struct Exchange {
     bytes_out: u64,
     /// A stale pooled connection was already replaced once.
     retried: bool,
+    /// A POST with a JSON body: scanned and stamped (R19-R21).
+    stamp_candidate: bool,
+    /// Splices that put the agent's name into the body.
+    plan: crate::mcp::stamp::Plan,
 }
 
 pub struct Conn {
@@ -244,6 +259,8 @@ pub struct Conn {
     scanned: usize,
     /// The upstream allows its connection to be reused after this response.
     upstream_reusable: bool,
+    /// Output of the SSE endpoint rewriter before it is framed.
+    scratch: Vec<u8>,
 }
 
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
@@ -251,6 +268,7 @@ const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 fn reason_phrase(status: u16) -> &'static str {
     match status {
         400 => "Bad Request",
+        401 => "Unauthorized",
         403 => "Forbidden",
         408 => "Request Timeout",
         413 => "Content Too Large",
@@ -268,24 +286,6 @@ fn is_json_content_type(v: Option<&[u8]>) -> bool {
     let media = crate::http::headers::trim_ows(media);
     media.eq_ignore_ascii_case(b"application/json")
         || (media.len() > 5 && media[media.len() - 5..].eq_ignore_ascii_case(b"+json"))
-}
-
-/// `Location: http://<upstream authority>/x` -> `http://<client host>/x`
-/// (R24): FastMCP redirects `/mcp/` to its own absolute URL, which clients
-/// would otherwise follow around the proxy or refuse as cross-origin.
-fn rewrite_location(value: &[u8], upstream: &[u8], client_host: &[u8]) -> Option<Vec<u8>> {
-    let rest = value
-        .get(..7)
-        .filter(|s| s.eq_ignore_ascii_case(b"http://"))
-        .and(value.get(7..))?;
-    let after = rest
-        .get(..upstream.len())
-        .filter(|a| a.eq_ignore_ascii_case(upstream))
-        .and(rest.get(upstream.len()..))?;
-    if !(after.is_empty() || matches!(after[0], b'/' | b'?' | b'#')) || client_host.is_empty() {
-        return None;
-    }
-    Some([b"http://", client_host, after].concat())
 }
 
 impl Conn {
@@ -311,6 +311,7 @@ impl Conn {
             head_started: None,
             scanned: 0,
             upstream_reusable: false,
+            scratch: Vec::new(),
         }
     }
 
@@ -367,10 +368,7 @@ impl Conn {
         let _ = stream.set_nodelay(true);
         self.upstream = Some(UpstreamSock {
             stream,
-            ready: Ready {
-                readable: reused,
-                writable: reused,
-            },
+            ready: Ready { readable: reused, writable: reused },
             connected: reused,
             reused,
             received: false,
@@ -391,9 +389,7 @@ impl Conn {
                 None => self.last_activity + CLIENT_IDLE_TIMEOUT,
             }),
             Phase::ReadBody { .. } => Some(self.last_activity + HEAD_TIMEOUT),
-            Phase::Connect {
-                retry_at: Some(t), ..
-            } => Some(*t),
+            Phase::Connect { retry_at: Some(t), .. } => Some(*t),
             Phase::Connect { since, .. } => Some(*since + config.connect_timeout),
             Phase::SendRequest { .. } | Phase::ReadResponseHead { .. } => {
                 let since = match &self.phase {
@@ -410,12 +406,7 @@ impl Conn {
     }
 
     fn close(&mut self, reason: CloseReason) {
-        debug!(
-            "conn {} ({}): closed in {}: {reason}",
-            self.id,
-            self.peer,
-            self.phase.name()
-        );
+        debug!("conn {} ({}): closed in {}: {reason}", self.id, self.peer, self.phase.name());
         if let Some(u) = self.upstream.take() {
             self.released = Some((u.stream, false));
         }
@@ -441,17 +432,18 @@ impl Conn {
         if let Some(u) = self.upstream.take() {
             self.released = Some((u.stream, false));
         }
-        let body = format!(
-            "{{\"jsonrpc\":\"2.0\",\"error\":{{\"code\":{code},\"message\":\"{message}\"}}}}"
-        );
+        let mut body = format!("{{\"jsonrpc\":\"2.0\",\"error\":{{\"code\":{code},\"message\":").into_bytes();
+        crate::mcp::json::write_json_string(message, &mut body);
+        body.extend_from_slice(b"}}");
         let close = close || self.close_after || self.ex.http10;
         let _ = write!(
             self.to_client,
-            "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}\r\n{body}",
+            "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}\r\n",
             reason_phrase(status),
             body.len(),
             if close { "connection: close\r\n" } else { "" }
         );
+        self.to_client.extend_from_slice(&body);
         self.ex.status = status;
         self.ex.bytes_out = body.len() as u64;
         if self.ex.start.is_none() {
@@ -461,7 +453,7 @@ impl Conn {
         self.pass = 0;
         self.skip = 0;
         self.upstream_buf.clear();
-        self.phase = Phase::Reply { close };
+        self.phase = Phase::Reply { close, reason: CloseReason::BadRequest };
     }
 
     /// Move bytes until nothing more can be done now.
@@ -505,22 +497,11 @@ impl Conn {
                 self.close(CloseReason::ClientIdle);
             }
             Phase::ReadHead | Phase::ReadBody { .. } => {
-                warn!(
-                    "conn {}: request head or body not received in time",
-                    self.id
-                );
+                warn!("conn {}: request head or body not received in time", self.id);
                 self.reply_error(now, 408, -32600, "request not received in time", true);
             }
-            Phase::Connect {
-                attempt,
-                retry_at: Some(_),
-                since,
-            } => {
-                self.phase = Phase::Connect {
-                    attempt,
-                    retry_at: None,
-                    since,
-                };
+            Phase::Connect { attempt, retry_at: Some(_), since } => {
+                self.phase = Phase::Connect { attempt, retry_at: None, since };
             }
             Phase::Connect { .. } => {
                 warn!("conn {}: upstream connect timed out", self.id);
@@ -553,11 +534,11 @@ impl Conn {
             Phase::SendRequest { .. } => self.send_request(ctx),
             Phase::ReadResponseHead { .. } => self.read_response_head(ctx),
             Phase::Relay { .. } => self.relay(ctx),
-            Phase::Reply { close } => {
+            Phase::Reply { close, reason } => {
                 if self.client_output_pending() {
                     false
                 } else if close {
-                    self.linger(ctx.now, CloseReason::BadRequest);
+                    self.linger(ctx.now, reason);
                     true
                 } else {
                     self.next_exchange(ctx.now)
@@ -568,10 +549,8 @@ impl Conn {
         };
         // Watch the client while the exchange runs: its EOF aborts the
         // exchange (R16), and pipelined requests wait in client_buf.
-        if matches!(
-            self.phase,
-            Phase::Connect { .. } | Phase::ReadResponseHead { .. } | Phase::Relay { .. }
-        ) {
+        if matches!(self.phase, Phase::Connect { .. } | Phase::ReadResponseHead { .. } | Phase::Relay { .. })
+        {
             progressed |= self.watch_client();
         }
         progressed
@@ -665,9 +644,7 @@ impl Conn {
 
     fn read_head(&mut self, ctx: &Ctx) -> bool {
         let mut progressed = false;
-        if !self.client_buf.is_empty()
-            && head::may_be_complete(self.client_buf.data(), self.scanned)
-        {
+        if !self.client_buf.is_empty() && head::may_be_complete(self.client_buf.data(), self.scanned) {
             return self.parse_head(ctx);
         }
         self.scanned = self.client_buf.len();
@@ -688,11 +665,8 @@ impl Conn {
             self.scanned = self.client_buf.len();
         }
         if gone {
-            let reason = if self.client_buf.is_empty() {
-                CloseReason::ClientClosed
-            } else {
-                CloseReason::ClientError
-            };
+            let reason =
+                if self.client_buf.is_empty() { CloseReason::ClientClosed } else { CloseReason::ClientError };
             self.close(reason);
             return true;
         }
@@ -732,16 +706,9 @@ impl Conn {
         let ex = &mut self.ex;
         ex.method = req.method.clone();
         ex.target = req.target.clone();
-        ex.client_host = req
-            .headers
-            .get(b"host")
-            .map(smallvec::SmallVec::from_slice)
-            .unwrap_or_default();
+        ex.client_host = req.headers.get(b"host").map(smallvec::SmallVec::from_slice).unwrap_or_default();
         ex.head_request = req.is_method(b"HEAD");
-        ex.idempotent = matches!(
-            req.method.as_slice(),
-            b"GET" | b"HEAD" | b"OPTIONS" | b"DELETE" | b"PUT"
-        );
+        ex.idempotent = matches!(req.method.as_slice(), b"GET" | b"HEAD" | b"OPTIONS" | b"DELETE" | b"PUT");
         ex.http10 = req.http10;
         ex.start = Some(ctx.now);
         ex.status = 0;
@@ -751,6 +718,11 @@ impl Conn {
         if !req.keep_alive || ctx.shutting_down {
             self.close_after = true;
         }
+        if let Some((status, message)) = admission(&req, ctx) {
+            warn!("conn {} ({}): refused: {message}", self.id, self.peer);
+            self.reply_error(ctx.now, status, -32600, message, true);
+            return;
+        }
         let buffered = match req.framing {
             Framing::Chunked => true,
             Framing::Length(_) => {
@@ -759,7 +731,8 @@ impl Conn {
             _ => false,
         };
         if let Framing::Length(n) = req.framing {
-            if buffered && n > MAX_STAMP_BODY as u64 {
+            // R33: refused before a byte of it is read.
+            if n > MAX_STAMP_BODY as u64 {
                 warn!("conn {}: request body of {n} bytes refused", self.id);
                 self.reply_error(ctx.now, 413, -32600, "request body too large", true);
                 return;
@@ -777,32 +750,47 @@ impl Conn {
             Framing::Length(n) if !buffered => n,
             _ => 0,
         };
+        self.ex.stamp_candidate =
+            buffered && req.is_method(b"POST") && is_json_content_type(req.headers.get(b"content-type"));
         self.ex.headers = req.headers;
-        headers_for_upstream(&mut self.ex.headers, ctx);
         self.phase = match req.framing {
-            Framing::Chunked => Phase::ReadBody {
-                tracker: Some(ChunkTracker::new()),
-                remaining: 0,
-            },
-            Framing::Length(n) if buffered => Phase::ReadBody {
-                tracker: None,
-                remaining: n,
-            },
+            Framing::Chunked => Phase::ReadBody { tracker: Some(ChunkTracker::new()), remaining: 0 },
+            Framing::Length(n) if buffered => Phase::ReadBody { tracker: None, remaining: n },
             _ => {
-                self.finish_request_head();
-                Phase::Connect {
-                    attempt: 0,
-                    retry_at: None,
-                    since: ctx.now,
-                }
+                self.finish_request_head(ctx);
+                return;
             }
         };
     }
 
-    /// Write the upstream request head into `ex.head_out`. Framing is
-    /// derived here, never copied: a stale Content-Length cannot be sent.
-    fn finish_request_head(&mut self) {
+    /// Stamp the body, apply the current identity and write the upstream
+    /// request head into `ex.head_out`, then go to Connect. Identity, token
+    /// and stamp come from one `ctx`, so no request mixes two identities.
+    /// Framing is derived here, never copied: a stale Content-Length cannot
+    /// be sent.
+    fn finish_request_head(&mut self, ctx: &Ctx) {
         let ex = &mut self.ex;
+        ex.plan = crate::mcp::stamp::Plan::default();
+        if ex.stamp_candidate {
+            match crate::mcp::stamp::plan(&ex.body, ctx.agent, &ctx.config.stamps) {
+                Ok(plan) => ex.plan = plan,
+                Err(e) => {
+                    // Fail closed (R21): never forwarded unstamped.
+                    warn!("conn {}: JSON body refused: {e}", self.id);
+                    self.reply_error(ctx.now, 400, e.jsonrpc_code(), &e.to_string(), false);
+                    return;
+                }
+            }
+            // R22: an argument mirrored into `Mcp-Param-<key>` (protocol
+            // 2026-07-28) must carry the stamped value too.
+            for key in ex.plan.stamped_keys() {
+                let name = [b"mcp-param-".as_slice(), key.as_bytes()].concat();
+                if ex.headers.get(&name).is_some() {
+                    let _ = ex.headers.set(&name, &crate::mcp::stamp::mcp_param_value(ctx.agent));
+                }
+            }
+        }
+        headers_for_upstream(&mut ex.headers, ctx);
         ex.head_out.clear();
         ex.head_out.extend_from_slice(&ex.method);
         ex.head_out.push(b' ');
@@ -810,18 +798,17 @@ impl Conn {
         ex.head_out.extend_from_slice(b" HTTP/1.1\r\n");
         ex.headers.write_to(&mut ex.head_out);
         let length = match ex.body_mode {
-            BodyMode::Buffered => Some(ex.body.len() as u64),
+            BodyMode::Buffered => Some(ex.plan.new_len(ex.body.len()) as u64),
             BodyMode::Stream => Some(ex.stream_len),
             // RFC 9110 §8.6: send a length when the method defines content.
-            BodyMode::None if matches!(ex.method.as_slice(), b"POST" | b"PUT" | b"PATCH") => {
-                Some(0)
-            }
+            BodyMode::None if matches!(ex.method.as_slice(), b"POST" | b"PUT" | b"PATCH") => Some(0),
             BodyMode::None => None,
         };
         if let Some(n) = length {
             let _ = write!(ex.head_out, "content-length: {n}\r\n");
         }
         ex.head_out.extend_from_slice(b"\r\n");
+        self.phase = Phase::Connect { attempt: 0, retry_at: None, since: ctx.now };
     }
 
     fn read_body(&mut self, ctx: &Ctx) -> bool {
@@ -862,10 +849,7 @@ impl Conn {
             self.client_buf.consume(n);
             progressed = true;
             if self.ex.body.len() > MAX_STAMP_BODY {
-                warn!(
-                    "conn {}: chunked request body over {MAX_STAMP_BODY} bytes refused",
-                    self.id
-                );
+                warn!("conn {}: chunked request body over {MAX_STAMP_BODY} bytes refused", self.id);
                 failure = Some((413, "request body too large"));
                 break;
             }
@@ -879,12 +863,7 @@ impl Conn {
             return true;
         }
         if done {
-            self.finish_request_head();
-            self.phase = Phase::Connect {
-                attempt: 0,
-                retry_at: None,
-                since: ctx.now,
-            };
+            self.finish_request_head(ctx);
             return true;
         }
         let (n, gone) = self.read_client();
@@ -926,10 +905,7 @@ impl Conn {
             }
         }
         self.last_activity = ctx.now;
-        self.phase = Phase::SendRequest {
-            written: 0,
-            stream_remaining: self.ex.stream_len,
-        };
+        self.phase = Phase::SendRequest { written: 0, stream_remaining: self.ex.stream_len };
         true
     }
 
@@ -943,17 +919,10 @@ impl Conn {
             return;
         };
         if attempt < CONNECT_RETRIES {
-            self.phase = Phase::Connect {
-                attempt: attempt + 1,
-                retry_at: Some(ctx.now + CONNECT_RETRY_DELAY),
-                since,
-            };
+            self.phase =
+                Phase::Connect { attempt: attempt + 1, retry_at: Some(ctx.now + CONNECT_RETRY_DELAY), since };
         } else {
-            warn!(
-                "conn {}: upstream unreachable after {} attempts",
-                self.id,
-                attempt + 1
-            );
+            warn!("conn {}: upstream unreachable after {} attempts", self.id, attempt + 1);
             self.reply_error(ctx.now, 502, -32000, "upstream unreachable", false);
         }
     }
@@ -962,83 +931,66 @@ impl Conn {
     /// pooled connection is replaced once for idempotent requests; a POST
     /// whose bytes were written is never replayed (R35).
     fn upstream_lost_before_response(&mut self, ctx: &Ctx) {
-        let stale = self
-            .upstream
-            .as_ref()
-            .is_some_and(|u| u.reused && !u.received);
+        let stale = self.upstream.as_ref().is_some_and(|u| u.reused && !u.received);
         if let Some(u) = self.upstream.take() {
             self.released = Some((u.stream, false));
         }
-        if stale && !self.ex.retried && self.ex.idempotent && self.ex.body_mode != BodyMode::Stream
-        {
-            debug!(
-                "conn {}: pooled upstream connection was stale; reconnecting",
-                self.id
-            );
+        if stale && !self.ex.retried && self.ex.idempotent && self.ex.body_mode != BodyMode::Stream {
+            debug!("conn {}: pooled upstream connection was stale; reconnecting", self.id);
             self.ex.retried = true;
             self.upstream_buf.clear();
-            self.phase = Phase::Connect {
-                attempt: 0,
-                retry_at: None,
-                since: ctx.now,
-            };
+            self.phase = Phase::Connect { attempt: 0, retry_at: None, since: ctx.now };
             return;
         }
-        warn!(
-            "conn {}: upstream closed the connection before answering",
-            self.id
-        );
-        self.reply_error(
-            ctx.now,
-            502,
-            -32000,
-            "upstream closed the connection without a response",
-            false,
-        );
+        warn!("conn {}: upstream closed the connection before answering", self.id);
+        self.reply_error(ctx.now, 502, -32000, "upstream closed the connection without a response", false);
     }
 
     fn send_request(&mut self, ctx: &Ctx) -> bool {
-        let Phase::SendRequest {
-            written,
-            stream_remaining,
-        } = &mut self.phase
-        else {
+        let Phase::SendRequest { written, stream_remaining } = &mut self.phase else {
             return false;
         };
         let Some(u) = self.upstream.as_mut() else {
             return false;
         };
         let mut progressed = false;
-        let body: &[u8] = if self.ex.body_mode == BodyMode::Buffered {
-            &self.ex.body
-        } else {
-            &[]
-        };
-        let parts: [&[u8]; 2] = [&self.ex.head_out, body];
-        let total = self.ex.head_out.len() + body.len();
         let mut lost = false;
-        while *written < total && u.ready.writable {
-            let slices = slices_after::<2>(&parts, *written);
-            let (n, outcome) = write_vectored(&mut u.stream, &slices);
-            *written += n;
-            progressed |= n > 0;
-            match outcome {
-                Outcome::Open => {}
-                Outcome::WouldBlock => u.ready.writable = false,
-                Outcome::Closed | Outcome::Error(_) => {
-                    lost = true;
-                    break;
+        let total = {
+            // [head, body before splice, splice, body after, ...]: one vectored
+            // write, the body never copied (DESIGN.md §6).
+            let mut parts: smallvec::SmallVec<[&[u8]; 8]> = smallvec::smallvec![self.ex.head_out.as_slice()];
+            if self.ex.body_mode == BodyMode::Buffered {
+                let body = self.ex.body.as_slice();
+                let mut at = 0;
+                for splice in self.ex.plan.splices() {
+                    parts.push(body.get(at..splice.start).unwrap_or_default());
+                    parts.push(&splice.insert);
+                    at = splice.end;
+                }
+                parts.push(body.get(at..).unwrap_or_default());
+            }
+            let total: usize = parts.iter().map(|p| p.len()).sum();
+            while *written < total && u.ready.writable {
+                let slices = slices_after::<8>(&parts, *written);
+                let (n, outcome) = write_vectored(&mut u.stream, &slices);
+                *written += n;
+                progressed |= n > 0;
+                match outcome {
+                    Outcome::Open => {}
+                    Outcome::WouldBlock => u.ready.writable = false,
+                    Outcome::Closed | Outcome::Error(_) => {
+                        lost = true;
+                        break;
+                    }
                 }
             }
-        }
+            total
+        };
         // A Content-Length body relayed as it arrives.
         while !lost && *written >= total && *stream_remaining > 0 && u.ready.writable {
             if self.client_buf.is_empty() {
-                let (n, gone) = read_client_into(
-                    &mut self.client,
-                    &mut self.client_ready,
-                    &mut self.client_buf,
-                );
+                let (n, gone) =
+                    read_client_into(&mut self.client, &mut self.client_ready, &mut self.client_buf);
                 if gone && n == 0 {
                     self.ex.status = 499;
                     self.log_exchange(ctx.now);
@@ -1157,28 +1109,37 @@ impl Conn {
 
     fn start_relay(&mut self, mut resp: ResponseHead, ctx: &Ctx) {
         let http10 = self.ex.http10;
+        let sse = resp
+            .headers
+            .get(b"content-type")
+            .is_some_and(|v| v.len() >= 17 && v[..17].eq_ignore_ascii_case(b"text/event-stream"));
+        // Legacy SSE (R25): the first event of a GET stream may announce an
+        // absolute upstream URL. Only bodies that can carry events qualify.
+        let rewrite = sse
+            && self.ex.method.as_slice() == b"GET"
+            && resp.status == 200
+            && resp.framing != Framing::None
+            && !self.ex.client_host.is_empty();
         let (input, out) = match resp.framing {
             Framing::None => (InFraming::None, OutMode::None),
-            Framing::Length(n) => (InFraming::Length { remaining: n }, OutMode::Same),
-            Framing::Chunked if http10 => (InFraming::Chunked(ChunkTracker::new()), OutMode::Raw),
-            Framing::Chunked => (InFraming::Chunked(ChunkTracker::new()), OutMode::Same),
-            Framing::UntilClose if http10 => (InFraming::UntilClose, OutMode::Raw),
+            _ if http10 => (in_framing(resp.framing), OutMode::Raw),
+            Framing::Length(_) if rewrite => (in_framing(resp.framing), OutMode::Chunk),
+            Framing::Length(_) | Framing::Chunked => (in_framing(resp.framing), OutMode::Same),
             Framing::UntilClose => (InFraming::UntilClose, OutMode::Chunk),
         };
+        let rewriter = rewrite.then(|| {
+            Box::new(EndpointRewriter::new(ctx.config.upstream.authority.as_bytes(), &self.ex.client_host))
+        });
         self.upstream_reusable = resp.keep_alive;
         if out == OutMode::Raw {
             self.close_after = true;
         }
         if let Some(loc) = resp.headers.get(b"location") {
             let upstream = ctx.config.upstream.authority.as_bytes();
-            if let Some(new) = rewrite_location(loc, upstream, &self.ex.client_host) {
+            if let Some(new) = crate::mcp::sse::rewrite_location(loc, upstream, &self.ex.client_host) {
                 let _ = resp.headers.set(b"location", &new);
             }
         }
-        let sse = resp
-            .headers
-            .get(b"content-type")
-            .is_some_and(|v| v.len() >= 17 && v[..17].eq_ignore_ascii_case(b"text/event-stream"));
         if sse && resp.headers.get(b"x-accel-buffering").is_none() {
             // R15: tell any buffering intermediary after us to stream.
             let _ = resp.headers.set(b"x-accel-buffering", b"no");
@@ -1193,9 +1154,7 @@ impl Conn {
             (OutMode::Same, Framing::Length(n)) => {
                 let _ = write!(t, "content-length: {n}\r\n");
             }
-            (OutMode::Same, _) | (OutMode::Chunk, _) => {
-                t.extend_from_slice(b"transfer-encoding: chunked\r\n")
-            }
+            (OutMode::Same | OutMode::Chunk, _) => t.extend_from_slice(b"transfer-encoding: chunked\r\n"),
             (OutMode::None, _) => {
                 if let Some(n) = resp.advertised_length {
                     let _ = write!(t, "content-length: {n}\r\n");
@@ -1208,19 +1167,35 @@ impl Conn {
         }
         t.extend_from_slice(b"\r\n");
         self.ex.status = resp.status;
-        let input_done =
-            matches!(input, InFraming::None) || matches!(input, InFraming::Length { remaining: 0 });
-        self.phase = Phase::Relay {
-            input,
-            out,
-            input_done,
-        };
+        let input_done = matches!(input, InFraming::None | InFraming::Length { remaining: 0 });
+        self.phase = Phase::Relay { input, out, input_done, rewriter };
+        if input_done {
+            // An empty body: nothing for the rewriter to see.
+            if let Phase::Relay { rewriter, .. } = &mut self.phase {
+                *rewriter = None;
+            }
+        }
+    }
+
+    /// Queue payload bytes made by the proxy (rewritten SSE), framed as one
+    /// chunk unless the client reads a close-delimited body.
+    fn emit_payload(&mut self, out: OutMode) {
+        if self.scratch.is_empty() {
+            return;
+        }
+        if out == OutMode::Raw {
+            self.to_client.extend_from_slice(&self.scratch);
+        } else {
+            let _ = write!(self.to_client, "{:x}\r\n", self.scratch.len());
+            self.to_client.extend_from_slice(&self.scratch);
+            self.to_client.extend_from_slice(b"\r\n");
+        }
+        self.ex.bytes_out += self.scratch.len() as u64;
+        self.scratch.clear();
     }
 
     fn relay(&mut self, ctx: &Ctx) -> bool {
-        let Phase::Relay { input_done, .. } = &self.phase else {
-            return false;
-        };
+        let Phase::Relay { input_done, .. } = &self.phase else { return false };
         let (mut n, mut eof) = (0, false);
         if !*input_done {
             (n, eof) = self.read_upstream();
@@ -1229,33 +1204,31 @@ impl Conn {
         if n > 0 {
             self.last_activity = ctx.now;
         }
-        let Phase::Relay {
-            input,
-            out,
-            input_done,
-        } = &mut self.phase
+        let Phase::Relay { mut input, out, mut input_done, mut rewriter } =
+            mem::replace(&mut self.phase, Phase::ReadHead)
         else {
             return progressed;
         };
         let mut bad_chunk = false;
-        // Classify the unread bytes: pass them, copy them re-framed, or
-        // drop them. Dropping needs the bytes before them written first.
-        while self.skip == 0 && !*input_done {
+        // Classify the unread bytes: pass them, copy them re-framed, or drop
+        // them. Dropping needs the bytes before them written first.
+        while self.skip == 0 && !input_done {
             let avail = &self.upstream_buf.data()[self.pass..];
-            if avail.is_empty() || (*out == OutMode::Chunk && self.to_client.len() > IO_BUF_SIZE) {
+            let copying = out == OutMode::Chunk || rewriter.is_some();
+            if avail.is_empty() || (copying && self.to_client.len() > IO_BUF_SIZE) {
                 break;
             }
-            let (len, piece) = match input {
+            let (len, piece) = match &mut input {
                 InFraming::None => break,
                 InFraming::Length { remaining } => {
                     let n = (*remaining).min(avail.len() as u64);
                     *remaining -= n;
-                    *input_done = *remaining == 0;
+                    input_done = *remaining == 0;
                     (n as usize, Piece::Data)
                 }
                 InFraming::Chunked(t) => match t.step(avail) {
                     Ok(Some(step)) => {
-                        *input_done = t.is_done();
+                        input_done = t.is_done();
                         (step.len, step.piece)
                     }
                     Ok(None) => break,
@@ -1268,80 +1241,82 @@ impl Conn {
                 InFraming::UntilClose => (avail.len(), Piece::Data),
             };
             progressed = true;
-            match (*out, piece) {
+            if let Some(rw) = rewriter.as_mut() {
+                // Nothing is passed while rewriting (pass == 0): payload goes
+                // through the rewriter, upstream framing is replaced by ours.
+                if piece == Piece::Data {
+                    rw.feed(&avail[..len], &mut self.scratch);
+                }
+                self.upstream_buf.consume(len);
+                if input_done {
+                    rw.finish(&mut self.scratch);
+                }
+                self.emit_payload(out);
+                let boundary = match &input {
+                    InFraming::Chunked(t) => t.at_chunk_boundary(),
+                    _ => true,
+                };
+                if input_done && out == OutMode::Same {
+                    self.to_client.extend_from_slice(b"0\r\n\r\n");
+                }
+                if input_done || (rw.is_done() && boundary) {
+                    rewriter = None;
+                }
+                continue;
+            }
+            match (out, piece) {
                 (OutMode::Same, Piece::Data | Piece::Framing) | (OutMode::Raw, Piece::Data) => {
                     self.pass += len
                 }
                 (OutMode::Chunk, Piece::Data) => {
-                    let _ = write!(self.to_client, "{len:x}\r\n");
-                    self.to_client.extend_from_slice(&avail[..len]);
-                    self.to_client.extend_from_slice(b"\r\n");
+                    self.scratch.extend_from_slice(&avail[..len]);
                     self.upstream_buf.consume(len);
-                    self.ex.bytes_out += len as u64;
+                    self.emit_payload(out);
                 }
                 _ if self.pass == 0 => self.upstream_buf.consume(len),
                 _ => self.skip = len,
             }
-        }
-        if bad_chunk {
-            // Headers are gone already: the only honest signal left is to
-            // close without a terminating chunk.
-            self.log_exchange(ctx.now);
-            self.close(CloseReason::UpstreamTruncated);
-            return true;
         }
         if eof {
             if let Some(u) = self.upstream.take() {
                 self.released = Some((u.stream, false));
             }
             if matches!(input, InFraming::UntilClose) && self.upstream_buf.len() == self.pass {
-                *input_done = true;
-                if *out == OutMode::Chunk {
+                input_done = true;
+                if let Some(mut rw) = rewriter.take() {
+                    rw.finish(&mut self.scratch);
+                    self.emit_payload(out);
+                }
+                if out == OutMode::Chunk {
                     self.to_client.extend_from_slice(b"0\r\n\r\n");
                 }
                 progressed = true;
-            } else if !*input_done {
+            } else if !input_done {
                 debug!("conn {}: upstream closed mid-body", self.id);
-                self.upstream_reusable = false;
-                // Flush what arrived, then close without completing the body
-                // (R31: a truncated body is never presented as complete).
-                self.close_after = true;
-                self.truncate_after_flush(ctx);
-                return true;
+                bad_chunk = true;
             }
         }
+        if bad_chunk {
+            // Headers are gone already: the only honest signal left is to
+            // flush what arrived and close without a terminating chunk
+            // (R31: a truncated body is never presented as complete).
+            self.upstream_reusable = false;
+            if let Some(u) = self.upstream.take() {
+                self.released = Some((u.stream, false));
+            }
+            self.log_exchange(ctx.now);
+            self.phase = Phase::Reply { close: true, reason: CloseReason::UpstreamTruncated };
+            return true;
+        }
+        self.phase = Phase::Relay { input, out, input_done, rewriter };
         progressed |= self.flush_client(ctx.now);
-        if let Phase::Relay {
-            input_done: true, ..
-        } = self.phase
-        {
-            if !self.client_output_pending() && self.skip == 0 {
+        if input_done && !self.client_output_pending() && self.skip == 0 {
+            if let Phase::Relay { .. } = self.phase {
                 self.finish_exchange(ctx);
                 return true;
             }
         }
         progressed
-    }
-
-    /// The upstream died mid-body: write what we have, then close.
-    fn truncate_after_flush(&mut self, ctx: &Ctx) {
-        let mut out = OutMode::Same;
-        if let Phase::Relay { out: o, .. } = &self.phase {
-            out = *o;
-        }
-        // Pass the unclassified remainder too when it is plain payload.
-        if out == OutMode::Same {
-            if let Phase::Relay {
-                input: InFraming::Length { .. },
-                ..
-            } = &self.phase
-            {
-                self.pass = self.upstream_buf.len();
-            }
-        }
-        self.flush_client(ctx.now);
-        self.log_exchange(ctx.now);
-        self.close(CloseReason::UpstreamTruncated);
     }
 
     fn finish_exchange(&mut self, ctx: &Ctx) {
@@ -1361,11 +1336,7 @@ impl Conn {
     fn next_exchange(&mut self, now: Instant) -> bool {
         self.phase = Phase::ReadHead;
         self.scanned = 0;
-        self.head_started = if self.client_buf.is_empty() {
-            None
-        } else {
-            Some(now)
-        };
+        self.head_started = if self.client_buf.is_empty() { None } else { Some(now) };
         self.last_activity = now;
         true
     }
@@ -1378,10 +1349,7 @@ impl Conn {
         }
         let _ = self.client.shutdown(std::net::Shutdown::Write);
         self.client_buf.clear();
-        self.phase = Phase::Linger {
-            until: now + LINGER,
-            reason,
-        };
+        self.phase = Phase::Linger { until: now + LINGER, reason };
     }
 
     fn drain_client(&mut self) -> bool {
@@ -1399,6 +1367,15 @@ impl Conn {
                 return false;
             }
         }
+    }
+}
+
+fn in_framing(f: Framing) -> InFraming {
+    match f {
+        Framing::None => InFraming::None,
+        Framing::Length(n) => InFraming::Length { remaining: n },
+        Framing::Chunked => InFraming::Chunked(ChunkTracker::new()),
+        Framing::UntilClose => InFraming::UntilClose,
     }
 }
 
@@ -1425,12 +1402,49 @@ fn read_client_into(client: &mut TcpStream, ready: &mut Ready, buf: &mut Buf) ->
     (total, false)
 }
 
+/// Who may use the proxy (R26, R27): before any upstream contact, the
+/// request must name the proxy by a loopback Host (a DNS-rebound name cannot)
+/// or carry the client token, and any Origin must be a loopback or listed
+/// one. Only origin-form targets are relayed: an absolute-form target would
+/// name an authority other than the one checked.
+fn admission(req: &RequestHead, ctx: &Ctx) -> Option<(u16, &'static str)> {
+    let target = req.target.as_slice();
+    if !(target.starts_with(b"/") || (target == b"*" && req.is_method(b"OPTIONS"))) {
+        return Some((400, "request target must be a path"));
+    }
+    match &ctx.config.client_token {
+        None => {
+            let host = req.headers.get(b"host").unwrap_or_default();
+            if !guard::host_allowed(host, ctx.listen_port) {
+                return Some((403, "Host not allowed"));
+            }
+        }
+        Some(secret) => {
+            let presented = req.headers.get(b"authorization").unwrap_or_default();
+            if !guard::bearer_matches(presented, secret.as_bytes()) {
+                return Some((401, "client token required"));
+            }
+        }
+    }
+    if let Some(origin) = req.headers.get(b"origin") {
+        let extra: smallvec::SmallVec<[&[u8]; 4]> =
+            ctx.config.allow_origins.iter().map(|o| o.as_bytes()).collect();
+        if !guard::origin_allowed(origin, &extra) {
+            return Some((403, "Origin not allowed"));
+        }
+    }
+    None
+}
+
 /// Replace the client's credentials and Host (R18, R24). `set` replaces, so
 /// whatever the client sent under these names cannot survive.
 fn headers_for_upstream(headers: &mut crate::http::headers::HeaderList, ctx: &Ctx) {
     let _ = headers.set(b"host", ctx.config.upstream.authority.as_bytes());
-    if headers.set(b"authorization", ctx.bearer).is_err()
-        || headers.set(b"x-agent-token", ctx.token).is_err()
+    // The Origin was checked above; the upstream sees the proxy's request.
+    headers.remove(b"origin");
+    // Identity coding only: SSE lines must stay readable (R8, R25).
+    headers.remove(b"accept-encoding");
+    if headers.set(b"authorization", ctx.bearer).is_err() || headers.set(b"x-agent-token", ctx.token).is_err()
     {
         // Tokens are checked at load time; this cannot happen, but a request
         // must never go out with the client's credentials.
@@ -1444,34 +1458,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn location_rewrite() {
-        let up = b"127.0.0.1:8200";
-        let host = b"127.0.0.1:4000";
-        assert_eq!(
-            rewrite_location(b"http://127.0.0.1:8200/mcp", up, host).unwrap(),
-            b"http://127.0.0.1:4000/mcp"
-        );
-        assert_eq!(
-            rewrite_location(b"HTTP://127.0.0.1:8200?x", up, host).unwrap(),
-            b"http://127.0.0.1:4000?x"
-        );
-        assert_eq!(
-            rewrite_location(b"http://127.0.0.1:8200", up, host).unwrap(),
-            b"http://127.0.0.1:4000"
-        );
-        assert!(rewrite_location(b"http://127.0.0.1:82000/mcp", up, host).is_none());
-        assert!(rewrite_location(b"/mcp", up, host).is_none());
-        assert!(rewrite_location(b"https://127.0.0.1:8200/mcp", up, host).is_none());
-        assert!(rewrite_location(b"http://example.com/", up, host).is_none());
-    }
-
-    #[test]
     fn json_content_types() {
-        for ok in [
-            &b"application/json"[..],
-            b"Application/JSON; charset=utf-8",
-            b"application/vnd.x+json",
-        ] {
+        for ok in [&b"application/json"[..], b"Application/JSON; charset=utf-8", b"application/vnd.x+json"] {
             assert!(is_json_content_type(Some(ok)));
         }
         for no in [&b"text/plain"[..], b"application/jsonx", b"json"] {

@@ -2,9 +2,11 @@
 //! by token, deadlines, accept backpressure, the upstream keep-alive pool and
 //! signals. One thread; nothing here can stop the process except shutdown.
 
-use crate::config::Config;
+use crate::config::{read_identity_file, Config};
 use crate::conn::{Conn, Ctx, Verdict};
+use crate::limits::{IDENTITY_POLL, MAX_CONTROL_LINE};
 use crate::limits::{MAX_CONNECTIONS, MAX_POOLED_UPSTREAM, POOL_IDLE_TIMEOUT, SHUTDOWN_GRACE};
+use crate::mcp::identity::{self, Identity};
 use log::{debug, error, info, warn};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 
 const LISTENER: Token = Token(usize::MAX);
 const SIGNALS: Token = Token(usize::MAX - 1);
+const STDIN: Token = Token(usize::MAX - 2);
 
 /// Token of a connection's client (`side` 0) or upstream (`side` 1) socket.
 fn token(slot: usize, side: usize) -> Token {
@@ -30,8 +33,163 @@ pub struct Proxy {
     listener: Option<TcpListener>,
     local_addr: SocketAddr,
     config: Config,
-    bearer: Vec<u8>,
+    live: Live,
+    watch: Option<IdentityWatch>,
+    control: Option<ControlStdin>,
     signals: Signals,
+}
+
+/// The identity in force: applied to each request when its head is built,
+/// so a change reaches the next request and never half of one (R23).
+struct Live {
+    identity: Identity,
+    /// `Bearer <token>`, built once per identity.
+    bearer: Vec<u8>,
+}
+
+impl Live {
+    fn new(identity: Identity) -> Live {
+        let bearer = [b"Bearer ".as_slice(), identity.token.as_bytes()].concat();
+        Live { identity, bearer }
+    }
+
+    fn update(&mut self, identity: Identity, source: &str) {
+        if identity == self.identity {
+            debug!("identity from {source} unchanged");
+            return;
+        }
+        let token_changed = identity.token != self.identity.token;
+        info!(
+            "identity updated from {source}: agent {:?}{}",
+            identity.agent,
+            if token_changed { ", new token" } else { "" }
+        );
+        *self = Live::new(identity);
+    }
+}
+
+/// Size, mtime and inode of the identity file: a rename or an in-place
+/// write changes at least one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    mtime: (i64, i64),
+    ino: u64,
+    dev: u64,
+}
+
+/// Polls `--identity-file` every `IDENTITY_POLL` (no inotify: no extra
+/// dependency, and a stat every 250 ms costs nothing).
+struct IdentityWatch {
+    path: std::path::PathBuf,
+    seen: Option<FileStamp>,
+    next_check: Instant,
+}
+
+impl IdentityWatch {
+    fn stamp(&self) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&self.path).ok()?;
+        Some(FileStamp { len: m.len(), mtime: (m.mtime(), m.mtime_nsec()), ino: m.ino(), dev: m.dev() })
+    }
+
+    /// A new identity when the file changed (or `force`, on SIGHUP).
+    fn check(&mut self, now: Instant, force: bool) -> Option<Identity> {
+        if !force && now < self.next_check {
+            return None;
+        }
+        self.next_check = now + IDENTITY_POLL;
+        let stamp = self.stamp();
+        if !force && stamp == self.seen {
+            return None;
+        }
+        self.seen = stamp;
+        match read_identity_file(&self.path) {
+            Ok(identity) => Some(identity),
+            Err(e) => {
+                // The message names the path and the reason, never a value.
+                warn!("{e}; keeping the current identity");
+                None
+            }
+        }
+    }
+}
+
+/// `--control-stdin`: identity objects, one per line; EOF means the wrapper
+/// is gone.
+struct ControlStdin {
+    pending: Vec<u8>,
+    /// A line longer than `MAX_CONTROL_LINE` is being skipped.
+    discarding: bool,
+}
+
+impl ControlStdin {
+    fn open(poll: &Poll) -> io::Result<ControlStdin> {
+        // SAFETY: fcntl on fd 0 with F_GETFL/F_SETFL has no memory effects.
+        unsafe {
+            let flags = libc::fcntl(0, libc::F_GETFL);
+            if flags < 0 || libc::fcntl(0, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        poll.registry().register(&mut mio::unix::SourceFd(&0), STDIN, Interest::READABLE)?;
+        Ok(ControlStdin { pending: Vec::new(), discarding: false })
+    }
+
+    /// Read what is there; returns the identities of complete lines and
+    /// whether stdin reached EOF.
+    fn read(&mut self) -> (Vec<Identity>, bool) {
+        use std::os::fd::FromRawFd;
+        // SAFETY: fd 0 stays open for the life of the process; ManuallyDrop
+        // keeps this File from closing it.
+        let mut stdin = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(0) });
+        let mut out = Vec::new();
+        let mut eof = false;
+        let mut buf = [0u8; 4096];
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => self.pending.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    warn!("control stdin: {e}; treating as closed");
+                    eof = true;
+                    break;
+                }
+            }
+        }
+        while let Some(nl) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=nl).collect();
+            if std::mem::take(&mut self.discarding) {
+                continue;
+            }
+            Self::take_line(&line, &mut out);
+        }
+        if self.pending.len() > MAX_CONTROL_LINE {
+            warn!("control stdin: line longer than {MAX_CONTROL_LINE} bytes ignored");
+            self.pending.clear();
+            self.discarding = true;
+        }
+        if eof && !self.pending.is_empty() && !self.discarding {
+            let line = std::mem::take(&mut self.pending);
+            Self::take_line(&line, &mut out);
+        }
+        (out, eof)
+    }
+
+    fn take_line(line: &[u8], out: &mut Vec<Identity>) {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        match identity::parse(line) {
+            Ok(identity) => out.push(identity),
+            Err(e) => warn!("control stdin: {e}; keeping the current identity"),
+        }
+    }
 }
 
 /// A signal pipe: the handler writes the signal number, the loop reads it.
@@ -76,10 +234,7 @@ impl Signals {
                 return Err(io::Error::last_os_error());
             }
         }
-        Ok(Signals {
-            receiver,
-            _sender: sender,
-        })
+        Ok(Signals { receiver, _sender: sender })
     }
 
     /// Drain the pipe; returns (terminate requested, hangup received).
@@ -147,20 +302,17 @@ impl Proxy {
         let poll = Poll::new()?;
         let mut listener = TcpListener::bind(config.listen)?;
         let local_addr = listener.local_addr()?;
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
         let mut signals = Signals::install()?;
-        poll.registry()
-            .register(&mut signals.receiver, SIGNALS, Interest::READABLE)?;
-        let bearer = [b"Bearer ".as_slice(), config.token.as_bytes()].concat();
-        Ok(Proxy {
-            poll,
-            listener: Some(listener),
-            local_addr,
-            config,
-            bearer,
-            signals,
-        })
+        poll.registry().register(&mut signals.receiver, SIGNALS, Interest::READABLE)?;
+        let live = Live::new(config.identity.clone());
+        let watch = config.identity_file.as_ref().map(|path| {
+            let mut w = IdentityWatch { path: path.clone(), seen: None, next_check: Instant::now() };
+            w.seen = w.stamp();
+            w
+        });
+        let control = if config.control_stdin { Some(ControlStdin::open(&poll)?) } else { None };
+        Ok(Proxy { poll, listener: Some(listener), local_addr, config, live, watch, control, signals })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -171,12 +323,7 @@ impl Proxy {
     /// up to `SHUTDOWN_GRACE`.
     pub fn run(mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
-        let mut slab = Slab {
-            entries: Vec::new(),
-            free: Vec::new(),
-            freed: Vec::new(),
-            live: 0,
-        };
+        let mut slab = Slab { entries: Vec::new(), free: Vec::new(), freed: Vec::new(), live: 0 };
         let mut pool: Vec<(TcpStream, Instant)> = Vec::new();
         let mut touched: Vec<usize> = Vec::new();
         let mut again: Vec<usize> = Vec::new();
@@ -202,6 +349,9 @@ impl Proxy {
             if let Some(t) = accept_paused_until {
                 earliest(t);
             }
+            if let Some(w) = &self.watch {
+                earliest(w.next_check);
+            }
             let timeout = if again.is_empty() {
                 wake.map(|w| w.saturating_duration_since(now))
             } else {
@@ -217,32 +367,44 @@ impl Proxy {
             touched.clear();
             touched.append(&mut again);
             let mut accept_ready = false;
+            let mut stop_requested = false;
             for event in events.iter() {
                 match event.token() {
                     LISTENER => accept_ready = true,
-                    SIGNALS => {
-                        let (term, _hup) = self.signals.drain();
-                        if term && shutdown_at.is_none() {
-                            info!("shutting down: no new connections, {} open", slab.live);
-                            shutdown_at = Some(now);
-                            if let Some(mut l) = self.listener.take() {
-                                let _ = self.poll.registry().deregister(&mut l);
-                            }
-                            // Every connection learns about it on its next drive.
-                            touched.extend(
-                                (0..slab.entries.len()).filter(|i| slab.entries[*i].is_some()),
-                            );
+                    STDIN => {
+                        let Some(control) = self.control.as_mut() else { continue };
+                        let (identities, eof) = control.read();
+                        for identity in identities {
+                            self.live.update(identity, "control stdin");
                         }
+                        if eof {
+                            info!("control stdin closed");
+                            let _ = self.poll.registry().deregister(&mut mio::unix::SourceFd(&0));
+                            self.control = None;
+                            stop_requested = true;
+                        }
+                    }
+                    SIGNALS => {
+                        let (term, hup) = self.signals.drain();
+                        if hup {
+                            match self.watch.as_mut() {
+                                Some(w) => {
+                                    if let Some(identity) = w.check(now, true) {
+                                        self.live.update(identity, "identity file (SIGHUP)");
+                                    }
+                                }
+                                None => info!("SIGHUP ignored: no --identity-file"),
+                            }
+                        }
+                        stop_requested |= term;
                     }
                     Token(t) => {
                         let (slot, side) = (t >> 1, t & 1);
                         let Some(Some(conn)) = slab.entries.get_mut(slot) else {
                             continue; // sporadic event for a closed slot
                         };
-                        let readable =
-                            event.is_readable() || event.is_read_closed() || event.is_error();
-                        let writable =
-                            event.is_writable() || event.is_write_closed() || event.is_error();
+                        let readable = event.is_readable() || event.is_read_closed() || event.is_error();
+                        let writable = event.is_writable() || event.is_write_closed() || event.is_error();
                         if side == 0 {
                             conn.client_event(readable, writable);
                         } else {
@@ -252,19 +414,27 @@ impl Proxy {
                     }
                 }
             }
+            if stop_requested && shutdown_at.is_none() {
+                info!("shutting down: no new connections, {} open", slab.live);
+                shutdown_at = Some(now);
+                if let Some(mut l) = self.listener.take() {
+                    let _ = self.poll.registry().deregister(&mut l);
+                }
+                // Every connection learns about it on its next drive.
+                touched.extend((0..slab.entries.len()).filter(|i| slab.entries[*i].is_some()));
+            }
+            if let Some(w) = self.watch.as_mut() {
+                if let Some(identity) = w.check(now, false) {
+                    self.live.update(identity, "identity file");
+                }
+            }
             if accept_paused_until.is_some_and(|t| now >= t) {
                 accept_paused_until = None;
                 accept_ready = true;
             }
-            if !listener_registered && slab.live < MAX_CONNECTIONS && accept_paused_until.is_none()
-            {
+            if !listener_registered && slab.live < MAX_CONNECTIONS && accept_paused_until.is_none() {
                 if let Some(l) = self.listener.as_mut() {
-                    if self
-                        .poll
-                        .registry()
-                        .register(l, LISTENER, Interest::READABLE)
-                        .is_ok()
-                    {
+                    if self.poll.registry().register(l, LISTENER, Interest::READABLE).is_ok() {
                         listener_registered = true;
                         accept_ready = true;
                     }
@@ -309,10 +479,7 @@ impl Proxy {
             }
             // Connections whose deadline passed.
             for (i, c) in slab.entries.iter().enumerate() {
-                if c.as_ref()
-                    .and_then(|c| c.deadline(&self.config))
-                    .is_some_and(|d| now >= d)
-                {
+                if c.as_ref().and_then(|c| c.deadline(&self.config)).is_some_and(|d| now >= d) {
                     touched.push(i);
                 }
             }
@@ -320,9 +487,11 @@ impl Proxy {
             touched.dedup();
             let ctx = Ctx {
                 config: &self.config,
-                bearer: &self.bearer,
-                token: self.config.token.as_bytes(),
+                bearer: &self.live.bearer,
+                token: self.live.identity.token.as_bytes(),
+                agent: &self.live.identity.agent,
                 now,
+                listen_port: self.local_addr.port(),
                 shutting_down: shutdown_at.is_some(),
             };
             for &slot in &touched {
@@ -381,11 +550,7 @@ fn drive_slot(
                 return;
             }
             Verdict::NeedUpstream => {
-                let pooled = if conn.may_use_pool() {
-                    take_pooled(pool, ctx.now)
-                } else {
-                    None
-                };
+                let pooled = if conn.may_use_pool() { take_pooled(pool, ctx.now) } else { None };
                 let (mut stream, reused) = match pooled {
                     Some(s) => (s, true),
                     None => {

@@ -17,9 +17,10 @@ pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 /// a client, 502 for the upstream.
 pub const MAX_FIELDS: usize = 100;
 
-/// Largest request body the proxy reads whole (JSON POSTs it may stamp,
-/// chunked bodies it de-chunks). The upstream's own limit is 4 MiB (FastMCP);
-/// beyond this: 413, answered without reading the body.
+/// Largest request body accepted (R33), and so the most the proxy reads
+/// whole (JSON POSTs it may stamp, chunked bodies it de-chunks). The
+/// upstream's own limit is 4 MiB (FastMCP); beyond this: 413, answered
+/// before the body is read.
 pub const MAX_STAMP_BODY: usize = 8 * 1024 * 1024;
 
 /// Longest chunk-size line (hex digits, extensions) in a chunked body.
@@ -87,3 +88,14 @@ pub const MAX_CONTROL_LINE: usize = 64 * 1024;
 
 /// Largest identity file or token file read.
 pub const MAX_SECRET_FILE: u64 = 64 * 1024;
+
+/// Most bytes of one event (all its lines, up to the blank line that
+/// dispatches it) held while looking for its `event:` field, which may come
+/// after its `data:` lines. An endpoint event is about 80 bytes; past this
+/// the held bytes are flushed unchanged and scanning stops.
+pub const MAX_SSE_HELD_EVENT: usize = 16 * 1024;
+
+/// Most bytes scanned before the first dispatched event (comment-only blocks,
+/// e.g. anti-buffering padding, do not dispatch). Past this, scanning stops,
+/// so a stream that never sends an event is not scanned forever.
+pub const MAX_SSE_SCAN: usize = 64 * 1024;

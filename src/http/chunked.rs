@@ -103,10 +103,12 @@ fn hex(b: u8) -> Option<u64> {
 
 impl ChunkTracker {
     pub fn new() -> Self {
-        ChunkTracker {
-            state: State::SizeStart,
-            line_len: 0,
-        }
+        ChunkTracker { state: State::SizeStart, line_len: 0 }
+    }
+
+    /// True between chunks: the next byte starts a chunk-size line.
+    pub fn at_chunk_boundary(&self) -> bool {
+        self.state == State::SizeStart
     }
 
     /// True once the final CRLF of the body has been seen.
@@ -143,17 +145,17 @@ impl ChunkTracker {
                 let avail = (input.len() - i) as u64;
                 let n = remaining.min(avail);
                 i += n as usize;
-                self.state = if n == remaining {
-                    State::DataCr
-                } else {
-                    State::Data {
-                        remaining: remaining - n,
-                    }
-                };
+                self.state =
+                    if n == remaining { State::DataCr } else { State::Data { remaining: remaining - n } };
                 continue;
             }
             self.byte(b)?;
             i += 1;
+            if self.state == State::SizeStart {
+                // A run ends at each chunk boundary, so a caller can switch
+                // between re-framing and pass-through there.
+                break;
+            }
         }
         Ok(Some(Step { len: i, piece }))
     }
@@ -168,25 +170,18 @@ impl ChunkTracker {
                 return Err(ChunkError::LineTooLong);
             }
         }
-        if matches!(
-            self.state,
-            State::TrailerStart | State::TrailerLine | State::TrailerLf | State::EndLf
-        ) {
+        if matches!(self.state, State::TrailerStart | State::TrailerLine | State::TrailerLf | State::EndLf) {
             self.line_len += 1;
             if self.line_len > MAX_TRAILER {
                 return Err(ChunkError::TrailerTooLong);
             }
         }
         self.state = match self.state {
-            State::SizeStart => State::Size {
-                value: hex(b).ok_or(ChunkError::InvalidSize)?,
-            },
+            State::SizeStart => State::Size { value: hex(b).ok_or(ChunkError::InvalidSize)? },
             State::Size { value } => match hex(b) {
                 Some(d) => {
                     let v = value.checked_mul(16).and_then(|v| v.checked_add(d));
-                    State::Size {
-                        value: v.ok_or(ChunkError::SizeOverflow)?,
-                    }
+                    State::Size { value: v.ok_or(ChunkError::SizeOverflow)? }
                 }
                 None => return self.ext_byte(value, b),
             },
@@ -317,10 +312,7 @@ mod tests {
         let long = [b"1;".as_slice(), &[b'a'; MAX_CHUNK_LINE]].concat();
         assert_eq!(walk(&[&long]).map(|_| ()), Err(ChunkError::LineTooLong));
         let trailer = [b"0\r\n".as_slice(), &[b'a'; MAX_TRAILER + 1]].concat();
-        assert_eq!(
-            walk(&[&trailer]).map(|_| ()),
-            Err(ChunkError::TrailerTooLong)
-        );
+        assert_eq!(walk(&[&trailer]).map(|_| ()), Err(ChunkError::TrailerTooLong));
     }
 
     #[test]

@@ -157,15 +157,7 @@ mod tests {
         assert_eq!(parse_digits(b"0"), Some(0));
         assert_eq!(parse_digits(b"0042"), Some(42));
         assert_eq!(parse_digits(b"18446744073709551615"), Some(u64::MAX));
-        for bad in [
-            &b""[..],
-            b"+1",
-            b"-1",
-            b"1 ",
-            b"0x1",
-            b"18446744073709551616",
-            b"1.0",
-        ] {
+        for bad in [&b""[..], b"+1", b"-1", b"1 ", b"0x1", b"18446744073709551616", b"1.0"] {
             assert_eq!(parse_digits(bad), None, "{bad:?}");
         }
     }
@@ -184,51 +176,16 @@ mod tests {
             (&[("Content-Length", "")], false, Err(InvalidLength)),
             (&[("Transfer-Encoding", "chunked")], false, Ok(Chunked)),
             (&[("Transfer-Encoding", "Chunked")], false, Ok(Chunked)),
-            (
-                &[("Transfer-Encoding", "chunked")],
-                true,
-                Err(TransferOnHttp10),
-            ),
-            (
-                &[("Transfer-Encoding", "chunked, gzip")],
-                false,
-                Err(TransferNotChunked),
-            ),
-            (
-                &[("Transfer-Encoding", "gzip, chunked")],
-                false,
-                Err(UnsupportedCoding),
-            ),
-            (
-                &[
-                    ("Transfer-Encoding", "chunked"),
-                    ("transfer-encoding", "chunked"),
-                ],
-                false,
-                Ok(Chunked),
-            ),
-            (
-                &[("Transfer-Encoding", "chunked, chunked")],
-                false,
-                Err(TransferNotChunked),
-            ),
-            (
-                &[("Transfer-Encoding", "gzip")],
-                false,
-                Err(TransferNotChunked),
-            ),
-            (
-                &[("Transfer-Encoding", "chunked"), ("Content-Length", "3")],
-                false,
-                Err(BothLengthAndChunked),
-            ),
+            (&[("Transfer-Encoding", "chunked")], true, Err(TransferOnHttp10)),
+            (&[("Transfer-Encoding", "chunked, gzip")], false, Err(TransferNotChunked)),
+            (&[("Transfer-Encoding", "gzip, chunked")], false, Err(UnsupportedCoding)),
+            (&[("Transfer-Encoding", "chunked"), ("transfer-encoding", "chunked")], false, Ok(Chunked)),
+            (&[("Transfer-Encoding", "chunked, chunked")], false, Err(TransferNotChunked)),
+            (&[("Transfer-Encoding", "gzip")], false, Err(TransferNotChunked)),
+            (&[("Transfer-Encoding", "chunked"), ("Content-Length", "3")], false, Err(BothLengthAndChunked)),
         ];
         for (lines, http10, want) in cases {
-            assert_eq!(
-                request_framing(&headers(lines), *http10),
-                *want,
-                "{lines:?}"
-            );
+            assert_eq!(request_framing(&headers(lines), *http10), *want, "{lines:?}");
         }
     }
 
@@ -242,10 +199,7 @@ mod tests {
         }
         assert_eq!(response_framing(&headers(&cl), 200, false), Ok(Length(5)));
         assert_eq!(response_framing(&headers(&[]), 200, false), Ok(UntilClose));
-        assert_eq!(
-            response_framing(&headers(&[("Transfer-Encoding", "chunked")]), 200, false),
-            Ok(Chunked)
-        );
+        assert_eq!(response_framing(&headers(&[("Transfer-Encoding", "chunked")]), 200, false), Ok(Chunked));
         assert!(response_framing(&headers(&[("Content-Length", "x")]), 200, false).is_err());
     }
 }

@@ -119,9 +119,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, ParseError> {
     let mut req = httparse::Request::new(&mut raw);
     let len = match req.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) if buf.len() >= MAX_REQUEST_HEAD => {
-            return Err(ParseError::TooLarge)
-        }
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_REQUEST_HEAD => return Err(ParseError::TooLarge),
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(e) => return Err(syntax(e)),
     };
@@ -146,9 +144,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, ParseError> {
     }
     let framing = request_framing(&headers, http10).map_err(ParseError::Framing)?;
     let keep_alive = !http10 && !headers.has_token(b"connection", b"close");
-    let expect_continue = headers
-        .get(b"expect")
-        .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
+    let expect_continue = headers.get(b"expect").is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
     headers.strip_hop_by_hop();
     headers.remove(b"content-length");
     headers.remove(b"expect");
@@ -194,9 +190,7 @@ pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Option<ResponseH
     let mut resp = httparse::Response::new(&mut raw);
     let len = match resp.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) if buf.len() >= MAX_RESPONSE_HEAD => {
-            return Err(ParseError::TooLarge)
-        }
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_RESPONSE_HEAD => return Err(ParseError::TooLarge),
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(e) => return Err(syntax(e)),
     };
@@ -251,20 +245,14 @@ mod tests {
         assert!(h.keep_alive && !h.http10 && !h.expect_continue);
         let mut out = Vec::new();
         h.headers.write_to(&mut out);
-        assert_eq!(
-            out,
-            b"host: 127.0.0.1:1\r\ncontent-type: application/json\r\nmcp-session-id: abc\r\n"
-        );
+        assert_eq!(out, b"host: 127.0.0.1:1\r\ncontent-type: application/json\r\nmcp-session-id: abc\r\n");
     }
 
     #[test]
     fn request_split_at_every_offset() {
         let head_len = REQ.len() - 2;
         for i in 0..head_len {
-            assert!(
-                parse_request(&REQ[..i]).unwrap().is_none(),
-                "complete at {i}"
-            );
+            assert!(parse_request(&REQ[..i]).unwrap().is_none(), "complete at {i}");
         }
         for i in head_len..=REQ.len() {
             assert_eq!(parse_request(&REQ[..i]).unwrap().unwrap().len, head_len);
@@ -318,18 +306,15 @@ mod tests {
 
     #[test]
     fn expect_and_http10() {
-        let h = parse_request(
-            b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n",
-        )
-        .unwrap()
-        .unwrap();
+        let h =
+            parse_request(b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n")
+                .unwrap()
+                .unwrap();
         assert!(h.expect_continue);
         assert!(h.headers.get(b"expect").is_none());
         let h = parse_request(b"GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
         assert!(h.http10 && !h.keep_alive);
-        let h = parse_request(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-            .unwrap()
-            .unwrap();
+        let h = parse_request(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").unwrap().unwrap();
         assert!(!h.keep_alive);
     }
 
@@ -343,10 +328,7 @@ mod tests {
         assert!(h.keep_alive);
         let mut out = Vec::new();
         h.headers.write_to(&mut out);
-        assert_eq!(
-            out,
-            b"content-type: text/event-stream\r\nmcp-session-id: s1\r\n"
-        );
+        assert_eq!(out, b"content-type: text/event-stream\r\nmcp-session-id: s1\r\n");
         for i in 0..h.len {
             assert!(parse_response(&RESP[..i], false).unwrap().is_none());
         }
@@ -364,28 +346,16 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nX-A: b\r\n c\r\n\r\n",
         ];
         for b in bad {
-            assert!(
-                parse_response(b, false).is_err(),
-                "{:?}",
-                String::from_utf8_lossy(b)
-            );
+            assert!(parse_response(b, false).is_err(), "{:?}", String::from_utf8_lossy(b));
         }
-        let h = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 42\r\n\r\n", true)
-            .unwrap()
-            .unwrap();
+        let h = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 42\r\n\r\n", true).unwrap().unwrap();
         assert_eq!((h.framing, h.advertised_length), (Framing::None, Some(42)));
-        let h = parse_response(b"HTTP/1.1 204 No Content\r\n\r\n", false)
-            .unwrap()
-            .unwrap();
+        let h = parse_response(b"HTTP/1.1 204 No Content\r\n\r\n", false).unwrap().unwrap();
         assert_eq!(h.framing, Framing::None);
-        let h = parse_response(b"HTTP/1.0 200 OK\r\n\r\n", false)
-            .unwrap()
-            .unwrap();
+        let h = parse_response(b"HTTP/1.0 200 OK\r\n\r\n", false).unwrap().unwrap();
         assert_eq!(h.framing, Framing::UntilClose);
         assert!(!h.keep_alive);
-        let h = parse_response(b"HTTP/1.1 100 Continue\r\n\r\n", false)
-            .unwrap()
-            .unwrap();
+        let h = parse_response(b"HTTP/1.1 100 Continue\r\n\r\n", false).unwrap().unwrap();
         assert!(h.is_interim());
     }
 

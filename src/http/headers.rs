@@ -105,8 +105,7 @@ pub fn is_tchar(b: u8) -> bool {
 /// whitespace (the parser has already trimmed it).
 pub fn valid_value(v: &[u8]) -> bool {
     let ok_byte = |b: &u8| *b == b'\t' || (*b >= 0x20 && *b != 0x7f);
-    let trimmed =
-        !matches!(v.first(), Some(b' ' | b'\t')) && !matches!(v.last(), Some(b' ' | b'\t'));
+    let trimmed = !matches!(v.first(), Some(b' ' | b'\t')) && !matches!(v.last(), Some(b' ' | b'\t'));
     trimmed && v.iter().all(ok_byte)
 }
 
@@ -123,9 +122,7 @@ pub struct HeaderList {
 impl fmt::Debug for HeaderList {
     /// Names only: values may hold credentials.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list()
-            .entries(self.items.iter().map(|h| String::from_utf8_lossy(&h.name)))
-            .finish()
+        f.debug_list().entries(self.items.iter().map(|h| String::from_utf8_lossy(&h.name))).finish()
     }
 }
 
@@ -170,10 +167,7 @@ impl HeaderList {
             if self.items.len() >= crate::limits::MAX_FIELDS {
                 return Err(FieldError::TooMany);
             }
-            self.items.push(Header {
-                name: lower,
-                value: Value::from_slice(value),
-            });
+            self.items.push(Header { name: lower, value: Value::from_slice(value) });
             return Ok(());
         };
         let existing = &mut self.items[i].value;
@@ -212,20 +206,14 @@ impl HeaderList {
         let lower = lowercase(name);
         match self.position(&lower) {
             Some(i) => self.items[i].value = Value::from_slice(value),
-            None => self.items.push(Header {
-                name: lower,
-                value: Value::from_slice(value),
-            }),
+            None => self.items.push(Header { name: lower, value: Value::from_slice(value) }),
         }
         Ok(())
     }
 
     /// The value of `name` (any case).
     pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
-        self.items
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| h.value.as_slice())
+        self.items.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value.as_slice())
     }
 
     /// Remove `name` (any case); returns whether it was present.
@@ -243,9 +231,7 @@ impl HeaderList {
     /// Whether the comma-separated list in `name` has `token` as an element
     /// (ASCII case-insensitive), e.g. `connection: keep-alive, close`.
     pub fn has_token(&self, name: &[u8], token: &[u8]) -> bool {
-        self.get(name)
-            .map(|v| list_elements(v).any(|e| e.eq_ignore_ascii_case(token)))
-            .unwrap_or(false)
+        self.get(name).map(|v| list_elements(v).any(|e| e.eq_ignore_ascii_case(token))).unwrap_or(false)
     }
 
     /// Drop hop-by-hop fields: first every field named in `Connection`
@@ -275,9 +261,7 @@ impl HeaderList {
 /// Elements of a comma-separated list value, trimmed, empty ones skipped
 /// (RFC 9110 §5.6.1).
 pub fn list_elements(v: &[u8]) -> impl Iterator<Item = &[u8]> {
-    v.split(|b| *b == b',')
-        .map(trim_ows)
-        .filter(|e| !e.is_empty())
+    v.split(|b| *b == b',').map(trim_ows).filter(|e| !e.is_empty())
 }
 
 /// Trim optional whitespace (SP / HTAB) on both sides.
@@ -314,11 +298,7 @@ mod tests {
         for lines in [
             &[("Mcp-Session-Id", "abc"), ("mcp-session-id", "abc")][..],
             &[("MCP-SESSION-ID", "abc")][..],
-            &[
-                ("mcp-session-id", "abc"),
-                ("MCP-Session-Id", "abc"),
-                ("Mcp-Session-ID", "abc"),
-            ][..],
+            &[("mcp-session-id", "abc"), ("MCP-Session-Id", "abc"), ("Mcp-Session-ID", "abc")][..],
         ] {
             let l = list(lines).unwrap();
             assert_eq!(written(&l), "mcp-session-id: abc\r\n");
@@ -331,33 +311,17 @@ mod tests {
             (&[("Accept", "a"), ("accept", "b")], Ok("accept: a, b\r\n")),
             (&[("Accept", "a"), ("accept", "a")], Ok("accept: a\r\n")),
             (
-                &[
-                    ("Cache-Control", "no-cache"),
-                    ("X-A", "1"),
-                    ("cache-control", "no-transform"),
-                ],
+                &[("Cache-Control", "no-cache"), ("X-A", "1"), ("cache-control", "no-transform")],
                 Ok("cache-control: no-cache, no-transform\r\nx-a: 1\r\n"),
             ),
-            (
-                &[("Mcp-Session-Id", "a"), ("mcp-session-id", "b")],
-                Err(FieldError::ConflictingSingleton),
-            ),
-            (
-                &[("Content-Length", "5"), ("content-length", "6")],
-                Err(FieldError::ConflictingSingleton),
-            ),
+            (&[("Mcp-Session-Id", "a"), ("mcp-session-id", "b")], Err(FieldError::ConflictingSingleton)),
+            (&[("Content-Length", "5"), ("content-length", "6")], Err(FieldError::ConflictingSingleton)),
             (
                 &[("Authorization", "Bearer a"), ("authorization", "Bearer b")],
                 Err(FieldError::ConflictingSingleton),
             ),
-            (
-                &[("Mcp-Param-Sender", "a"), ("mcp-param-sender", "b")],
-                Err(FieldError::ConflictingSingleton),
-            ),
-            (
-                &[("Set-Cookie", "a=1"), ("set-cookie", "b=2")],
-                Ok("set-cookie: b=2\r\n"),
-            ),
+            (&[("Mcp-Param-Sender", "a"), ("mcp-param-sender", "b")], Err(FieldError::ConflictingSingleton)),
+            (&[("Set-Cookie", "a=1"), ("set-cookie", "b=2")], Ok("set-cookie: b=2\r\n")),
             (&[("Bad Name", "x")], Err(FieldError::InvalidName)),
             (&[("", "x")], Err(FieldError::InvalidName)),
             (&[("x-a", "a\rb")], Err(FieldError::InvalidValue)),
@@ -377,10 +341,7 @@ mod tests {
         let mut l = list(&[("Authorization", "Bearer client"), ("X-Agent-Token", "x")]).unwrap();
         l.set(b"authorization", b"Bearer tok").unwrap();
         l.set(b"X-Agent-Token", b"tok").unwrap();
-        assert_eq!(
-            written(&l),
-            "authorization: Bearer tok\r\nx-agent-token: tok\r\n"
-        );
+        assert_eq!(written(&l), "authorization: Bearer tok\r\nx-agent-token: tok\r\n");
         assert_eq!(l.set(b"x-a", b"a\r\nb"), Err(FieldError::InvalidValue));
     }
 

@@ -2,5 +2,6 @@
 
 pub mod chunked;
 pub mod framing;
+pub mod guard;
 pub mod head;
 pub mod headers;

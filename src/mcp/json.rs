@@ -1,1 +1,1354 @@
-//! (to be written)
+//! Strict JSON span scanner (RFC 8259) over a request body: finds the byte
+//! spans of `method`, `params`, `params.name`, `params.arguments` and of one
+//! key inside `arguments`, for one JSON-RPC message or each element of a
+//! batch, without building a tree. Pure: no I/O, no allocation.
+//!
+//! It accepts exactly what the upstream acts on (Python's `json.loads` on
+//! UTF-8 bytes), so that no body is read one way here and another way there:
+//! keys and strings are compared after decoding escapes (`"\u0073ender"` is
+//! `sender`), the literals `NaN`, `Infinity`, `-Infinity` and numbers of any
+//! length are values, lone `\uD800` escapes are accepted. Refused: invalid
+//! UTF-8 (also a BOM, UTF-16 and UTF-32, which Python would sniff and decode:
+//! refusing is the safe side), control characters in strings, bad escapes,
+//! trailing bytes, and nesting deeper than `MAX_JSON_DEPTH`.
+
+use std::fmt;
+
+use memchr::memchr2;
+
+use crate::limits::MAX_JSON_DEPTH;
+
+/// Why a body is not JSON the stamper can act on. `offset` is the byte where
+/// the scanner stopped; nothing of the body's content is carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanError {
+    /// Not RFC 8259 JSON (plus the Python literals).
+    Syntax { offset: usize },
+    /// Not UTF-8.
+    InvalidUtf8 { offset: usize },
+    /// An array or object nested deeper than `MAX_JSON_DEPTH`.
+    TooDeep { offset: usize },
+}
+
+impl fmt::Display for ScanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScanError::Syntax { offset } => write!(f, "invalid JSON at byte {offset}"),
+            ScanError::InvalidUtf8 { offset } => write!(f, "invalid UTF-8 at byte {offset}"),
+            ScanError::TooDeep { offset } => {
+                write!(f, "JSON nested deeper than {MAX_JSON_DEPTH} at byte {offset}")
+            }
+        }
+    }
+}
+
+/// What kind of value a span holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Object {
+        empty: bool,
+    },
+    Array,
+    /// `escaped`: the raw string contains a backslash, so comparing it needs
+    /// decoding.
+    String {
+        escaped: bool,
+    },
+    /// Also `NaN`, `Infinity` and `-Infinity` (Python's literals).
+    Number,
+    True,
+    False,
+    Null,
+}
+
+/// A value's bytes are `body[start..end]`, delimiters included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Value {
+    pub start: usize,
+    pub end: usize,
+    pub kind: Kind,
+}
+
+impl Value {
+    /// The raw bytes of the value.
+    pub fn bytes<'b>(&self, body: &'b [u8]) -> &'b [u8] {
+        body.get(self.start..self.end).unwrap_or_default()
+    }
+
+    /// Whether this is a string whose decoded content equals `s`.
+    pub fn is_str(&self, body: &[u8], s: &str) -> bool {
+        match self.kind {
+            Kind::String { escaped } => {
+                self.string_raw(body).is_some_and(|raw| text_eq(raw, escaped, s.as_bytes()))
+            }
+            _ => false,
+        }
+    }
+
+    /// The raw text between a string's quotes.
+    fn string_raw<'b>(&self, body: &'b [u8]) -> Option<&'b [u8]> {
+        body.get(self.start.checked_add(1)?..self.end.checked_sub(1)?)
+    }
+
+    /// The decoded content of a string value; `None` for other kinds and for
+    /// strings holding a lone surrogate (no Rust `String` can hold one).
+    pub fn decode_str(&self, body: &[u8]) -> Option<String> {
+        let Kind::String { escaped } = self.kind else {
+            return None;
+        };
+        let raw = self.string_raw(body)?;
+        if !escaped {
+            return std::str::from_utf8(raw).ok().map(str::to_owned);
+        }
+        String::from_utf8(Unescape::new(raw).collect()).ok()
+    }
+}
+
+/// The key of an object member: `body[start..end]` is the raw text between
+/// the quotes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Key {
+    pub start: usize,
+    pub end: usize,
+    pub escaped: bool,
+}
+
+impl Key {
+    /// Whether the decoded key equals `s`.
+    pub fn is(&self, body: &[u8], s: &str) -> bool {
+        let raw = body.get(self.start..self.end).unwrap_or_default();
+        text_eq(raw, self.escaped, s.as_bytes())
+    }
+}
+
+/// Keys seen more than once in one message. Python keeps the last of
+/// duplicate keys; which one a server reads is not ours to guess.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Duplicates {
+    pub method: bool,
+    pub params: bool,
+    /// `name` in the first `params` object.
+    pub name: bool,
+    /// `arguments` in the first `params` object.
+    pub arguments: bool,
+}
+
+/// The spans of one JSON-RPC message object (the first of each key).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Message {
+    /// The message object is `body[start..end]`.
+    pub start: usize,
+    pub end: usize,
+    pub method: Option<Value>,
+    pub params: Option<Value>,
+    /// `params.name`, when `params` is an object.
+    pub name: Option<Value>,
+    /// `params.arguments`, when `params` is an object.
+    pub arguments: Option<Value>,
+    pub duplicates: Duplicates,
+}
+
+/// Result of looking for one key among an object's members.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lookup {
+    /// The value of the first member with that key.
+    pub value: Option<Value>,
+    /// The key occurs more than once.
+    pub duplicate: bool,
+}
+
+/// Scans a whole body and calls `visit` for the message object at the top
+/// or for each object element of a top-level batch array, in order. The body
+/// is fully validated: an error anywhere is returned, possibly after some
+/// messages were visited.
+pub fn scan_messages<E: From<ScanError>>(
+    body: &[u8],
+    mut visit: impl FnMut(&Message) -> Result<(), E>,
+) -> Result<(), E> {
+    check_utf8(body)?;
+    let mut cur = Cursor { b: body, pos: 0 };
+    cur.ws();
+    match cur.peek() {
+        Some(b'{') => visit(&cur.message(1)?)?,
+        Some(b'[') => {
+            cur.pos += 1;
+            cur.ws();
+            if cur.peek() == Some(b']') {
+                cur.pos += 1;
+            } else {
+                loop {
+                    if cur.peek() == Some(b'{') {
+                        visit(&cur.message(2)?)?;
+                    } else {
+                        cur.value(1)?;
+                    }
+                    cur.ws();
+                    match cur.peek() {
+                        Some(b',') => {
+                            cur.pos += 1;
+                            cur.ws();
+                        }
+                        Some(b']') => {
+                            cur.pos += 1;
+                            break;
+                        }
+                        _ => return Err(cur.err().into()),
+                    }
+                }
+            }
+        }
+        _ => {
+            cur.value(0)?;
+        }
+    }
+    cur.end()?;
+    Ok(())
+}
+
+/// Validates a whole body holding one JSON value and returns its span.
+pub fn parse_value(body: &[u8]) -> Result<Value, ScanError> {
+    check_utf8(body)?;
+    let mut cur = Cursor { b: body, pos: 0 };
+    cur.ws();
+    let v = cur.value(0)?;
+    cur.end()?;
+    Ok(v)
+}
+
+/// Calls `f(key, value)` for each member of `object`, an object value this
+/// module returned for `body`.
+pub fn for_each_member<E: From<ScanError>>(
+    body: &[u8],
+    object: &Value,
+    mut f: impl FnMut(Key, Value) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut cur = Cursor { b: body, pos: object.start };
+    // The object was validated where it sits; at depth 1 it stays within
+    // the limit it met there.
+    cur.object(1, |cur, key| {
+        let v = cur.value(1)?;
+        f(key, v)
+    })?;
+    Ok(())
+}
+
+/// Finds the member of `object` whose decoded key is `key`.
+pub fn find_member(body: &[u8], object: &Value, key: &str) -> Result<Lookup, ScanError> {
+    let mut found = Lookup::default();
+    for_each_member(body, object, |k, v| {
+        if k.is(body, key) {
+            if found.value.is_some() {
+                found.duplicate = true;
+            } else {
+                found.value = Some(v);
+            }
+        }
+        Ok::<(), ScanError>(())
+    })?;
+    Ok(found)
+}
+
+/// Writes `s` as a JSON string, quotes included: `"` and `\` escaped,
+/// control characters as `\n`-style or `\u00XX` escapes, the rest as UTF-8.
+pub fn write_json_string<E: Extend<u8>>(s: &str, out: &mut E) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = s.as_bytes();
+    out.extend([b'"']);
+    let mut run = 0;
+    for (i, &c) in bytes.iter().enumerate() {
+        let short: &[u8] = match c {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0x00..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend(bytes.get(run..i).unwrap_or_default().iter().copied());
+        if short.is_empty() {
+            let hex = |n: u8| HEX.get(usize::from(n)).copied().unwrap_or(b'0');
+            out.extend([b'\\', b'u', b'0', b'0', hex(c >> 4), hex(c & 0xf)]);
+        } else {
+            out.extend(short.iter().copied());
+        }
+        run = i + 1;
+    }
+    out.extend(bytes.get(run..).unwrap_or_default().iter().copied());
+    out.extend([b'"']);
+}
+
+fn check_utf8(body: &[u8]) -> Result<(), ScanError> {
+    // Outside strings only ASCII is valid JSON, so one pass over the whole
+    // body is the same as checking each string.
+    std::str::from_utf8(body).map_err(|e| ScanError::InvalidUtf8 { offset: e.valid_up_to() })?;
+    Ok(())
+}
+
+/// Compares the raw text of a key or string (between the quotes) with
+/// `target` after decoding escapes, without allocating.
+fn text_eq(raw: &[u8], escaped: bool, target: &[u8]) -> bool {
+    if escaped {
+        Unescape::new(raw).eq(target.iter().copied())
+    } else {
+        raw == target
+    }
+}
+
+/// Decodes the raw text of a validated JSON string into bytes: UTF-8, with a
+/// lone surrogate as its 3-byte generalized UTF-8 form (which never equals a
+/// valid `str`, as in Python it never equals an ordinary key).
+struct Unescape<'a> {
+    raw: &'a [u8],
+    pos: usize,
+    pending: [u8; 4],
+    pending_at: u8,
+    pending_len: u8,
+}
+
+impl<'a> Unescape<'a> {
+    fn new(raw: &'a [u8]) -> Self {
+        Unescape { raw, pos: 0, pending: [0; 4], pending_at: 0, pending_len: 0 }
+    }
+
+    fn hex4(&self, at: usize) -> Option<u32> {
+        let digits = self.raw.get(at..at.checked_add(4)?)?;
+        digits.iter().try_fold(0u32, |acc, &d| {
+            let v = char::from(d).to_digit(16)?;
+            Some(acc << 4 | v)
+        })
+    }
+
+    /// Decodes the escape at `pos` (just after the backslash) into a code
+    /// point, pairing `\uD83D\uDE00` surrogates as Python does.
+    fn escape(&mut self) -> Option<u32> {
+        let c = *self.raw.get(self.pos)?;
+        self.pos += 1;
+        let simple = match c {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'/' => b'/',
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'u' => {
+                let hi = self.hex4(self.pos)?;
+                self.pos += 4;
+                if (0xD800..0xDC00).contains(&hi) && self.raw.get(self.pos..self.pos + 2) == Some(b"\\u") {
+                    if let Some(lo @ 0xDC00..=0xDFFF) = self.hex4(self.pos + 2) {
+                        self.pos += 6;
+                        return Some(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00));
+                    }
+                }
+                return Some(hi);
+            }
+            _ => return None,
+        };
+        Some(u32::from(simple))
+    }
+}
+
+impl Iterator for Unescape<'_> {
+    type Item = u8;
+
+    fn next(&mut self) -> Option<u8> {
+        if self.pending_at < self.pending_len {
+            let b = self.pending.get(usize::from(self.pending_at)).copied();
+            self.pending_at += 1;
+            return b;
+        }
+        let c = *self.raw.get(self.pos)?;
+        self.pos += 1;
+        if c != b'\\' {
+            return Some(c);
+        }
+        let cp = self.escape()?;
+        // Generalized UTF-8: like `char::encode_utf8`, surrogates included.
+        let (len, first) = match cp {
+            0..=0x7F => return Some(cp as u8),
+            0x80..=0x7FF => (2, 0xC0 | (cp >> 6) as u8),
+            0x800..=0xFFFF => (3, 0xE0 | (cp >> 12) as u8),
+            _ => (4, 0xF0 | (cp >> 18) as u8),
+        };
+        let cont = |shift: u32| 0x80 | ((cp >> shift) & 0x3F) as u8;
+        self.pending = match len {
+            2 => [0, cont(0), 0, 0],
+            3 => [0, cont(6), cont(0), 0],
+            _ => [0, cont(12), cont(6), cont(0)],
+        };
+        self.pending_at = 1;
+        self.pending_len = len;
+        Some(first)
+    }
+}
+
+/// Words of the bit stack that remembers, per open container, whether it is
+/// an object (1) or an array (0).
+const STACK_WORDS: usize = MAX_JSON_DEPTH / 64 + 1;
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    /// Invariant: `pos <= b.len()`.
+    pos: usize,
+}
+
+impl Cursor<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.pos).copied()
+    }
+
+    fn err(&self) -> ScanError {
+        ScanError::Syntax { offset: self.pos }
+    }
+
+    /// RFC 8259 §2: the four whitespace bytes and no others.
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    fn expect(&mut self, c: u8) -> Result<(), ScanError> {
+        if self.peek() == Some(c) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(self.err())
+        }
+    }
+
+    /// Only whitespace may follow the top-level value.
+    fn end(&mut self) -> Result<(), ScanError> {
+        self.ws();
+        if self.pos == self.b.len() {
+            Ok(())
+        } else {
+            Err(self.err())
+        }
+    }
+
+    /// Skips a string starting at its opening quote; returns whether it
+    /// holds an escape. memchr jumps over the plain runs.
+    fn string(&mut self) -> Result<bool, ScanError> {
+        self.expect(b'"')?;
+        let mut escaped = false;
+        loop {
+            let rest = self.b.get(self.pos..).unwrap_or_default();
+            let Some(i) = memchr2(b'"', b'\\', rest) else {
+                return Err(ScanError::Syntax { offset: self.b.len() });
+            };
+            let run = rest.get(..i).unwrap_or_default();
+            if has_control(run) {
+                let at = run.iter().position(|&c| c < 0x20).unwrap_or(0);
+                return Err(ScanError::Syntax { offset: self.pos + at });
+            }
+            self.pos += i + 1;
+            if rest.get(i) == Some(&b'"') {
+                return Ok(escaped);
+            }
+            escaped = true;
+            match self.peek() {
+                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.pos += 1,
+                Some(b'u') => {
+                    self.pos += 1;
+                    for _ in 0..4 {
+                        if !self.peek().is_some_and(|c| c.is_ascii_hexdigit()) {
+                            return Err(self.err());
+                        }
+                        self.pos += 1;
+                    }
+                }
+                _ => return Err(self.err()),
+            }
+        }
+    }
+
+    fn literal(&mut self, lit: &[u8]) -> Result<(), ScanError> {
+        if self.b.get(self.pos..).is_some_and(|r| r.starts_with(lit)) {
+            self.pos += lit.len();
+            Ok(())
+        } else {
+            Err(self.err())
+        }
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.pos;
+        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+            self.pos += 1;
+        }
+        self.pos - start
+    }
+
+    /// RFC 8259 §6 number, any length; plus `-Infinity`.
+    fn number(&mut self) -> Result<(), ScanError> {
+        if self.peek() == Some(b'-') {
+            self.pos += 1;
+            if self.peek() == Some(b'I') {
+                return self.literal(b"Infinity");
+            }
+        }
+        match self.peek() {
+            Some(b'0') => self.pos += 1,
+            Some(b'1'..=b'9') => {
+                self.digits();
+            }
+            _ => return Err(self.err()),
+        }
+        if self.peek() == Some(b'.') {
+            self.pos += 1;
+            if self.digits() == 0 {
+                return Err(self.err());
+            }
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.pos += 1;
+            }
+            if self.digits() == 0 {
+                return Err(self.err());
+            }
+        }
+        Ok(())
+    }
+
+    fn scalar(&mut self) -> Result<Kind, ScanError> {
+        let kind = match self.peek() {
+            Some(b'"') => Kind::String { escaped: self.string()? },
+            Some(b'-' | b'0'..=b'9') => {
+                self.number()?;
+                Kind::Number
+            }
+            Some(b't') => {
+                self.literal(b"true")?;
+                Kind::True
+            }
+            Some(b'f') => {
+                self.literal(b"false")?;
+                Kind::False
+            }
+            Some(b'n') => {
+                self.literal(b"null")?;
+                Kind::Null
+            }
+            Some(b'N') => {
+                self.literal(b"NaN")?;
+                Kind::Number
+            }
+            Some(b'I') => {
+                self.literal(b"Infinity")?;
+                Kind::Number
+            }
+            _ => return Err(self.err()),
+        };
+        Ok(kind)
+    }
+
+    /// Skips one value inside `depth` open containers.
+    fn value(&mut self, depth: usize) -> Result<Value, ScanError> {
+        let start = self.pos;
+        let kind = match self.peek() {
+            Some(b'{' | b'[') => self.container(depth)?,
+            _ => self.scalar()?,
+        };
+        Ok(Value { start, end: self.pos, kind })
+    }
+
+    /// A key, its colon and the whitespace up to the member's value.
+    fn member_key(&mut self) -> Result<(), ScanError> {
+        self.string()?;
+        self.ws();
+        self.expect(b':')?;
+        self.ws();
+        Ok(())
+    }
+
+    /// Skips the array or object at `pos` without recursion, so that no
+    /// input can overflow the stack; one bit per open container says
+    /// whether it is an object.
+    fn container(&mut self, depth: usize) -> Result<Kind, ScanError> {
+        let outer_is_object = self.peek() == Some(b'{');
+        let mut stack = [0u64; STACK_WORDS];
+        let mut level = 0usize;
+        let mut outer_empty = false;
+        'value: loop {
+            match self.peek() {
+                Some(c @ (b'{' | b'[')) => {
+                    if depth + level >= MAX_JSON_DEPTH {
+                        return Err(ScanError::TooDeep { offset: self.pos });
+                    }
+                    let is_object = c == b'{';
+                    if let Some(w) = stack.get_mut(level / 64) {
+                        let bit = 1u64 << (level % 64);
+                        *w = if is_object { *w | bit } else { *w & !bit };
+                    }
+                    level += 1;
+                    self.pos += 1;
+                    self.ws();
+                    let close = if is_object { b'}' } else { b']' };
+                    if self.peek() != Some(close) {
+                        if is_object {
+                            self.member_key()?;
+                        }
+                        continue 'value;
+                    }
+                    self.pos += 1;
+                    level -= 1;
+                    outer_empty = level == 0;
+                }
+                _ => {
+                    self.scalar()?;
+                }
+            }
+            // A value has ended inside `level` open containers.
+            while level > 0 {
+                self.ws();
+                let top = level - 1;
+                let is_object = stack.get(top / 64).is_some_and(|w| w & (1u64 << (top % 64)) != 0);
+                match self.peek() {
+                    Some(b',') => {
+                        self.pos += 1;
+                        self.ws();
+                        if is_object {
+                            self.member_key()?;
+                        }
+                        continue 'value;
+                    }
+                    Some(b'}') if is_object => {}
+                    Some(b']') if !is_object => {}
+                    _ => return Err(self.err()),
+                }
+                self.pos += 1;
+                level -= 1;
+            }
+            break;
+        }
+        Ok(if outer_is_object { Kind::Object { empty: outer_empty } } else { Kind::Array })
+    }
+
+    /// Walks the object at `pos`, which is the `depth`-th open container;
+    /// `member` is called with each key and must consume the member's value.
+    fn object<E: From<ScanError>>(
+        &mut self,
+        depth: usize,
+        mut member: impl FnMut(&mut Self, Key) -> Result<(), E>,
+    ) -> Result<Value, E> {
+        let start = self.pos;
+        if depth > MAX_JSON_DEPTH {
+            return Err(ScanError::TooDeep { offset: start }.into());
+        }
+        self.expect(b'{')?;
+        self.ws();
+        let mut empty = true;
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+        } else {
+            empty = false;
+            loop {
+                let key_start = self.pos + 1;
+                let escaped = self.string()?;
+                let key = Key { start: key_start, end: self.pos - 1, escaped };
+                self.ws();
+                self.expect(b':')?;
+                self.ws();
+                member(self, key)?;
+                self.ws();
+                match self.peek() {
+                    Some(b',') => {
+                        self.pos += 1;
+                        self.ws();
+                    }
+                    Some(b'}') => {
+                        self.pos += 1;
+                        break;
+                    }
+                    _ => return Err(self.err().into()),
+                }
+            }
+        }
+        Ok(Value { start, end: self.pos, kind: Kind::Object { empty } })
+    }
+
+    /// A message object at `depth`: records `method` and `params`, and
+    /// descends into the first `params` when it is an object.
+    fn message(&mut self, depth: usize) -> Result<Message, ScanError> {
+        let body = self.b;
+        let mut m = Message::default();
+        let v = self.object(depth, |cur, key| {
+            if key.is(body, "method") {
+                let v = cur.value(depth)?;
+                first(&mut m.method, &mut m.duplicates.method, v);
+            } else if key.is(body, "params") {
+                let v = if m.params.is_none() && cur.peek() == Some(b'{') {
+                    cur.params(depth + 1, &mut m)?
+                } else {
+                    cur.value(depth)?
+                };
+                first(&mut m.params, &mut m.duplicates.params, v);
+            } else {
+                cur.value(depth)?;
+            }
+            Ok::<(), ScanError>(())
+        })?;
+        m.start = v.start;
+        m.end = v.end;
+        Ok(m)
+    }
+
+    fn params(&mut self, depth: usize, m: &mut Message) -> Result<Value, ScanError> {
+        let body = self.b;
+        self.object(depth, |cur, key| {
+            let v = cur.value(depth)?;
+            if key.is(body, "name") {
+                first(&mut m.name, &mut m.duplicates.name, v);
+            } else if key.is(body, "arguments") {
+                first(&mut m.arguments, &mut m.duplicates.arguments, v);
+            }
+            Ok::<(), ScanError>(())
+        })
+    }
+}
+
+/// Keeps the first value of a key and flags any later one.
+fn first(slot: &mut Option<Value>, duplicate: &mut bool, v: Value) {
+    if slot.is_some() {
+        *duplicate = true;
+    } else {
+        *slot = Some(v);
+    }
+}
+
+/// Whether a run of string bytes holds a control character (RFC 8259 §7
+/// requires them escaped). Written without early exit so it vectorizes.
+fn has_control(run: &[u8]) -> bool {
+    run.iter().fold(false, |acc, &c| acc | (c < 0x20))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slow, obviously-correct recursive parser that builds a tree; the
+    /// fast scanner must agree with it (memchr's `naive.rs` idea).
+    mod naive {
+        use super::super::{Kind, Value};
+        use crate::limits::MAX_JSON_DEPTH;
+
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Error {
+            Syntax,
+            Utf8,
+            Deep,
+        }
+
+        pub struct Node {
+            pub value: Value,
+            /// Members (decoded key, value) of an object, elements of an array.
+            pub members: Vec<(Vec<u8>, Node)>,
+        }
+
+        struct P<'a> {
+            b: &'a [u8],
+            i: usize,
+        }
+
+        pub fn parse(b: &[u8]) -> Result<Node, Error> {
+            if std::str::from_utf8(b).is_err() {
+                return Err(Error::Utf8);
+            }
+            let mut p = P { b, i: 0 };
+            p.ws();
+            let n = p.value(0)?;
+            p.ws();
+            if p.i != b.len() {
+                return Err(Error::Syntax);
+            }
+            Ok(n)
+        }
+
+        /// Decoded bytes of a string (generalized UTF-8 for lone surrogates).
+        pub fn push_cp(out: &mut Vec<u8>, cp: u32) {
+            if cp < 0x80 {
+                out.push(cp as u8);
+            } else if cp < 0x800 {
+                out.push(0xC0 | (cp >> 6) as u8);
+                out.push(0x80 | (cp & 0x3F) as u8);
+            } else if cp < 0x10000 {
+                out.push(0xE0 | (cp >> 12) as u8);
+                out.push(0x80 | ((cp >> 6) & 0x3F) as u8);
+                out.push(0x80 | (cp & 0x3F) as u8);
+            } else {
+                out.push(0xF0 | (cp >> 18) as u8);
+                out.push(0x80 | ((cp >> 12) & 0x3F) as u8);
+                out.push(0x80 | ((cp >> 6) & 0x3F) as u8);
+                out.push(0x80 | (cp & 0x3F) as u8);
+            }
+        }
+
+        impl P<'_> {
+            fn at(&self) -> Option<u8> {
+                self.b.get(self.i).copied()
+            }
+            fn ws(&mut self) {
+                while matches!(self.at(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+                    self.i += 1;
+                }
+            }
+            fn eat(&mut self, s: &[u8]) -> bool {
+                if self.b[self.i..].starts_with(s) {
+                    self.i += s.len();
+                    true
+                } else {
+                    false
+                }
+            }
+            fn hex4(&mut self) -> Result<u32, Error> {
+                let mut v = 0;
+                for _ in 0..4 {
+                    let d = self.at().and_then(|c| (c as char).to_digit(16));
+                    v = v * 16 + d.ok_or(Error::Syntax)?;
+                    self.i += 1;
+                }
+                Ok(v)
+            }
+            fn string(&mut self) -> Result<(Vec<u8>, bool), Error> {
+                assert!(self.eat(b"\""));
+                let mut out = Vec::new();
+                let mut escaped = false;
+                loop {
+                    let c = self.at().ok_or(Error::Syntax)?;
+                    self.i += 1;
+                    match c {
+                        b'"' => return Ok((out, escaped)),
+                        0..=0x1f => return Err(Error::Syntax),
+                        b'\\' => {
+                            escaped = true;
+                            let e = self.at().ok_or(Error::Syntax)?;
+                            self.i += 1;
+                            match e {
+                                b'"' | b'\\' | b'/' => out.push(e),
+                                b'b' => out.push(8),
+                                b'f' => out.push(12),
+                                b'n' => out.push(b'\n'),
+                                b'r' => out.push(b'\r'),
+                                b't' => out.push(b'\t'),
+                                b'u' => {
+                                    let hi = self.hex4()?;
+                                    let save = self.i;
+                                    if (0xD800..0xDC00).contains(&hi) && self.eat(b"\\u") {
+                                        match self.hex4() {
+                                            Ok(lo) if (0xDC00..0xE000).contains(&lo) => {
+                                                let cp = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
+                                                push_cp(&mut out, cp);
+                                                continue;
+                                            }
+                                            _ => self.i = save,
+                                        }
+                                    }
+                                    push_cp(&mut out, hi);
+                                }
+                                _ => return Err(Error::Syntax),
+                            }
+                        }
+                        _ => out.push(c),
+                    }
+                }
+            }
+            fn digits(&mut self) -> usize {
+                let s = self.i;
+                while self.at().is_some_and(|c| c.is_ascii_digit()) {
+                    self.i += 1;
+                }
+                self.i - s
+            }
+            fn value(&mut self, depth: usize) -> Result<Node, Error> {
+                let start = self.i;
+                let mut members = Vec::new();
+                let kind = match self.at().ok_or(Error::Syntax)? {
+                    b'{' | b'[' if depth + 1 > MAX_JSON_DEPTH => return Err(Error::Deep),
+                    b'{' => {
+                        self.i += 1;
+                        self.ws();
+                        if !self.eat(b"}") {
+                            loop {
+                                if self.at() != Some(b'"') {
+                                    return Err(Error::Syntax);
+                                }
+                                let (k, _) = self.string()?;
+                                self.ws();
+                                if !self.eat(b":") {
+                                    return Err(Error::Syntax);
+                                }
+                                self.ws();
+                                let v = self.value(depth + 1)?;
+                                members.push((k, v));
+                                self.ws();
+                                if self.eat(b",") {
+                                    self.ws();
+                                } else if self.eat(b"}") {
+                                    break;
+                                } else {
+                                    return Err(Error::Syntax);
+                                }
+                            }
+                        }
+                        Kind::Object { empty: members.is_empty() }
+                    }
+                    b'[' => {
+                        self.i += 1;
+                        self.ws();
+                        if !self.eat(b"]") {
+                            loop {
+                                let v = self.value(depth + 1)?;
+                                members.push((Vec::new(), v));
+                                self.ws();
+                                if self.eat(b",") {
+                                    self.ws();
+                                } else if self.eat(b"]") {
+                                    break;
+                                } else {
+                                    return Err(Error::Syntax);
+                                }
+                            }
+                        }
+                        Kind::Array
+                    }
+                    b'"' => {
+                        let (_, escaped) = self.string()?;
+                        Kind::String { escaped }
+                    }
+                    b't' if self.eat(b"true") => Kind::True,
+                    b'f' if self.eat(b"false") => Kind::False,
+                    b'n' if self.eat(b"null") => Kind::Null,
+                    b'N' if self.eat(b"NaN") => Kind::Number,
+                    b'I' if self.eat(b"Infinity") => Kind::Number,
+                    b'-' if self.eat(b"-Infinity") => Kind::Number,
+                    b'-' | b'0'..=b'9' => {
+                        self.eat(b"-");
+                        if !self.eat(b"0") && self.digits() == 0 {
+                            return Err(Error::Syntax);
+                        }
+                        if self.eat(b".") && self.digits() == 0 {
+                            return Err(Error::Syntax);
+                        }
+                        if self.eat(b"e") || self.eat(b"E") {
+                            let _ = self.eat(b"+") || self.eat(b"-");
+                            if self.digits() == 0 {
+                                return Err(Error::Syntax);
+                            }
+                        }
+                        Kind::Number
+                    }
+                    _ => return Err(Error::Syntax),
+                };
+                Ok(Node { value: Value { start, end: self.i, kind }, members })
+            }
+        }
+
+        /// The first value under `key` and whether there are more.
+        pub fn member<'n>(n: &'n Node, key: &str) -> (Option<&'n Node>, bool) {
+            let mut it = n.members.iter().filter(|(k, _)| k == key.as_bytes());
+            let first = it.next().map(|(_, v)| v);
+            (first, it.next().is_some())
+        }
+
+        pub fn message(n: &Node) -> super::Message {
+            let (method, dm) = member(n, "method");
+            let (params, dp) = member(n, "params");
+            let mut m = super::Message {
+                start: n.value.start,
+                end: n.value.end,
+                method: method.map(|v| v.value),
+                params: params.map(|v| v.value),
+                ..Default::default()
+            };
+            m.duplicates.method = dm;
+            m.duplicates.params = dp;
+            if let Some(p) = params.filter(|p| matches!(p.value.kind, Kind::Object { .. })) {
+                let (name, dn) = member(p, "name");
+                let (args, da) = member(p, "arguments");
+                m.name = name.map(|v| v.value);
+                m.arguments = args.map(|v| v.value);
+                m.duplicates.name = dn;
+                m.duplicates.arguments = da;
+            }
+            m
+        }
+
+        pub fn messages(b: &[u8]) -> Result<Vec<super::Message>, Error> {
+            let top = parse(b)?;
+            Ok(match top.value.kind {
+                Kind::Object { .. } => vec![message(&top)],
+                Kind::Array => top
+                    .members
+                    .iter()
+                    .filter(|(_, v)| matches!(v.value.kind, Kind::Object { .. }))
+                    .map(|(_, v)| message(v))
+                    .collect(),
+                _ => Vec::new(),
+            })
+        }
+    }
+
+    fn fast(b: &[u8]) -> Result<Vec<Message>, naive::Error> {
+        let mut out = Vec::new();
+        scan_messages(b, |m| {
+            out.push(*m);
+            Ok::<(), ScanError>(())
+        })
+        .map_err(|e| match e {
+            ScanError::Syntax { .. } => naive::Error::Syntax,
+            ScanError::InvalidUtf8 { .. } => naive::Error::Utf8,
+            ScanError::TooDeep { .. } => naive::Error::Deep,
+        })?;
+        Ok(out)
+    }
+
+    #[track_caller]
+    fn agree(b: &[u8]) -> Result<Vec<Message>, naive::Error> {
+        let f = fast(b);
+        let n = naive::messages(b);
+        assert_eq!(f, n, "fast and naive disagree on {:?}", String::from_utf8_lossy(b));
+        // parse_value accepts exactly the same bodies.
+        assert_eq!(parse_value(b).is_ok(), n.is_ok(), "{:?}", String::from_utf8_lossy(b));
+        f
+    }
+
+    const VALID: &[&str] = &[
+        r#"{}"#,
+        r#"[]"#,
+        r#" [ ] "#,
+        r#"1"#,
+        r#""x""#,
+        r#"null"#,
+        "\t{ \"a\" : [ 1 , 2 ] }\r\n",
+        r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"x"}}}"#,
+        r#"{"params":{"arguments":null,"name":"t"},"method":"tools/call","id":"7"}"#,
+        r#"[{"method":"a"},1,[{"method":"nested"}],{"method":"b","params":[]}]"#,
+        r#"{"m\u0065thod":"tools\/call","p\u0061rams":{"n\u0061me":"x"}}"#,
+        r#"{"method":1,"method":2}"#,
+        r#"{"params":{"name":1,"name":2,"arguments":{},"arguments":[]}}"#,
+        r#"{"params":7,"params":{"name":"x"}}"#,
+        r#"[NaN, Infinity, -Infinity, 1e400, -0.5E-7, 0, 12345678901234567890123456789012345678901234567890]"#,
+        r#"{"s":"\ud800","p":"\ud83d\ude00","q":"\udc00\ud800x","\u00e9":"é"}"#,
+        "{\"\u{7f}\":\"\u{7f}\u{10ffff}\"}",
+        r#"{"a":{"b":{"c":[[[{}]]]}},"d":[{},[],""]}"#,
+        r#""\"\\\/\b\f\n\r\t\u0000\uFFFF""#,
+    ];
+
+    const INVALID: &[&str] = &[
+        "",
+        " ",
+        "{",
+        "}",
+        "{\"a\"}",
+        "{\"a\":}",
+        "{\"a\":1,}",
+        "[1,]",
+        "[,1]",
+        "{,}",
+        "{'a':1}",
+        "{a:1}",
+        "[1 2]",
+        "{} {}",
+        "{}x",
+        "01",
+        "-",
+        "1.",
+        ".5",
+        "1e",
+        "1e+",
+        "+1",
+        "-NaN",
+        "nan",
+        "infinity",
+        "-Inf",
+        "tru",
+        "nul",
+        "\"\\x\"",
+        "\"\\u12\"",
+        "\"\\u12g4\"",
+        "\"\\\"",
+        "\"a\nb\"",
+        "\"a\tb\"",
+        "\"\u{1}\"",
+        "\"abc",
+        "[\"a\"",
+        "{\"a\":1 \"b\":2}",
+        "\u{feff}{}",
+        "{\"a\":1}\u{0}",
+        "[1]\u{b}",
+    ];
+
+    #[test]
+    fn fixtures_agree_with_naive() {
+        for s in VALID {
+            assert!(agree(s.as_bytes()).is_ok(), "valid refused: {s:?}");
+        }
+        for s in INVALID {
+            assert!(agree(s.as_bytes()).is_err(), "invalid accepted: {s:?}");
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_is_refused() {
+        for b in [
+            &b"\"\xff\""[..],
+            b"{\"a\":\"\xc3\"}",
+            b"{\"\xed\xa0\x80\":1}", // an encoded surrogate: Python refuses it too
+            b"[\"\xf4\x90\x80\x80\"]",
+            b"\xef\xbb\xbf{}",
+        ] {
+            assert!(matches!(
+                scan_messages(b, |_| Ok::<(), ScanError>(())),
+                Err(ScanError::InvalidUtf8 { .. }) | Err(ScanError::Syntax { .. })
+            ));
+            assert!(agree(b).is_err());
+        }
+    }
+
+    #[test]
+    fn spans_of_a_message() {
+        let b = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"x","n":1e400}}}"#;
+        let m = agree(b).unwrap();
+        assert_eq!(m.len(), 1);
+        let m = m[0];
+        assert_eq!(m.method.unwrap().bytes(b), br#""tools/call""#);
+        assert!(m.method.unwrap().is_str(b, "tools/call"));
+        assert_eq!(m.name.unwrap().bytes(b), br#""chat_send""#);
+        let args = m.arguments.unwrap();
+        assert_eq!(args.bytes(b), br#"{"sender":"x","n":1e400}"#);
+        assert_eq!(args.kind, Kind::Object { empty: false });
+        let l = find_member(b, &args, "sender").unwrap();
+        assert_eq!(l.value.unwrap().bytes(b), br#""x""#);
+        assert!(!l.duplicate);
+        assert_eq!(find_member(b, &args, "n").unwrap().value.unwrap().bytes(b), b"1e400");
+        assert_eq!(find_member(b, &args, "absent").unwrap(), Lookup::default());
+        assert_eq!((m.start, m.end), (0, b.len()));
+    }
+
+    #[test]
+    fn escaped_keys_and_values_are_decoded() {
+        let b = br#"{"\u006dethod":"tools\/call","params":{"\u006e\u0061me":"chat\u005fsend","arguments":{"\u0073ender":1,"sender":2}}}"#;
+        let m = agree(b).unwrap()[0];
+        assert!(m.method.unwrap().is_str(b, "tools/call"));
+        assert!(m.name.unwrap().is_str(b, "chat_send"));
+        assert_eq!(m.name.unwrap().decode_str(b).as_deref(), Some("chat_send"));
+        let l = find_member(b, &m.arguments.unwrap(), "sender").unwrap();
+        assert!(l.duplicate);
+        assert_eq!(l.value.unwrap().bytes(b), b"1");
+    }
+
+    #[test]
+    fn surrogates_decode_like_python() {
+        let b = r#"["\ud83d\ude00", "😀", "\ud83d", "\ud83d\u0041", "\u00e9", "\ude00\ud83d"]"#;
+        // The naive tree gives the element spans; `is_str` decodes them.
+        let n = naive::parse(b.as_bytes()).unwrap();
+        let vals: Vec<Value> = n.members.iter().map(|(_, v)| v.value).collect();
+        let b = b.as_bytes();
+        assert!(vals[0].is_str(b, "😀"));
+        assert!(vals[1].is_str(b, "😀"));
+        assert_eq!(vals[2].decode_str(b), None);
+        assert!(!vals[2].is_str(b, "\u{FFFD}"));
+        assert_eq!(vals[3].decode_str(b), None);
+        assert!(vals[4].is_str(b, "é"));
+        assert_eq!(vals[5].decode_str(b), None);
+    }
+
+    #[test]
+    fn duplicates_are_reported() {
+        let cases: &[(&str, Duplicates)] = &[
+            (r#"{"method":"a","method":"b"}"#, Duplicates { method: true, ..Default::default() }),
+            (r#"{"params":{},"p\u0061rams":{}}"#, Duplicates { params: true, ..Default::default() }),
+            (r#"{"params":{"name":"a","name":"a"}}"#, Duplicates { name: true, ..Default::default() }),
+            (
+                r#"{"params":{"arguments":{},"arguments":null}}"#,
+                Duplicates { arguments: true, ..Default::default() },
+            ),
+            (r#"{"params":{"x":{"name":1,"name":2}}}"#, Duplicates::default()),
+        ];
+        for (s, d) in cases {
+            assert_eq!(agree(s.as_bytes()).unwrap()[0].duplicates, *d, "{s}");
+        }
+    }
+
+    #[test]
+    fn depth_is_bounded_without_recursion() {
+        let nest = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(agree(nest(MAX_JSON_DEPTH).as_bytes()).is_ok());
+        assert_eq!(agree(nest(MAX_JSON_DEPTH + 1).as_bytes()), Err(naive::Error::Deep));
+        // A message's own levels count too.
+        let obj = |n: usize| format!("{{\"params\":{{\"arguments\":{}{}}}}}", "[".repeat(n), "]".repeat(n));
+        assert!(agree(obj(MAX_JSON_DEPTH - 2).as_bytes()).is_ok());
+        assert_eq!(agree(obj(MAX_JSON_DEPTH - 1).as_bytes()), Err(naive::Error::Deep));
+        let batch = |n: usize| {
+            let (open, close) = ("{\"a\":".repeat(n), "}".repeat(n));
+            format!("[{{\"params\":{{\"a\":{open}1{close}}}}}]")
+        };
+        assert!(agree(batch(MAX_JSON_DEPTH - 3).as_bytes()).is_ok());
+        assert_eq!(agree(batch(MAX_JSON_DEPTH - 2).as_bytes()), Err(naive::Error::Deep));
+        // 100k open brackets: an error, not a stack overflow (only the fast one).
+        let deep = "[".repeat(100_000);
+        assert!(matches!(
+            parse_value(deep.as_bytes()),
+            Err(ScanError::TooDeep { offset }) if offset == MAX_JSON_DEPTH
+        ));
+        let deep = format!("{{\"params\":{{\"arguments\":{}", "{\"a\":".repeat(100_000));
+        assert!(matches!(fast(deep.as_bytes()), Err(naive::Error::Deep)));
+    }
+
+    #[test]
+    fn every_prefix_of_a_message_is_refused() {
+        let b = br#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"\u00e9x","n":[1.5e3,{"k":null}]}}}"#;
+        for i in 0..b.len() {
+            assert!(agree(&b[..i]).is_err(), "prefix {i} accepted");
+        }
+    }
+
+    #[test]
+    fn write_json_string_round_trips() {
+        for s in ["", "plain", "é—😀", "a\"b\\c/", "\n\r\t\u{8}\u{c}\u{0}\u{1f}\u{7f}", "\u{2028}"] {
+            let mut out = Vec::new();
+            write_json_string(s, &mut out);
+            let v = parse_value(&out).unwrap();
+            assert_eq!(v.decode_str(&out).as_deref(), Some(s));
+            assert_eq!(serde_json::from_slice::<String>(&out).unwrap(), s);
+        }
+        let mut out = Vec::new();
+        write_json_string("a\u{1}b", &mut out);
+        assert_eq!(out, b"\"a\\u0001b\"");
+    }
+
+    /// xorshift64*: a tiny deterministic generator, enough for these loops.
+    pub(crate) struct Rng(pub u64);
+
+    impl Rng {
+        pub fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        pub fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+        pub fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+            xs[self.below(xs.len())]
+        }
+    }
+
+    const KEYS: &[&str] = &[
+        "method",
+        "params",
+        "name",
+        "arguments",
+        "sender",
+        "m\\u0065thod",
+        "p\\u0061rams",
+        "\\u006eame",
+        "x",
+        "",
+        "id",
+        "é",
+    ];
+    const SCALARS: &[&str] = &[
+        "0",
+        "-1",
+        "1.5e300",
+        "1e400",
+        "123456789012345678901234567890123456789012",
+        "NaN",
+        "-Infinity",
+        "Infinity",
+        "true",
+        "false",
+        "null",
+        "\"\"",
+        "\"tools/call\"",
+        "\"tools\\/call\"",
+        "\"chat_send\"",
+        "\"\\ud800\"",
+        "\"é😀\"",
+        "\"a\\\"b\"",
+    ];
+    const WS: &[&str] = &["", "", "", " ", "\n", "\t", "\r\n  "];
+
+    fn gen_value(r: &mut Rng, out: &mut String, depth: usize) {
+        match r.below(if depth > 5 { 3 } else { 6 }) {
+            0..=2 => out.push_str(r.pick(SCALARS)),
+            3 | 4 => {
+                out.push('{');
+                for i in 0..r.below(5) {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(r.pick(WS));
+                    out.push('"');
+                    out.push_str(r.pick(KEYS));
+                    out.push('"');
+                    out.push_str(r.pick(WS));
+                    out.push(':');
+                    out.push_str(r.pick(WS));
+                    gen_value(r, out, depth + 1);
+                }
+                out.push('}');
+            }
+            _ => {
+                out.push('[');
+                for i in 0..r.below(4) {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(r.pick(WS));
+                    gen_value(r, out, depth + 1);
+                }
+                out.push_str(r.pick(WS));
+                out.push(']');
+            }
+        }
+    }
+
+    #[test]
+    fn generated_inputs_agree_with_naive() {
+        let mut r = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut valid = 0;
+        for _ in 0..20_000 {
+            let mut s = String::new();
+            s.push_str(r.pick(WS));
+            gen_value(&mut r, &mut s, 0);
+            s.push_str(r.pick(WS));
+            let mut b = s.into_bytes();
+            // Half of the inputs get a few byte-level mutations.
+            if r.below(2) == 0 {
+                for _ in 0..1 + r.below(3) {
+                    let junk = r.pick(b"{}[]\",:\\u0123456789eE+-.ntfNI \n\x01\xff");
+                    let at = r.below(b.len() + 1);
+                    match r.below(3) {
+                        0 => b.insert(at, junk),
+                        1 if at < b.len() => {
+                            b.remove(at);
+                        }
+                        _ if at < b.len() => b[at] = junk,
+                        _ => {}
+                    }
+                }
+            }
+            if agree(&b).is_ok() {
+                valid += 1;
+            }
+        }
+        assert!(valid > 10_000, "generator too weak: {valid}");
+    }
+
+    #[test]
+    fn error_display_carries_no_content() {
+        let e = parse_value(b"{\"secret-token\":x}").unwrap_err();
+        assert_eq!(e.to_string(), "invalid JSON at byte 16");
+        assert_eq!(ScanError::TooDeep { offset: 3 }.to_string(), "JSON nested deeper than 128 at byte 3");
+    }
+}

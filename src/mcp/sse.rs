@@ -1,1 +1,657 @@
-//! (to be written)
+//! Legacy (2024-11-05) HTTP+SSE transport: rewrite the `endpoint` event of a
+//! `GET /sse` stream, and `Location` values, from the upstream's origin to the
+//! proxy's (PROTOCOL.md §1.9, R24, R25). Pure: bytes in, bytes out; no I/O.
+//!
+//! SDK clients resolve the endpoint against the SSE URL and reject another
+//! origin, so an absolute `http://<upstream>/messages/?session_id=..` must
+//! become `http://<proxy>/messages/?session_id=..`. Everything else, line
+//! endings included, is relayed byte for byte.
+
+use memchr::memchr2;
+use smallvec::SmallVec;
+
+use crate::limits::{MAX_SSE_HELD_EVENT, MAX_SSE_SCAN};
+
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+const HTTP_SCHEME: &[u8] = b"http://";
+
+type Authority = SmallVec<[u8; 64]>;
+
+/// Incremental scanner of the start of an SSE stream (WHATWG HTML
+/// §9.2.6 "Interpreting an event stream") that rewrites the `data:` lines of
+/// the first event when that event is an `endpoint` event.
+///
+/// The bytes of the current event are held until its dispatching blank line
+/// (bounded by [`MAX_SSE_HELD_EVENT`]): only then is its type known.
+#[derive(Debug)]
+pub struct EndpointRewriter {
+    upstream: Authority,
+    proxy: Authority,
+    /// Bytes of the current event not yet sent: complete lines, then the
+    /// start of an incomplete line at `line_start..`.
+    held: Vec<u8>,
+    /// Where the incomplete line begins in `held`.
+    line_start: usize,
+    /// Offsets in `held` of upstream authorities found at the start of a
+    /// `data:` value; spliced only if the event turns out to be `endpoint`.
+    data_authorities: SmallVec<[usize; 2]>,
+    /// The current event has a `data` field, so its blank line dispatches it.
+    has_data: bool,
+    /// The last `event` field of the current event was `endpoint`.
+    is_endpoint: bool,
+    /// The last byte seen was a CR ending a line: an LF right after it (at
+    /// the start of the next read) belongs to the same line ending.
+    after_cr: bool,
+    /// No line has been completed yet (a leading BOM is ignored there).
+    first_line: bool,
+    /// Bytes scanned so far, bounded by [`MAX_SSE_SCAN`].
+    scanned: usize,
+    done: bool,
+}
+
+impl EndpointRewriter {
+    /// `upstream_authority` e.g. `b"127.0.0.1:8200"` (host:port as in
+    /// `--upstream`); `proxy_authority` e.g. `b"127.0.0.1:40123"` (the Host
+    /// the client used).
+    pub fn new(upstream_authority: &[u8], proxy_authority: &[u8]) -> Self {
+        EndpointRewriter {
+            upstream: Authority::from_slice(upstream_authority),
+            proxy: Authority::from_slice(proxy_authority),
+            held: Vec::new(),
+            line_start: 0,
+            data_authorities: SmallVec::new(),
+            has_data: false,
+            is_endpoint: false,
+            after_cr: false,
+            first_line: true,
+            scanned: 0,
+            // An empty upstream authority cannot be matched: nothing to do.
+            done: upstream_authority.is_empty(),
+        }
+    }
+
+    /// Feeds decoded (de-chunked) body bytes and appends to `out` what must
+    /// be sent to the client. All of `input` is consumed: an incomplete event
+    /// is held internally, bounded by [`MAX_SSE_HELD_EVENT`].
+    pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        if self.done {
+            out.extend_from_slice(input);
+            return;
+        }
+        let mut rest = input;
+        if self.after_cr && !rest.is_empty() {
+            self.after_cr = false;
+            if let Some((b'\n', tail)) = rest.split_first() {
+                // Second half of a CRLF split across reads.
+                self.hold(b"\n");
+                self.line_start = self.held.len();
+                rest = tail;
+            }
+        }
+        while !rest.is_empty() {
+            let Some(eol) = memchr2(b'\n', b'\r', rest) else {
+                // An incomplete line: its content so far is all of `rest`.
+                if self.over_bounds(rest.len()) {
+                    self.give_up(rest, out);
+                } else {
+                    self.hold(rest);
+                }
+                return;
+            };
+            // The bounds count a line's content and the first byte of its
+            // ending, not the LF of a CRLF: that LF may arrive in the next
+            // read, after the line has been handled, and the decision must
+            // not depend on where reads split.
+            if self.over_bounds(eol + 1) {
+                self.give_up(rest, out);
+                return;
+            }
+            let ending_len = match (rest.get(eol), rest.get(eol + 1)) {
+                (Some(b'\r'), Some(b'\n')) => 2,
+                (Some(b'\r'), None) => {
+                    self.after_cr = true;
+                    1
+                }
+                _ => 1,
+            };
+            let (line, tail) = rest.split_at((eol + ending_len).min(rest.len()));
+            let content_end = self.held.len() + eol;
+            self.hold(line);
+            self.end_of_line(content_end, out);
+            rest = tail;
+            if self.done {
+                out.extend_from_slice(rest);
+                return;
+            }
+        }
+    }
+
+    /// True once scanning is over: the first event has been dispatched (and
+    /// rewritten if it was an endpoint event), or a bound was reached. From
+    /// then on `feed` only copies.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// At the end of the stream: flushes any held bytes unchanged.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        self.flush_held(out);
+        self.become_done();
+    }
+
+    /// Handles the line `held[line_start..content_end]`, whose ending has
+    /// just been appended to `held`.
+    fn end_of_line(&mut self, content_end: usize, out: &mut Vec<u8>) {
+        let start = self.line_start;
+        self.line_start = self.held.len();
+        let mut content = self.held.get(start..content_end).unwrap_or_default();
+        let mut value_offset = start;
+        if self.first_line {
+            self.first_line = false;
+            // The stream may begin with one BOM, which is not part of the
+            // field name.
+            if let Some(stripped) = content.strip_prefix(UTF8_BOM) {
+                content = stripped;
+                value_offset += UTF8_BOM.len();
+            }
+        }
+        if content.is_empty() {
+            self.dispatch(out);
+            return;
+        }
+        if content.first() == Some(&b':') {
+            return; // comment
+        }
+        let (name, value, value_at) = match memchr::memchr(b':', content) {
+            Some(colon) => {
+                let after = content.get(colon + 1..).unwrap_or_default();
+                let (value, skip) = match after.strip_prefix(b" ") {
+                    Some(v) => (v, 1),
+                    None => (after, 0),
+                };
+                let name = content.get(..colon).unwrap_or_default();
+                (name, value, value_offset + colon + 1 + skip)
+            }
+            None => (content, &[][..], content_end),
+        };
+        match name {
+            b"event" => self.is_endpoint = value == b"endpoint",
+            b"data" => {
+                self.has_data = true;
+                if let Some(at) = upstream_url_authority(value, &self.upstream) {
+                    self.data_authorities.push(value_at + at);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The blank line ending an event: sends the event (rewritten if it is
+    /// an endpoint event). An event without data is not dispatched (WHATWG
+    /// §9.2.6), so scanning continues after it.
+    fn dispatch(&mut self, out: &mut Vec<u8>) {
+        if !self.has_data {
+            self.flush_held(out);
+            return;
+        }
+        if self.is_endpoint && !self.data_authorities.is_empty() {
+            let mut from = 0;
+            for &at in &self.data_authorities {
+                out.extend_from_slice(self.held.get(from..at).unwrap_or_default());
+                out.extend_from_slice(&self.proxy);
+                from = at + self.upstream.len();
+            }
+            out.extend_from_slice(self.held.get(from..).unwrap_or_default());
+        } else {
+            out.extend_from_slice(&self.held);
+        }
+        self.become_done();
+    }
+
+    fn hold(&mut self, bytes: &[u8]) {
+        self.held.extend_from_slice(bytes);
+        self.scanned = self.scanned.saturating_add(bytes.len());
+    }
+
+    /// Would holding `more` bytes of the current line exceed a bound?
+    fn over_bounds(&self, more: usize) -> bool {
+        self.held.len().saturating_add(more) > MAX_SSE_HELD_EVENT
+            || self.scanned.saturating_add(more) > MAX_SSE_SCAN
+    }
+
+    /// A bound was reached: everything held and `rest` go out unchanged and
+    /// scanning stops.
+    fn give_up(&mut self, rest: &[u8], out: &mut Vec<u8>) {
+        log::debug!("sse: no endpoint event within bounds; relaying unchanged");
+        self.flush_held(out);
+        out.extend_from_slice(rest);
+        self.become_done();
+    }
+
+    fn flush_held(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.held);
+        self.clear_event();
+    }
+
+    /// Scanning is over for good: release the held buffer (an open stream
+    /// should cost nothing once relaying is plain copying).
+    fn become_done(&mut self) {
+        self.clear_event();
+        self.held = Vec::new();
+        self.done = true;
+    }
+
+    fn clear_event(&mut self) {
+        self.held.clear();
+        self.line_start = 0;
+        self.data_authorities.clear();
+        self.has_data = false;
+        self.is_endpoint = false;
+    }
+}
+
+/// If `value` is `http://<upstream><rest>` with `<rest>` empty or starting
+/// with `/`, `?` or `#`, returns the offset of `<upstream>` in `value`.
+/// Scheme and authority compare ASCII-case-insensitively; the authority must
+/// match exactly (`localhost` is not `127.0.0.1`, `:8200` is not `:82001`).
+fn upstream_url_authority(value: &[u8], upstream: &[u8]) -> Option<usize> {
+    if upstream.is_empty() {
+        return None;
+    }
+    let scheme = value.get(..HTTP_SCHEME.len())?;
+    if !scheme.eq_ignore_ascii_case(HTTP_SCHEME) {
+        return None;
+    }
+    let authority_end = HTTP_SCHEME.len().checked_add(upstream.len())?;
+    let authority = value.get(HTTP_SCHEME.len()..authority_end)?;
+    if !authority.eq_ignore_ascii_case(upstream) {
+        return None;
+    }
+    match value.get(authority_end) {
+        None | Some(b'/' | b'?' | b'#') => Some(HTTP_SCHEME.len()),
+        Some(_) => None,
+    }
+}
+
+/// Rewrites a `Location` value (R24) `http://<upstream_authority><rest>` to
+/// `http://<proxy_authority><rest>`; any other value (relative, another
+/// authority or scheme) gives `None` and is relayed unchanged.
+pub fn rewrite_location(
+    value: &[u8],
+    upstream_authority: &[u8],
+    proxy_authority: &[u8],
+) -> Option<SmallVec<[u8; 128]>> {
+    let at = upstream_url_authority(value, upstream_authority)?;
+    let rest = value.get(at + upstream_authority.len()..)?;
+    let mut out = SmallVec::new();
+    out.extend_from_slice(HTTP_SCHEME);
+    out.extend_from_slice(proxy_authority);
+    out.extend_from_slice(rest);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UP: &[u8] = b"127.0.0.1:8200";
+    const PROXY: &[u8] = b"127.0.0.1:40123";
+
+    fn whole(input: &[u8]) -> Vec<u8> {
+        let mut r = EndpointRewriter::new(UP, PROXY);
+        let mut out = Vec::new();
+        r.feed(input, &mut out);
+        r.finish(&mut out);
+        out
+    }
+
+    fn pieces(parts: &[&[u8]]) -> Vec<u8> {
+        let mut r = EndpointRewriter::new(UP, PROXY);
+        let mut out = Vec::new();
+        for p in parts {
+            r.feed(p, &mut out);
+        }
+        r.finish(&mut out);
+        out
+    }
+
+    /// Expected output: `input` with every `{U}` replaced by the upstream
+    /// authority, and in `want` by the authority given.
+    fn fill(template: &str, authority: &[u8]) -> Vec<u8> {
+        template.replace("{U}", std::str::from_utf8(authority).unwrap()).into_bytes()
+    }
+
+    macro_rules! sse_cases {
+        ($($name:ident: $input:expr => $want:expr;)*) => {
+            $(
+                #[test]
+                fn $name() {
+                    let input = fill($input, UP);
+                    let want = fill($want, PROXY);
+                    assert_eq!(
+                        String::from_utf8_lossy(&whole(&input)),
+                        String::from_utf8_lossy(&want),
+                    );
+                    assert_split_invariant(&input);
+                }
+            )*
+        };
+    }
+
+    sse_cases! {
+        endpoint_absolute_lf:
+            "event: endpoint\ndata: http://{U}/messages/?session_id=ab\n\nevent: message\ndata: {}\n\n"
+            => "event: endpoint\ndata: http://{U}/messages/?session_id=ab\n\nevent: message\ndata: {}\n\n";
+        endpoint_absolute_crlf:
+            "event: endpoint\r\ndata: http://{U}/messages/?session_id=ab\r\n\r\n"
+            => "event: endpoint\r\ndata: http://{U}/messages/?session_id=ab\r\n\r\n";
+        endpoint_absolute_cr:
+            "event: endpoint\rdata: http://{U}/messages/?session_id=ab\r\r: ping\r"
+            => "event: endpoint\rdata: http://{U}/messages/?session_id=ab\r\r: ping\r";
+        endpoint_no_space_after_colon:
+            "event:endpoint\ndata:http://{U}/m\n\n" => "event:endpoint\ndata:http://{U}/m\n\n";
+        endpoint_uppercase_scheme_and_host:
+            "event: endpoint\ndata: HTTP://127.0.0.1:8200/m\n\n" => "event: endpoint\ndata: HTTP://{U}/m\n\n";
+        endpoint_authority_only:
+            "event: endpoint\ndata: http://{U}\n\n" => "event: endpoint\ndata: http://{U}\n\n";
+        endpoint_query_directly:
+            "event: endpoint\ndata: http://{U}?session_id=1\n\n" => "event: endpoint\ndata: http://{U}?session_id=1\n\n";
+        event_after_data:
+            "data: http://{U}/messages/?s=1\nid: 7\nevent: endpoint\n\n"
+            => "data: http://{U}/messages/?s=1\nid: 7\nevent: endpoint\n\n";
+        endpoint_after_comments_and_retry:
+            ": hello\r\nretry: 3000\r\n\r\n: pad\r\n\r\nevent: endpoint\r\nretry: 10\r\ndata: http://{U}/m\r\n\r\n"
+            => ": hello\r\nretry: 3000\r\n\r\n: pad\r\n\r\nevent: endpoint\r\nretry: 10\r\ndata: http://{U}/m\r\n\r\n";
+        endpoint_after_bom:
+            "\u{FEFF}event: endpoint\ndata: http://{U}/m\n\n" => "\u{FEFF}event: endpoint\ndata: http://{U}/m\n\n";
+        two_data_lines_both_rewritten:
+            "event: endpoint\ndata: http://{U}/a\ndata: http://{U}/b\n\n"
+            => "event: endpoint\ndata: http://{U}/a\ndata: http://{U}/b\n\n";
+    }
+
+    macro_rules! unchanged_cases {
+        ($($name:ident: $input:expr;)*) => {
+            $(
+                #[test]
+                fn $name() {
+                    let input = fill($input, UP);
+                    assert_eq!(
+                        String::from_utf8_lossy(&whole(&input)),
+                        String::from_utf8_lossy(&input),
+                    );
+                    assert_split_invariant(&input);
+                }
+            )*
+        };
+    }
+
+    unchanged_cases! {
+        relative_endpoint: "event: endpoint\r\ndata: /messages/?session_id=0123456789abcdef\r\n\r\n";
+        message_event_with_upstream_url:
+            "event: message\ndata: http://{U}/messages/?session_id=1\n\nevent: endpoint\ndata: http://{U}/m\n\n";
+        default_message_event: "data: http://{U}/messages/\n\nevent: endpoint\ndata: http://{U}/m\n\n";
+        other_authority: "event: endpoint\ndata: http://127.0.0.1:8201/m\n\n";
+        localhost_is_not_127: "event: endpoint\ndata: http://localhost:8200/m\n\n";
+        longer_port: "event: endpoint\ndata: http://127.0.0.1:82001/m\n\n";
+        authority_prefix_of_host: "event: endpoint\ndata: http://127.0.0.1:8200.evil.example/m\n\n";
+        userinfo: "event: endpoint\ndata: http://u@127.0.0.1:8200/m\n\n";
+        https_scheme: "event: endpoint\ndata: https://{U}/m\n\n";
+        two_spaces_after_colon: "event: endpoint\ndata:  http://{U}/m\n\n";
+        endpoint_overridden_by_later_event_field:
+            "event: endpoint\nevent: message\ndata: http://{U}/m\n\n";
+        event_name_is_case_sensitive: "event: Endpoint\ndata: http://{U}/m\n\n";
+        data_name_is_case_sensitive: "event: endpoint\nDATA: http://{U}/m\ndata: x\n\n";
+        comment_only: ": ping - 2026-11-30 12:00:00\r\n\r\n";
+        retry_and_id: "retry: 5000\nid: 1\n\n";
+        no_trailing_blank_line: "event: endpoint\ndata: http://{U}/m\n";
+        partial_last_line: "event: endpoint\ndata: http://{U}/m";
+        url_later_in_value: "event: endpoint\ndata: see http://{U}/m\n\n";
+    }
+
+    /// Feeding at every split offset, and one byte at a time, gives the same
+    /// output as feeding whole.
+    #[track_caller]
+    fn assert_split_invariant(input: &[u8]) {
+        let want = whole(input);
+        for i in 0..=input.len() {
+            let (a, b) = input.split_at(i);
+            assert_eq!(pieces(&[a, b]), want, "split at {i}");
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(pieces(&bytes), want, "one byte at a time");
+    }
+
+    #[test]
+    fn every_split_of_a_crlf_stream() {
+        let input = fill(
+            ": hi\r\nretry: 100\r\n\r\nevent: endpoint\r\ndata: http://{U}/messages/?session_id=00ff\r\n\r\n\
+             event: message\r\ndata: {\"url\":\"http://{U}/x\"}\r\n\r\n: ping\r\n\r\n",
+            UP,
+        );
+        let want = fill(
+            ": hi\r\nretry: 100\r\n\r\nevent: endpoint\r\ndata: http://{U}/messages/?session_id=00ff\r\n\r\n",
+            PROXY,
+        );
+        let mut want = want;
+        want.extend_from_slice(&fill(
+            "event: message\r\ndata: {\"url\":\"http://{U}/x\"}\r\n\r\n: ping\r\n\r\n",
+            UP,
+        ));
+        assert_eq!(whole(&input), want);
+        assert_split_invariant(&input);
+        // Three-way splits too: the CR/LF split and the event boundary.
+        for i in 0..=input.len() {
+            for j in i..=input.len() {
+                let got = pieces(&[&input[..i], &input[i..j], &input[j..]]);
+                assert_eq!(got, want, "split at {i}, {j}");
+            }
+        }
+    }
+
+    #[test]
+    fn cr_at_end_of_read_then_lf_is_one_line_ending() {
+        let mut r = EndpointRewriter::new(UP, PROXY);
+        let mut out = Vec::new();
+        r.feed(b"event: endpoint\r", &mut out);
+        // Were this LF a line of its own, it would dispatch an empty event.
+        r.feed(b"\ndata: http://127.0.0.1:8200/m\r", &mut out);
+        assert!(!r.is_done());
+        r.feed(b"\n\r", &mut out);
+        assert!(r.is_done());
+        r.feed(b"\nevent: message\n", &mut out);
+        assert_eq!(out, b"event: endpoint\r\ndata: http://127.0.0.1:40123/m\r\n\r\nevent: message\n");
+    }
+
+    /// An empty read between the CR and the LF of a CRLF once made the LF
+    /// a blank line of its own (found by the three-way split test).
+    #[test]
+    fn regression_empty_read_between_cr_and_lf() {
+        let mut r = EndpointRewriter::new(UP, PROXY);
+        let mut out = Vec::new();
+        r.feed(b"event: endpoint\r", &mut out);
+        r.feed(b"", &mut out);
+        r.feed(b"\ndata: http://127.0.0.1:8200/m\r\n\r\n", &mut out);
+        assert_eq!(out, b"event: endpoint\r\ndata: http://127.0.0.1:40123/m\r\n\r\n");
+    }
+
+    #[test]
+    fn done_after_first_dispatched_event() {
+        let mut r = EndpointRewriter::new(UP, PROXY);
+        let mut out = Vec::new();
+        r.feed(b": c\n\nretry: 1\n\n", &mut out);
+        assert!(!r.is_done(), "blocks without data do not dispatch");
+        assert_eq!(out, b": c\n\nretry: 1\n\n", "they are sent at once");
+        r.feed(b"data: x\n", &mut out);
+        assert!(!r.is_done());
+        r.feed(b"\nevent: endpoint\ndata: http://127.0.0.1:8200/m\n\n", &mut out);
+        assert!(r.is_done());
+        assert_eq!(r.held.capacity(), 0, "nothing is kept once done");
+        assert_eq!(out, b": c\n\nretry: 1\n\ndata: x\n\nevent: endpoint\ndata: http://127.0.0.1:8200/m\n\n");
+    }
+
+    #[test]
+    fn endpoint_event_is_sent_when_dispatched() {
+        let mut r = EndpointRewriter::new(UP, PROXY);
+        let mut out = Vec::new();
+        r.feed(b"event: endpoint\ndata: /m\n", &mut out);
+        assert!(out.is_empty(), "held until the blank line");
+        r.feed(b"\n", &mut out);
+        assert!(r.is_done());
+        assert_eq!(out, b"event: endpoint\ndata: /m\n\n");
+    }
+
+    #[test]
+    fn oversized_line_is_flushed_unchanged_and_ends_scanning() {
+        let mut r = EndpointRewriter::new(UP, PROXY);
+        let mut out = Vec::new();
+        let mut input = b"event: endpoint\ndata: http://127.0.0.1:8200/".to_vec();
+        input.resize(MAX_SSE_HELD_EVENT + 1, b'a');
+        r.feed(&input, &mut out);
+        assert!(r.is_done());
+        assert_eq!(out, input);
+        r.feed(b"\n\n", &mut out);
+        input.extend_from_slice(b"\n\n");
+        assert_eq!(out, input);
+    }
+
+    /// The bounds decide the same way wherever the reads split, including
+    /// for a CRLF whose LF arrives in the next read.
+    #[test]
+    fn bounds_are_split_invariant() {
+        for ending in [&b"\n"[..], b"\r", b"\r\n"] {
+            for delta in 0..6 {
+                let mut input = b"event: endpoint".to_vec();
+                input.extend_from_slice(ending);
+                input.extend_from_slice(b"data: http://127.0.0.1:8200/");
+                let pad = MAX_SSE_HELD_EVENT - 2 * ending.len() - input.len() - 3 + delta;
+                input.resize(input.len() + pad, b'a');
+                input.extend_from_slice(ending);
+                input.extend_from_slice(ending);
+                input.extend_from_slice(b"data: after\n\n");
+                let want = whole(&input);
+                let near = MAX_SSE_HELD_EVENT.saturating_sub(8)..MAX_SSE_HELD_EVENT + 8;
+                for i in near.chain([0, 1, 20, 40]) {
+                    let (a, b) = input.split_at(i.min(input.len()));
+                    assert_eq!(pieces(&[a, b]), want, "delta {delta} split at {i}");
+                }
+            }
+        }
+        // Around the bound: the endpoint event is rewritten just below it.
+        let mut input = b"event: endpoint\ndata: http://127.0.0.1:8200/".to_vec();
+        input.resize(MAX_SSE_HELD_EVENT - 3, b'a');
+        input.extend_from_slice(b"\n\n");
+        assert_ne!(whole(&input), input);
+        input.insert(50, b'a');
+        input.insert(50, b'a');
+        assert_eq!(whole(&input), input);
+    }
+
+    #[test]
+    fn held_event_stays_within_bound() {
+        let mut r = EndpointRewriter::new(UP, PROXY);
+        let mut out = Vec::new();
+        for _ in 0..10_000 {
+            r.feed(b"data: 0123456789\n", &mut out);
+            assert!(r.held.len() <= MAX_SSE_HELD_EVENT + 1);
+            if r.is_done() {
+                break;
+            }
+        }
+        assert!(r.is_done());
+    }
+
+    #[test]
+    fn endless_comments_end_scanning() {
+        let mut r = EndpointRewriter::new(UP, PROXY);
+        let mut out = Vec::new();
+        let mut sent = 0;
+        while !r.is_done() {
+            r.feed(b": ping\n\n", &mut out);
+            sent += 8;
+            assert!(sent <= MAX_SSE_SCAN + 8);
+        }
+        assert_eq!(out.len(), sent);
+    }
+
+    #[test]
+    fn finish_flushes_partial_line() {
+        let mut r = EndpointRewriter::new(UP, PROXY);
+        let mut out = Vec::new();
+        r.feed(b"event: endpoint\ndata: http://127.0.0.1:8200/m", &mut out);
+        assert!(out.is_empty());
+        r.finish(&mut out);
+        assert!(r.is_done());
+        assert_eq!(out, b"event: endpoint\ndata: http://127.0.0.1:8200/m");
+    }
+
+    #[test]
+    fn empty_upstream_authority_never_rewrites() {
+        let mut r = EndpointRewriter::new(b"", PROXY);
+        assert!(r.is_done());
+        let mut out = Vec::new();
+        r.feed(b"event: endpoint\ndata: http:///m\n\n", &mut out);
+        assert_eq!(out, b"event: endpoint\ndata: http:///m\n\n");
+    }
+
+    #[test]
+    fn location_rewrite() {
+        let cases: &[(&[u8], Option<&[u8]>)] = &[
+            (b"http://127.0.0.1:8200/mcp", Some(b"http://127.0.0.1:40123/mcp")),
+            (b"HTTP://127.0.0.1:8200/mcp?x=1#f", Some(b"http://127.0.0.1:40123/mcp?x=1#f")),
+            (b"http://127.0.0.1:8200", Some(b"http://127.0.0.1:40123")),
+            (b"http://127.0.0.1:8200?q", Some(b"http://127.0.0.1:40123?q")),
+            (b"/mcp", None),
+            (b"http://localhost:8200/mcp", None),
+            (b"http://127.0.0.1:82000/mcp", None),
+            (b"http://127.0.0.1:8200@evil/mcp", None),
+            (b"https://127.0.0.1:8200/mcp", None),
+            (b"//127.0.0.1:8200/mcp", None),
+            (b"", None),
+        ];
+        for (value, want) in cases {
+            let got = rewrite_location(value, UP, PROXY);
+            assert_eq!(got.as_deref(), *want, "{}", String::from_utf8_lossy(value));
+        }
+        assert_eq!(rewrite_location(b"http:///x", b"", PROXY), None);
+    }
+
+    /// A deterministic generator of SSE-like streams: split invariance, and
+    /// output equal to input when the upstream authority is absent.
+    #[test]
+    fn generated_streams_split_invariant() {
+        let atoms: &[&[u8]] = &[
+            b"event: endpoint",
+            b"event: message",
+            b"data: http://127.0.0.1:8200/m?s=1",
+            b"data: http://127.0.0.1:8201/m",
+            b"data: /m",
+            b"data:",
+            b": ping",
+            b"retry: 10",
+            b"id: 3",
+            b"",
+            b"\r",
+            b"\n",
+            b"\r\n",
+        ];
+        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..300 {
+            let mut input = Vec::new();
+            for _ in 0..8 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                input.extend_from_slice(atoms[(seed % atoms.len() as u64) as usize]);
+                input.extend_from_slice(atoms[9 + (seed >> 8) as usize % 4]);
+            }
+            let want = whole(&input);
+            for i in 0..=input.len() {
+                let (a, b) = input.split_at(i);
+                assert_eq!(pieces(&[a, b]), want);
+            }
+            if memchr::memmem::find(&input, UP).is_none() {
+                assert_eq!(want, input);
+            }
+        }
+    }
+}

@@ -1,1 +1,795 @@
-//! (to be written)
+//! Identity stamping: for each `tools/call` whose tool is in the stamp map,
+//! a splice that sets the identity argument to the agent name. The JSON is
+//! never re-serialised; every byte outside the splices goes out unchanged
+//! (R19-R21). Pure: no I/O.
+//!
+//! Fail closed: a body the scanner refuses, a duplicate key the upstream
+//! could read differently, or an `arguments` that cannot hold the identity
+//! is an error, and the core answers 400 without forwarding anything.
+
+use std::fmt;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::mcp::json::{self, Kind, Message, ScanError, Value};
+
+/// Which argument of which tool carries the caller's identity.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StampMap {
+    /// (tool, argument); few entries, so a linear scan beats hashing.
+    entries: Vec<(String, Arc<str>)>,
+}
+
+impl StampMap {
+    /// agentchattr's tools (PROTOCOL.md §3.2): the reference proxy's
+    /// `_SENDER_PARAMS` plus chat_rules, chat_summary and chat_propose_job,
+    /// which the server overrides from the token anyway (§3.3). chat_claim's
+    /// `name` is the identity to reclaim, so only its `sender` is stamped.
+    pub fn agentchattr() -> StampMap {
+        let mut map = StampMap::empty();
+        for tool in [
+            "chat_send",
+            "chat_read",
+            "chat_resync",
+            "chat_decision",
+            "chat_set_hat",
+            "chat_claim",
+            "chat_rules",
+            "chat_summary",
+            "chat_propose_job",
+        ] {
+            map.set(tool, "sender");
+        }
+        map.set("chat_join", "name");
+        map
+    }
+
+    pub fn empty() -> StampMap {
+        StampMap::default()
+    }
+
+    /// Adds `tool`, or changes the argument it is stamped into.
+    pub fn set(&mut self, tool: &str, param: &str) {
+        let param: Arc<str> = Arc::from(param);
+        match self.entries.iter_mut().find(|(t, _)| t == tool) {
+            Some(entry) => entry.1 = param,
+            None => self.entries.push((tool.to_owned(), param)),
+        }
+    }
+
+    /// The argument to stamp for a tool name (decoded bytes).
+    pub fn param_for(&self, tool: &[u8]) -> Option<&str> {
+        self.entries.iter().find(|(t, _)| t.as_bytes() == tool).map(|(_, p)| &**p)
+    }
+
+    /// The entry for the tool named by a `params.name` string value.
+    fn param_for_value(&self, body: &[u8], name: &Value) -> Option<&Arc<str>> {
+        self.entries.iter().find(|(t, _)| name.is_str(body, t)).map(|(_, p)| p)
+    }
+}
+
+/// Parses the value of `--stamp TOOL=PARAM`.
+pub fn parse_stamp_arg(s: &str) -> Result<(String, String), &'static str> {
+    let (tool, param) = s.split_once('=').ok_or("expected TOOL=PARAM")?;
+    if tool.is_empty() {
+        return Err("empty tool name in TOOL=PARAM");
+    }
+    if param.is_empty() {
+        return Err("empty parameter name in TOOL=PARAM");
+    }
+    if s.chars().any(char::is_control) {
+        return Err("control character in TOOL=PARAM");
+    }
+    Ok((tool.to_owned(), param.to_owned()))
+}
+
+/// Replace `body[start..end]` with `insert` (an empty range inserts).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Splice {
+    pub start: usize,
+    pub end: usize,
+    pub insert: SmallVec<[u8; 64]>,
+}
+
+/// The splices for one body, sorted and non-overlapping, and the identity
+/// keys they stamp. One inline slot each: a single call allocates nothing
+/// here beyond a long agent name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    splices: SmallVec<[Splice; 1]>,
+    keys: SmallVec<[Arc<str>; 1]>,
+}
+
+impl Plan {
+    /// Nothing to stamp: the body goes out byte for byte.
+    pub fn is_empty(&self) -> bool {
+        self.splices.is_empty()
+    }
+
+    pub fn splices(&self) -> &[Splice] {
+        &self.splices
+    }
+
+    /// The identity keys stamped (each once), for the `Mcp-Param-*` mirror
+    /// of protocol 2026-07-28 (R22).
+    pub fn stamped_keys(&self) -> impl Iterator<Item = &str> {
+        self.keys.iter().map(|k| &**k)
+    }
+
+    /// Length of the stamped body: the Content-Length to send.
+    pub fn new_len(&self, body_len: usize) -> usize {
+        self.splices.iter().fold(body_len, |len, s| {
+            len.saturating_sub(s.end.saturating_sub(s.start)).saturating_add(s.insert.len())
+        })
+    }
+
+    /// The stamped body in one buffer (tests, fuzzing; the core writes the
+    /// same parts with one vectored write).
+    pub fn apply(&self, body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.new_len(body.len()));
+        let mut at = 0;
+        for s in &self.splices {
+            out.extend_from_slice(body.get(at..s.start).unwrap_or_default());
+            out.extend_from_slice(&s.insert);
+            at = s.end;
+        }
+        out.extend_from_slice(body.get(at..).unwrap_or_default());
+        out
+    }
+}
+
+/// A key whose duplicate makes a body ambiguous.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DuplicateKey {
+    Method,
+    Params,
+    Name,
+    Arguments,
+    /// The identity argument of a stamped call.
+    Identity,
+}
+
+/// Why a body is refused. Carries no content of the body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StampError {
+    /// Not JSON (or not UTF-8): JSON-RPC parse error.
+    Parse {
+        offset: usize,
+    },
+    /// Nested deeper than `MAX_JSON_DEPTH`.
+    TooDeep {
+        offset: usize,
+    },
+    Duplicate(DuplicateKey),
+    /// A `tools/call` whose `params` is not an object.
+    ParamsNotObject,
+    /// A stamped call whose `arguments` is neither an object nor null.
+    ArgumentsNotObject,
+}
+
+impl StampError {
+    /// The JSON-RPC error code of the 400 answer: -32700 Parse error for a
+    /// body that is not JSON, -32600 Invalid Request for the rest.
+    pub fn jsonrpc_code(&self) -> i32 {
+        match self {
+            StampError::Parse { .. } => -32700,
+            _ => -32600,
+        }
+    }
+}
+
+impl From<ScanError> for StampError {
+    fn from(e: ScanError) -> Self {
+        match e {
+            ScanError::Syntax { offset } | ScanError::InvalidUtf8 { offset } => StampError::Parse { offset },
+            ScanError::TooDeep { offset } => StampError::TooDeep { offset },
+        }
+    }
+}
+
+impl fmt::Display for StampError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let key = |k: &DuplicateKey| match k {
+            DuplicateKey::Method => "\"method\"",
+            DuplicateKey::Params => "\"params\"",
+            DuplicateKey::Name => "\"params.name\"",
+            DuplicateKey::Arguments => "\"params.arguments\"",
+            DuplicateKey::Identity => "identity argument",
+        };
+        match self {
+            StampError::Parse { offset } => write!(f, "body is not valid JSON (byte {offset})"),
+            StampError::TooDeep { offset } => {
+                write!(f, "body nested deeper than {} (byte {offset})", crate::limits::MAX_JSON_DEPTH)
+            }
+            StampError::Duplicate(k) => write!(f, "duplicate {} key", key(k)),
+            StampError::ParamsNotObject => f.write_str("tools/call params is not an object"),
+            StampError::ArgumentsNotObject => f.write_str("tools/call arguments is not an object"),
+        }
+    }
+}
+
+/// Plans the stamping of `agent` into every `tools/call` of `body` (one
+/// message or a batch) whose tool is in `map`.
+pub fn plan(body: &[u8], agent: &str, map: &StampMap) -> Result<Plan, StampError> {
+    let mut plan = Plan::default();
+    json::scan_messages(body, |m| plan_message(body, m, agent, map, &mut plan))?;
+    debug_assert!(plan.splices.windows(2).all(|w| w[0].end <= w[1].start));
+    Ok(plan)
+}
+
+fn plan_message(
+    body: &[u8],
+    m: &Message,
+    agent: &str,
+    map: &StampMap,
+    plan: &mut Plan,
+) -> Result<(), StampError> {
+    // Which `method` or `params` the server reads is unknowable with two.
+    if m.duplicates.method {
+        return Err(StampError::Duplicate(DuplicateKey::Method));
+    }
+    if m.duplicates.params {
+        return Err(StampError::Duplicate(DuplicateKey::Params));
+    }
+    if !m.method.is_some_and(|v| v.is_str(body, "tools/call")) {
+        return Ok(());
+    }
+    // A tools/call without params names no tool; the server refuses it.
+    let Some(params) = m.params else {
+        return Ok(());
+    };
+    let Kind::Object { .. } = params.kind else {
+        return Err(StampError::ParamsNotObject);
+    };
+    if m.duplicates.name {
+        return Err(StampError::Duplicate(DuplicateKey::Name));
+    }
+    if m.duplicates.arguments {
+        return Err(StampError::Duplicate(DuplicateKey::Arguments));
+    }
+    let Some(key) = m.name.and_then(|name| map.param_for_value(body, &name)) else {
+        return Ok(());
+    };
+    let mut insert = SmallVec::new();
+    let splice = match m.arguments {
+        // `params` holds at least `name`: the new member needs a comma.
+        None => {
+            insert.extend_from_slice(b"\"arguments\":{");
+            member(&mut insert, key, agent);
+            insert.extend_from_slice(b"},");
+            Splice { start: params.start + 1, end: params.start + 1, insert }
+        }
+        Some(args) => match args.kind {
+            Kind::Null => {
+                insert.extend_from_slice(b"{");
+                member(&mut insert, key, agent);
+                insert.extend_from_slice(b"}");
+                Splice { start: args.start, end: args.end, insert }
+            }
+            Kind::Object { empty } => {
+                let found = json::find_member(body, &args, key)?;
+                if found.duplicate {
+                    return Err(StampError::Duplicate(DuplicateKey::Identity));
+                }
+                match found.value {
+                    Some(v) => {
+                        json::write_json_string(agent, &mut insert);
+                        Splice { start: v.start, end: v.end, insert }
+                    }
+                    None => {
+                        member(&mut insert, key, agent);
+                        if !empty {
+                            insert.extend_from_slice(b",");
+                        }
+                        Splice { start: args.start + 1, end: args.start + 1, insert }
+                    }
+                }
+            }
+            _ => return Err(StampError::ArgumentsNotObject),
+        },
+    };
+    plan.splices.push(splice);
+    if !plan.keys.iter().any(|k| k == key) {
+        plan.keys.push(Arc::clone(key));
+    }
+    Ok(())
+}
+
+/// Writes `"key":"agent"`.
+fn member(out: &mut SmallVec<[u8; 64]>, key: &str, agent: &str) {
+    json::write_json_string(key, out);
+    out.push(b':');
+    json::write_json_string(agent, out);
+}
+
+/// The value of an `Mcp-Param-{Name}` header for a stamped argument
+/// (protocol 2026-07-28, `x-mcp-header`): the text itself when it is
+/// visible ASCII or inner spaces, else `=?base64?{standard Base64 of the
+/// UTF-8}?=`. Empty text and text that itself looks like the sentinel are
+/// encoded too, so that a receiver always decodes back the exact text.
+pub fn mcp_param_value(value: &str) -> SmallVec<[u8; 64]> {
+    const PREFIX: &str = "=?base64?";
+    let b = value.as_bytes();
+    let plain = !b.is_empty()
+        && b.iter().all(|c| (0x20..=0x7e).contains(c))
+        && b.first() != Some(&b' ')
+        && b.last() != Some(&b' ')
+        && !value.starts_with(PREFIX);
+    let mut out = SmallVec::new();
+    if plain {
+        out.extend_from_slice(b);
+    } else {
+        out.extend_from_slice(PREFIX.as_bytes());
+        base64(b, &mut out);
+        out.extend_from_slice(b"?=");
+    }
+    out
+}
+
+/// RFC 4648 §4 Base64 with padding.
+fn base64(input: &[u8], out: &mut SmallVec<[u8; 64]>) {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let sym = |n: u32| ALPHABET.get((n & 63) as usize).copied().unwrap_or(b'=');
+    for chunk in input.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, &c)| acc | u32::from(c) << (16 - 8 * i));
+        out.push(sym(n >> 18));
+        out.push(sym(n >> 12));
+        out.push(if chunk.len() > 1 { sym(n >> 6) } else { b'=' });
+        out.push(if chunk.len() > 2 { sym(n) } else { b'=' });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value as J};
+
+    fn stamp(body: &str, agent: &str) -> Result<String, StampError> {
+        let map = StampMap::agentchattr();
+        let p = plan(body.as_bytes(), agent, &map)?;
+        let out = p.apply(body.as_bytes());
+        assert_eq!(out.len(), p.new_len(body.len()));
+        Ok(String::from_utf8(out).unwrap())
+    }
+
+    /// name, body, expected stamped body (agent "claude").
+    macro_rules! stamps {
+        ($($name:ident: $body:expr => $want:expr;)*) => {$(
+            #[test]
+            fn $name() {
+                assert_eq!(stamp($body, "claude").as_deref(), Ok($want));
+            }
+        )*};
+    }
+
+    /// name, body, expected error.
+    macro_rules! refuses {
+        ($($name:ident: $body:expr => $err:expr;)*) => {$(
+            #[test]
+            fn $name() {
+                let body: &[u8] = $body.as_ref();
+                let got = plan(body, "claude", &StampMap::agentchattr());
+                assert_eq!(got, Err($err));
+            }
+        )*};
+    }
+
+    stamps! {
+        replaces_spoofed_sender:
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"spoof","message":"hi"}}}"#
+            => r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"claude","message":"hi"}}}"#;
+        replaces_a_non_string_sender:
+            r#"{"method":"tools/call","params":{"name":"chat_read","arguments":{"sender":{"x":[1]},"limit":5}}}"#
+            => r#"{"method":"tools/call","params":{"name":"chat_read","arguments":{"sender":"claude","limit":5}}}"#;
+        inserts_missing_sender:
+            r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"message":"hi"}},"id":"s"}"#
+            => r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"claude","message":"hi"}},"id":"s"}"#;
+        fills_empty_arguments:
+            r#"{"method":"tools/call","params":{"name":"chat_read","arguments":{ }}}"#
+            => r#"{"method":"tools/call","params":{"name":"chat_read","arguments":{"sender":"claude" }}}"#;
+        replaces_null_arguments:
+            r#"{"method":"tools/call","params":{"name":"chat_read","arguments":null}}"#
+            => r#"{"method":"tools/call","params":{"name":"chat_read","arguments":{"sender":"claude"}}}"#;
+        creates_missing_arguments:
+            r#"{"method":"tools/call","params":{"name":"chat_read"}}"#
+            => r#"{"method":"tools/call","params":{"arguments":{"sender":"claude"},"name":"chat_read"}}"#;
+        chat_join_stamps_name:
+            r#"{"method":"tools/call","params":{"name":"chat_join","arguments":{"name":"spoof","channel":"general"}}}"#
+            => r#"{"method":"tools/call","params":{"name":"chat_join","arguments":{"name":"claude","channel":"general"}}}"#;
+        chat_claim_name_is_never_touched:
+            r#"{"method":"tools/call","params":{"name":"chat_claim","arguments":{"name":"old-me","sender":"x"}}}"#
+            => r#"{"method":"tools/call","params":{"name":"chat_claim","arguments":{"name":"old-me","sender":"claude"}}}"#;
+        chat_claim_duplicate_name_is_not_ours:
+            r#"{"method":"tools/call","params":{"name":"chat_claim","arguments":{"name":"a","name":"b"}}}"#
+            => r#"{"method":"tools/call","params":{"name":"chat_claim","arguments":{"sender":"claude","name":"a","name":"b"}}}"#;
+        escaped_identity_key_is_found:
+            r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"\u0073ender":"spoof"}}}"#
+            => r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"\u0073ender":"claude"}}}"#;
+        escaped_method_and_tool_are_decoded:
+            r#"{"m\u0065thod":"tools\/call","params":{"name":"chat\u005fsend","arguments":{}}}"#
+            => r#"{"m\u0065thod":"tools\/call","params":{"name":"chat\u005fsend","arguments":{"sender":"claude"}}}"#;
+        key_order_does_not_matter:
+            r#"{"params":{"arguments":{"sender":"x"},"name":"chat_send"},"method":"tools/call"}"#
+            => r#"{"params":{"arguments":{"sender":"claude"},"name":"chat_send"},"method":"tools/call"}"#;
+        whitespace_is_kept:
+            "{ \"method\" : \"tools/call\" ,\n \"params\" : { \"name\" : \"chat_send\" , \"arguments\" : { \"sender\" :\t\"x\" } } }\n"
+            => "{ \"method\" : \"tools/call\" ,\n \"params\" : { \"name\" : \"chat_send\" , \"arguments\" : { \"sender\" :\t\"claude\" } } }\n";
+        numbers_meta_and_unicode_are_byte_exact:
+            r#"{"id":1234567890123456789012345678901234567890,"method":"tools/call","params":{"_meta":{"progressToken":1e400},"name":"chat_send","arguments":{"n":1.50E+3,"big":-1234567890123456789012345678901234567890,"x":NaN,"y":-Infinity,"t":"é\u00e9😀\ud800","sender":"x"}}}"#
+            => r#"{"id":1234567890123456789012345678901234567890,"method":"tools/call","params":{"_meta":{"progressToken":1e400},"name":"chat_send","arguments":{"n":1.50E+3,"big":-1234567890123456789012345678901234567890,"x":NaN,"y":-Infinity,"t":"é\u00e9😀\ud800","sender":"claude"}}}"#;
+        batch_stamps_each_call:
+            r#"[{"method":"tools/list","id":1},{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"a"}}},{"method":"tools/call","params":{"name":"chat_who","arguments":{"sender":"b"}}},{"method":"tools/call","params":{"name":"chat_read"}},7]"#
+            => r#"[{"method":"tools/list","id":1},{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"claude"}}},{"method":"tools/call","params":{"name":"chat_who","arguments":{"sender":"b"}}},{"method":"tools/call","params":{"arguments":{"sender":"claude"},"name":"chat_read"}},7]"#;
+        other_methods_pass:
+            r#"{"method":"tools/list","params":{"name":"chat_send","arguments":{"sender":"x"}}}"#
+            => r#"{"method":"tools/list","params":{"name":"chat_send","arguments":{"sender":"x"}}}"#;
+        unmapped_tool_passes_even_with_bad_arguments:
+            r#"{"method":"tools/call","params":{"name":"chat_who","arguments":[1]}}"#
+            => r#"{"method":"tools/call","params":{"name":"chat_who","arguments":[1]}}"#;
+        non_string_tool_name_passes:
+            r#"{"method":"tools/call","params":{"name":["chat_send"],"arguments":{"sender":"x"}}}"#
+            => r#"{"method":"tools/call","params":{"name":["chat_send"],"arguments":{"sender":"x"}}}"#;
+        tool_call_without_params_passes:
+            r#"{"method":"tools/call","id":3}"#
+            => r#"{"method":"tools/call","id":3}"#;
+        responses_and_scalars_pass:
+            r#"[{"id":1,"result":{}}, "tools/call", null, []]"#
+            => r#"[{"id":1,"result":{}}, "tools/call", null, []]"#;
+        nested_sender_is_not_the_identity:
+            r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"x":{"sender":"spoof","sender":"again"}}}}"#
+            => r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"claude","x":{"sender":"spoof","sender":"again"}}}}"#;
+    }
+
+    refuses! {
+        duplicate_method: r#"{"method":"tools/list","method":"tools/call","params":{"name":"chat_send","arguments":{}}}"#
+            => StampError::Duplicate(DuplicateKey::Method);
+        duplicate_escaped_method: r#"{"method":"tools/call","\u006dethod":"tools/list"}"#
+            => StampError::Duplicate(DuplicateKey::Method);
+        duplicate_params: r#"{"method":"tools/call","params":{"name":"chat_who"},"params":{"name":"chat_send","arguments":{"sender":"x"}}}"#
+            => StampError::Duplicate(DuplicateKey::Params);
+        duplicate_name: r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{},"name":"chat_who"}}"#
+            => StampError::Duplicate(DuplicateKey::Name);
+        duplicate_arguments: r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"x"},"arguments":{"sender":"y"}}}"#
+            => StampError::Duplicate(DuplicateKey::Arguments);
+        duplicate_identity: r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"x","sender":"y"}}}"#
+            => StampError::Duplicate(DuplicateKey::Identity);
+        duplicate_escaped_identity: r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"x","\u0073ender":"spoof"}}}"#
+            => StampError::Duplicate(DuplicateKey::Identity);
+        duplicate_in_a_batch_element: r#"[{"method":"ping"},{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"a","sender":"b"}}}]"#
+            => StampError::Duplicate(DuplicateKey::Identity);
+        arguments_array: r#"{"method":"tools/call","params":{"name":"chat_send","arguments":[]}}"#
+            => StampError::ArgumentsNotObject;
+        arguments_string: r#"{"method":"tools/call","params":{"name":"chat_send","arguments":"x"}}"#
+            => StampError::ArgumentsNotObject;
+        params_array: r#"{"method":"tools/call","params":["chat_send"]}"#
+            => StampError::ParamsNotObject;
+        params_null: r#"{"method":"tools/call","params":null}"#
+            => StampError::ParamsNotObject;
+        trailing_garbage: r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{}}}x"#
+            => StampError::Parse { offset: 68 };
+        two_objects: r#"{"method":"tools/call"} {}"#
+            => StampError::Parse { offset: 24 };
+        invalid_utf8: b"{\"method\":\"tools/call\",\"params\":{\"name\":\"chat_send\",\"arguments\":{\"m\":\"\xff\"}}}"
+            => StampError::Parse { offset: 70 };
+        control_char_in_string: "{\"method\":\"tools/call\",\"params\":{\"name\":\"chat\u{1}send\"}}"
+            => StampError::Parse { offset: 45 };
+        truncated: r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"#
+            => StampError::Parse { offset: 65 };
+        empty_body: "" => StampError::Parse { offset: 0 };
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_without_overflow() {
+        let deep = format!(
+            r#"{{"method":"tools/call","params":{{"name":"chat_send","arguments":{{"x":{}}}}}}}"#,
+            "[".repeat(100_000)
+        );
+        let got = plan(deep.as_bytes(), "claude", &StampMap::agentchattr());
+        assert!(matches!(got, Err(StampError::TooDeep { .. })));
+        assert_eq!(got.unwrap_err().jsonrpc_code(), -32600);
+        // Within the limit it is stamped.
+        let n = crate::limits::MAX_JSON_DEPTH - 4;
+        let ok = format!(
+            r#"{{"method":"tools/call","params":{{"name":"chat_send","arguments":{{"x":{}{}}}}}}}"#,
+            "[".repeat(n),
+            "]".repeat(n)
+        );
+        assert!(stamp(&ok, "claude").unwrap().contains(r#""sender":"claude""#));
+    }
+
+    #[test]
+    fn error_codes() {
+        assert_eq!(StampError::Parse { offset: 0 }.jsonrpc_code(), -32700);
+        for e in [
+            StampError::TooDeep { offset: 1 },
+            StampError::Duplicate(DuplicateKey::Identity),
+            StampError::ParamsNotObject,
+            StampError::ArgumentsNotObject,
+        ] {
+            assert_eq!(e.jsonrpc_code(), -32600);
+        }
+        assert_eq!(StampError::Duplicate(DuplicateKey::Name).to_string(), "duplicate \"params.name\" key");
+        let secret = r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"hunter2","sender":"hunter2"}}}"#;
+        let e = plan(secret.as_bytes(), "claude", &StampMap::agentchattr()).unwrap_err();
+        assert!(!e.to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn non_ascii_and_escaped_agent_names() {
+        let body = r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"x"}}}"#;
+        for agent in ["claude-é😀", "quote\"back\\slash", "tab\tnew\nline", "\u{7f}"] {
+            let out = stamp(body, agent).unwrap();
+            let v: J = serde_json::from_str(&out).unwrap();
+            assert_eq!(v["params"]["arguments"]["sender"], J::from(agent));
+        }
+    }
+
+    #[test]
+    fn one_mib_text_argument() {
+        let text = "é0123456789abcdef\\n\\\"".repeat(1 << 16);
+        let body = format!(
+            r#"{{"method":"tools/call","params":{{"name":"chat_send","arguments":{{"message":"{text}","sender":"spoof"}}}}}}"#
+        );
+        assert!(body.len() > 1 << 20);
+        let p = plan(body.as_bytes(), "claude", &StampMap::agentchattr()).unwrap();
+        assert_eq!(p.splices().len(), 1);
+        let out = p.apply(body.as_bytes());
+        let v: J = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["params"]["arguments"]["sender"], "claude");
+        assert_eq!(&out[..body.len() - 9], &body.as_bytes()[..body.len() - 9]);
+    }
+
+    #[test]
+    fn plan_reports_stamped_keys_once() {
+        let body = r#"[{"method":"tools/call","params":{"name":"chat_send"}},{"method":"tools/call","params":{"name":"chat_join"}},{"method":"tools/call","params":{"name":"chat_read"}}]"#;
+        let p = plan(body.as_bytes(), "a", &StampMap::agentchattr()).unwrap();
+        assert_eq!(p.splices().len(), 3);
+        assert_eq!(p.stamped_keys().collect::<Vec<_>>(), ["sender", "name"]);
+        let none = plan(br#"{"method":"ping"}"#, "a", &StampMap::agentchattr()).unwrap();
+        assert!(none.is_empty());
+        assert_eq!(none.stamped_keys().count(), 0);
+        assert_eq!(none.new_len(17), 17);
+    }
+
+    #[test]
+    fn stamp_map_configuration() {
+        let mut map = StampMap::agentchattr();
+        assert_eq!(map.param_for(b"chat_send"), Some("sender"));
+        assert_eq!(map.param_for(b"chat_join"), Some("name"));
+        assert_eq!(map.param_for(b"chat_claim"), Some("sender"));
+        assert_eq!(map.param_for(b"chat_who"), None);
+        assert_eq!(map.param_for(b"chat_channels"), None);
+        map.set("chat_send", "author");
+        map.set("my_tool", "who");
+        assert_eq!(map.param_for(b"chat_send"), Some("author"));
+        assert_eq!(map.param_for(b"my_tool"), Some("who"));
+        let body = r#"{"method":"tools/call","params":{"name":"my_tool","arguments":{"who":"x"}}}"#;
+        let out = plan(body.as_bytes(), "z", &map).unwrap().apply(body.as_bytes());
+        assert!(String::from_utf8(out).unwrap().contains(r#""who":"z""#));
+        let empty = StampMap::empty();
+        assert_eq!(empty.param_for(b"chat_send"), None);
+        let body = r#"{"method":"tools/call","params":{"name":"chat_send","arguments":[]}}"#;
+        assert!(plan(body.as_bytes(), "z", &empty).unwrap().is_empty());
+    }
+
+    #[test]
+    fn stamp_arg_parsing() {
+        assert_eq!(parse_stamp_arg("chat_send=author"), Ok(("chat_send".into(), "author".into())));
+        assert_eq!(parse_stamp_arg("t=a=b"), Ok(("t".into(), "a=b".into())));
+        assert!(parse_stamp_arg("chat_send").is_err());
+        assert!(parse_stamp_arg("=sender").is_err());
+        assert!(parse_stamp_arg("chat_send=").is_err());
+        assert!(parse_stamp_arg("a\n=b").is_err());
+    }
+
+    #[test]
+    fn mcp_param_values() {
+        let cases: &[(&str, &str)] = &[
+            ("claude-prime", "claude-prime"),
+            ("two words", "two words"),
+            ("Hello, 世界", "=?base64?SGVsbG8sIOS4lueVjA==?="),
+            (" padded ", "=?base64?IHBhZGRlZCA=?="),
+            ("line1\nline2", "=?base64?bGluZTEKbGluZTI=?="),
+            ("", "=?base64??="),
+            ("=?base64?x?=", "=?base64?PT9iYXNlNjQ/eD89?="),
+            ("tab\t", "=?base64?dGFiCQ==?="),
+            ("\u{7f}", "=?base64?fw==?="),
+        ];
+        for (input, want) in cases {
+            assert_eq!(&mcp_param_value(input)[..], want.as_bytes(), "{input:?}");
+        }
+        // RFC 4648 §10 test vectors.
+        for (input, want) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            let mut out = SmallVec::new();
+            base64(input.as_bytes(), &mut out);
+            assert_eq!(&out[..], want.as_bytes());
+        }
+    }
+
+    /// xorshift64*, as in the json tests.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+        fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+            xs[self.below(xs.len())]
+        }
+    }
+
+    const WS: &[&str] = &["", "", " ", "\n", "\t ", "\r\n"];
+    /// Valid for serde_json too: no NaN, no lone surrogates, finite numbers.
+    const SCALARS: &[&str] = &[
+        "0",
+        "-12",
+        "3.25e-7",
+        "1.7976931348623157e308",
+        "123456789012345678901234567890",
+        "true",
+        "false",
+        "null",
+        "\"\"",
+        "\"spoof\"",
+        "\"é\\u00e9😀\\ud83d\\ude00\"",
+        "\"a\\\"b\\\\c\\/\\n\"",
+    ];
+    const ARG_KEYS: &[&str] = &["message", "channel", "name", "_meta", "limit", "x\\u0079"];
+
+    fn gen_value(r: &mut Rng, out: &mut String, depth: usize) {
+        match r.below(if depth > 3 { 2 } else { 4 }) {
+            0 | 1 => out.push_str(r.pick(SCALARS)),
+            2 => {
+                out.push('[');
+                for i in 0..r.below(4) {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(r.pick(WS));
+                    gen_value(r, out, depth + 1);
+                }
+                out.push(']');
+            }
+            _ => {
+                out.push('{');
+                let mut keys = ARG_KEYS.to_vec();
+                for i in 0..r.below(4) {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    let k = keys.remove(r.below(keys.len()));
+                    out.push_str(&format!("{}\"{k}\"{}:", r.pick(WS), r.pick(WS)));
+                    gen_value(r, out, depth + 1);
+                }
+                out.push('}');
+            }
+        }
+    }
+
+    /// One generated message; its members in random order with random
+    /// whitespace. Returns the text and whether it should be stamped.
+    fn gen_message(r: &mut Rng) -> (String, bool) {
+        let tool = r.pick(&["chat_send", "chat_read", "chat_who", "chat_\\u0073end"]);
+        let method = r.pick(&["\"tools/call\"", "\"tools\\/call\"", "\"tools/list\"", "1"]);
+        let stamped = tool != "chat_who" && method.contains("call");
+        let mut args: Vec<String> = Vec::new();
+        let mut keys = ARG_KEYS.to_vec();
+        for _ in 0..r.below(4) {
+            let k = keys.remove(r.below(keys.len()));
+            let mut v = String::new();
+            gen_value(r, &mut v, 1);
+            args.push(format!("\"{k}\"{}:{}{v}", r.pick(WS), r.pick(WS)));
+        }
+        match r.below(3) {
+            0 => {}
+            1 => args.push(format!("\"sender\":{}", r.pick(SCALARS))),
+            _ => args.push("\"\\u0073ender\":\"spoof\"".into()),
+        }
+        if let Some(last) = args.len().checked_sub(1) {
+            args.swap(last, r.below(last + 1));
+        }
+        let sep = format!(",{}", r.pick(WS));
+        let mut params = vec![format!("\"name\":\"{tool}\"")];
+        match r.below(4) {
+            0 => {}
+            1 => params.push("\"arguments\":null".into()),
+            _ => params.push(format!("\"arguments\":{{{}{}}}", r.pick(WS), args.join(&sep))),
+        }
+        params.push("\"_meta\":{\"progressToken\":12345678901234567890}".into());
+        let m = params.len();
+        params.swap(0, r.below(m));
+        let mut members = [
+            "\"jsonrpc\":\"2.0\"".to_string(),
+            format!("\"id\":{}", r.pick(&["1", "\"abc\"", "0.5"])),
+            format!("\"method\":{method}"),
+            format!("\"params\":{}{{{}}}", r.pick(WS), params.join(&sep)),
+        ];
+        let k = members.len();
+        members.swap(r.below(k), r.below(k));
+        (format!("{}{{{}}}{}", r.pick(WS), members.join(&sep), r.pick(WS)), stamped)
+    }
+
+    /// What serde_json should read after stamping: the original with only
+    /// the identity key set.
+    fn expected(mut v: J, agent: &str) -> J {
+        let params = &mut v["params"];
+        match params.get_mut("arguments") {
+            Some(J::Object(args)) => {
+                args.insert("sender".into(), J::from(agent));
+            }
+            _ => params["arguments"] = json!({ "sender": agent }),
+        }
+        v
+    }
+
+    #[test]
+    fn differential_against_serde_json() {
+        let mut r = Rng(0xD1B5_4A32_D192_ED03);
+        let map = StampMap::agentchattr();
+        let mut stamped_count = 0;
+        for i in 0..5_000 {
+            let agent = r.pick(&["claude", "codex-2", "ñandú 😀", "q\"uote"]);
+            let batch = i % 3 == 0;
+            let parts: Vec<(String, bool)> =
+                (0..if batch { 1 + r.below(3) } else { 1 }).map(|_| gen_message(&mut r)).collect();
+            let body = if batch {
+                let texts: Vec<&str> = parts.iter().map(|(t, _)| t.as_str()).collect();
+                format!("[{}]", texts.join(","))
+            } else {
+                parts[0].0.clone()
+            };
+            let original: J = serde_json::from_str(&body)
+                .unwrap_or_else(|e| panic!("generator made invalid JSON ({e}): {body}"));
+            let p = plan(body.as_bytes(), agent, &map).unwrap_or_else(|e| panic!("{e}: {body}"));
+            let out = p.apply(body.as_bytes());
+            let got: J = serde_json::from_slice(&out).unwrap();
+            let want = match original {
+                J::Array(items) => J::Array(
+                    items
+                        .into_iter()
+                        .zip(&parts)
+                        .map(|(v, (_, s))| if *s { expected(v, agent) } else { v })
+                        .collect(),
+                ),
+                v if parts[0].1 => expected(v, agent),
+                v => v,
+            };
+            assert_eq!(got, want, "{body}");
+            let n = parts.iter().filter(|(_, s)| *s).count();
+            assert_eq!(p.splices().len(), n);
+            if n == 0 {
+                assert_eq!(out, body.as_bytes());
+            }
+            stamped_count += n;
+            // Stamping again changes nothing.
+            let again = plan(&out, agent, &map).unwrap().apply(&out);
+            assert_eq!(again, out, "{body}");
+            // Bytes outside the splices are untouched.
+            let mut at = 0;
+            let mut o = 0;
+            for s in p.splices() {
+                let keep = &body.as_bytes()[at..s.start];
+                assert_eq!(&out[o..o + keep.len()], keep);
+                o += keep.len() + s.insert.len();
+                at = s.end;
+            }
+            assert_eq!(&out[o..], &body.as_bytes()[at..]);
+        }
+        assert!(stamped_count > 2_000, "generator too weak: {stamped_count}");
+    }
+}

@@ -54,14 +54,11 @@ impl Proxy {
     #[track_caller]
     pub fn start_with_stdin(args: &[&str], envs: &[(&str, &str)], piped_stdin: bool) -> Proxy {
         let mut cmd = Command::new(BIN);
-        cmd.args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .stdin(if piped_stdin {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            });
+        cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(if piped_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "debug");
         }
@@ -104,9 +101,7 @@ impl Proxy {
                 );
             }
         };
-        let port = line
-            .strip_prefix("  MCP proxy: port ")
-            .and_then(|p| p.trim_end().parse::<u16>().ok());
+        let port = line.strip_prefix("  MCP proxy: port ").and_then(|p| p.trim_end().parse::<u16>().ok());
         let Some(port) = port else {
             let status = child.wait().ok();
             std::thread::sleep(Duration::from_millis(100));
@@ -115,12 +110,7 @@ impl Proxy {
                 String::from_utf8_lossy(&stderr.lock().unwrap())
             );
         };
-        Proxy {
-            child,
-            port,
-            stderr,
-            stdout_rest,
-        }
+        Proxy { child, port, stderr, stdout_rest }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -159,9 +149,7 @@ impl Proxy {
 
     /// Send a signal (e.g. `libc::SIGTERM`-style number) to the child.
     pub fn signal(&self, sig: &str) {
-        let _ = Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status();
+        let _ = Command::new("kill").args([&format!("-{sig}"), &self.child.id().to_string()]).status();
     }
 
     /// Wait up to `limit` for the process to exit.
