@@ -51,8 +51,7 @@ impl Checks {
 
     fn eq(&mut self, what: &str, actual: &Value, expected: &Value) {
         if actual != expected {
-            self.failures
-                .push(format!("{what}: got {actual}, want {expected}"));
+            self.failures.push(format!("{what}: got {actual}, want {expected}"));
         }
     }
 
@@ -91,17 +90,7 @@ fn pretty(v: &Value) -> String {
 #[track_caller]
 fn start_proxy(upstream_url: &str) -> Proxy {
     let tf = token_file(TOKEN);
-    Proxy::start(
-        &[
-            "--upstream",
-            upstream_url,
-            "--agent",
-            AGENT,
-            "--token-file",
-            tf.to_str().unwrap(),
-        ],
-        &[],
-    )
+    Proxy::start(&["--upstream", upstream_url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()], &[])
 }
 
 fn timed(name: &str, started: Instant) {
@@ -146,10 +135,7 @@ impl Expect {
     }
 
     fn proxied(up: &Upstream, message: &'static str) -> Expect {
-        Expect {
-            sender: AGENT.into(),
-            ..Expect::direct(up, message)
-        }
+        Expect { sender: AGENT.into(), ..Expect::direct(up, message) }
     }
 }
 
@@ -195,79 +181,42 @@ fn check_lifecycle(c: &mut Checks, out: &Value, exp: &Expect) {
         return;
     }
     c.eq("closed", &out["closed"], &json!(true));
-    let tools: Vec<&str> = out["tools"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    for t in [
-        "chat_send",
-        "chat_read",
-        "chat_join",
-        "chat_who",
-        "slow_progress",
-    ] {
-        c.check(
-            tools.contains(&t),
-            format!("tools/list lacks {t}: {tools:?}"),
-        );
+    let tools: Vec<&str> =
+        out["tools"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    for t in ["chat_send", "chat_read", "chat_join", "chat_who", "slow_progress"] {
+        c.check(tools.contains(&t), format!("tools/list lacks {t}: {tools:?}"));
     }
 
     let session = out["session_id"].clone();
     if exp.modern {
-        c.eq(
-            "protocol_version",
-            &out["protocol_version"],
-            &json!("2026-07-28"),
-        );
+        c.eq("protocol_version", &out["protocol_version"], &json!("2026-07-28"));
     }
     if !exp.sessionless {
+        c.check(session.as_str().is_some_and(|s| !s.is_empty()), format!("no session id: {session}"));
         c.check(
-            session.as_str().is_some_and(|s| !s.is_empty()),
-            format!("no session id: {session}"),
-        );
-        c.check(
-            session
-                .as_str()
-                .is_some_and(|s| s.bytes().all(|b| (0x21..=0x7e).contains(&b))),
+            session.as_str().is_some_and(|s| s.bytes().all(|b| (0x21..=0x7e).contains(&b))),
             format!("session id {session} is not visible ASCII (joined duplicate?)"),
         );
     }
 
     let calls = &out["calls"];
-    let identity = [
-        ("chat_send", "sender"),
-        ("chat_read", "sender"),
-        ("chat_join", "name"),
-        ("slow_progress", "sender"),
-    ];
+    let identity = [("chat_send", "sender"), ("chat_read", "sender"), ("chat_join", "name")];
     for (tool, key) in identity {
-        c.eq(
-            &format!("{tool}.{key} seen by the server"),
-            &calls[tool][key],
-            &json!(exp.sender),
-        );
+        c.eq(&format!("{tool}.{key} seen by the server"), &calls[tool][key], &json!(exp.sender));
     }
+    // slow_progress is outside the default stamp map (agentchattr's tools only): forwarded untouched (R21).
+    c.eq(
+        "slow_progress.sender (not in the stamp map) seen by the server",
+        &calls["slow_progress"]["sender"],
+        &json!(SPOOF_SENDER),
+    );
     c.check(
         calls["chat_who"].get("sender").is_none() && calls["chat_who"].get("name").is_none(),
         format!("chat_who must not be stamped: {}", calls["chat_who"]),
     );
-    c.eq(
-        "chat_send.message",
-        &calls["chat_send"]["message"],
-        &json!(exp.message),
-    );
-    c.eq(
-        "chat_send.channel",
-        &calls["chat_send"]["channel"],
-        &json!("general"),
-    );
-    for tool in [
-        "chat_send",
-        "chat_read",
-        "chat_join",
-        "chat_who",
-        "slow_progress",
-    ] {
+    c.eq("chat_send.message", &calls["chat_send"]["message"], &json!(exp.message));
+    c.eq("chat_send.channel", &calls["chat_send"]["channel"], &json!("general"));
+    for tool in ["chat_send", "chat_read", "chat_join", "chat_who", "slow_progress"] {
         let call = &calls[tool];
         c.eq(
             &format!("{tool}: Authorization lines seen"),
@@ -279,17 +228,9 @@ fn check_lifecycle(c: &mut Checks, out: &Value, exp: &Expect) {
             &call["x_agent_token"],
             &json!([exp.x_agent_token]),
         );
-        c.eq(
-            &format!("{tool}: Host lines seen"),
-            &call["host"],
-            &json!([exp.host]),
-        );
+        c.eq(&format!("{tool}: Host lines seen"), &call["host"], &json!([exp.host]));
         if exp.sessionless {
-            c.eq(
-                &format!("{tool}: Mcp-Session-Id lines seen"),
-                &call["mcp_session_id"],
-                &json!([]),
-            );
+            c.eq(&format!("{tool}: Mcp-Session-Id lines seen"), &call["mcp_session_id"], &json!([]));
             if exp.modern {
                 c.eq(
                     &format!("{tool}: MCP-Protocol-Version seen"),
@@ -298,15 +239,9 @@ fn check_lifecycle(c: &mut Checks, out: &Value, exp: &Expect) {
                 );
             }
         } else {
-            c.eq(
-                &format!("{tool}: Mcp-Session-Id lines seen"),
-                &call["mcp_session_id"],
-                &json!([session]),
-            );
+            c.eq(&format!("{tool}: Mcp-Session-Id lines seen"), &call["mcp_session_id"], &json!([session]));
             c.check(
-                call["mcp_protocol_version"]
-                    .as_array()
-                    .is_some_and(|a| a.len() == 1),
+                call["mcp_protocol_version"].as_array().is_some_and(|a| a.len() == 1),
                 format!(
                     "{tool}: MCP-Protocol-Version seen {} (want exactly one)",
                     call["mcp_protocol_version"]
@@ -317,10 +252,7 @@ fn check_lifecycle(c: &mut Checks, out: &Value, exp: &Expect) {
 
     for (kind, want) in [("progress", 3), ("logs", 3)] {
         let items = out[kind].as_array().cloned().unwrap_or_default();
-        c.check(
-            items.len() == want,
-            format!("{kind}: {} notifications, want {want}", items.len()),
-        );
+        c.check(items.len() == want, format!("{kind}: {} notifications, want {want}", items.len()));
         for (i, item) in items.iter().enumerate() {
             let lat = item["latency_ms"].as_f64().unwrap_or(f64::INFINITY);
             c.check(
@@ -354,28 +286,19 @@ fn check_lifecycle(c: &mut Checks, out: &Value, exp: &Expect) {
             c.eq(&format!("{what}: Mcp-Session-Id read"), got, &session);
         }
         let status = h["status"].as_u64().unwrap_or(0);
-        c.check(
-            (200..300).contains(&status) || discover,
-            format!("{what}: non-2xx status"),
-        );
+        c.check((200..300).contains(&status) || discover, format!("{what}: non-2xx status"));
     }
     if exp.delete {
         let last = http.last().cloned().unwrap_or(Value::Null);
         c.eq("last exchange method", &last["method"], &json!("DELETE"));
         c.eq("closing DELETE status", &last["status"], &json!(200));
     } else {
-        c.check(
-            !http.iter().any(|h| h["method"] == "DELETE"),
-            "a sessionless client sent DELETE",
-        );
+        c.check(!http.iter().any(|h| h["method"] == "DELETE"), "a sessionless client sent DELETE");
     }
 }
 
 fn evidence(run: &ScriptRun, proxy: Option<&Proxy>, up: &Upstream) -> Vec<(&'static str, String)> {
-    let mut ev = vec![
-        ("client JSON", pretty(&run.json)),
-        ("client stderr", run.stderr.clone()),
-    ];
+    let mut ev = vec![("client JSON", pretty(&run.json)), ("client stderr", run.stderr.clone())];
     if let Some(p) = proxy {
         ev.push(("proxy stderr", p.stderr_text()));
     }
@@ -398,10 +321,7 @@ fn python_sdk_1x_client_direct_to_fastmcp() {
     let run = run_py1(&direct_args(&up.url("/mcp")));
     let mut c = Checks::default();
     check_lifecycle(&mut c, &run.json, &Expect::direct(&up, "hello from py1"));
-    c.finish(
-        "python_sdk_1x_client_direct_to_fastmcp",
-        &evidence(&run, None, &up),
-    );
+    c.finish("python_sdk_1x_client_direct_to_fastmcp", &evidence(&run, None, &up));
     timed("python_sdk_1x_client_direct_to_fastmcp", started);
 }
 
@@ -413,10 +333,7 @@ fn python_sdk_1x_client_through_proxy() {
     let run = run_py1(&spoofed_args(&proxy.url("/mcp")));
     let mut c = Checks::default();
     check_lifecycle(&mut c, &run.json, &Expect::proxied(&up, "hello from py1"));
-    c.finish(
-        "python_sdk_1x_client_through_proxy",
-        &evidence(&run, Some(&proxy), &up),
-    );
+    c.finish("python_sdk_1x_client_through_proxy", &evidence(&run, Some(&proxy), &up));
     timed("python_sdk_1x_client_through_proxy", started);
 }
 
@@ -433,26 +350,12 @@ fn run_py2(url_args: &[String]) -> ScriptRun {
 fn check_stateless(c: &mut Checks, out: &Value) {
     let http = out["http"].as_array().cloned().unwrap_or_default();
     let first = http.first().cloned().unwrap_or(Value::Null);
-    c.eq(
-        "first request Mcp-Method",
-        &first["sent_mcp_method"],
-        &json!("server/discover"),
-    );
+    c.eq("first request Mcp-Method", &first["sent_mcp_method"], &json!("server/discover"));
     c.eq("server/discover status", &first["status"], &json!(200));
     for (i, h) in http.iter().enumerate() {
-        c.check(
-            h["method"] == "POST",
-            format!("http[{i}]: stateless client sent {}", h["method"]),
-        );
-        c.check(
-            h["sent_mcp_method"].is_string(),
-            format!("http[{i}]: no Mcp-Method header sent"),
-        );
-        c.eq(
-            &format!("http[{i}] sent Mcp-Session-Id"),
-            &h["sent_session_id"],
-            &Value::Null,
-        );
+        c.check(h["method"] == "POST", format!("http[{i}]: stateless client sent {}", h["method"]));
+        c.check(h["sent_mcp_method"].is_string(), format!("http[{i}]: no Mcp-Method header sent"));
+        c.eq(&format!("http[{i}] sent Mcp-Session-Id"), &h["sent_session_id"], &Value::Null);
         c.eq(
             &format!("http[{i}] sent MCP-Protocol-Version"),
             &h["sent_protocol_version"],
@@ -467,22 +370,12 @@ fn python_sdk_2x_client_direct_to_mcpserver_stateless() {
     let up = Upstream::start(realenv::py2(), "streamable-http", TOKEN);
     let run = run_py2(&direct_args(&up.url("/mcp")));
     let mut c = Checks::default();
-    let exp = Expect {
-        sessionless: true,
-        modern: true,
-        delete: false,
-        ..Expect::direct(&up, "hello from py2")
-    };
+    let exp =
+        Expect { sessionless: true, modern: true, delete: false, ..Expect::direct(&up, "hello from py2") };
     check_lifecycle(&mut c, &run.json, &exp);
     check_stateless(&mut c, &run.json);
-    c.finish(
-        "python_sdk_2x_client_direct_to_mcpserver_stateless",
-        &evidence(&run, None, &up),
-    );
-    timed(
-        "python_sdk_2x_client_direct_to_mcpserver_stateless",
-        started,
-    );
+    c.finish("python_sdk_2x_client_direct_to_mcpserver_stateless", &evidence(&run, None, &up));
+    timed("python_sdk_2x_client_direct_to_mcpserver_stateless", started);
 }
 
 #[test]
@@ -492,18 +385,11 @@ fn python_sdk_2x_client_stateless_through_proxy() {
     let proxy = start_proxy(&up.url("/mcp"));
     let run = run_py2(&spoofed_args(&proxy.url("/mcp")));
     let mut c = Checks::default();
-    let exp = Expect {
-        sessionless: true,
-        modern: true,
-        delete: false,
-        ..Expect::proxied(&up, "hello from py2")
-    };
+    let exp =
+        Expect { sessionless: true, modern: true, delete: false, ..Expect::proxied(&up, "hello from py2") };
     check_lifecycle(&mut c, &run.json, &exp);
     check_stateless(&mut c, &run.json);
-    c.finish(
-        "python_sdk_2x_client_stateless_through_proxy",
-        &evidence(&run, Some(&proxy), &up),
-    );
+    c.finish("python_sdk_2x_client_stateless_through_proxy", &evidence(&run, Some(&proxy), &up));
     timed("python_sdk_2x_client_stateless_through_proxy", started);
 }
 
@@ -520,40 +406,21 @@ fn python_sdk_2x_client_falls_back_to_initialize_on_fastmcp_1x_through_proxy() {
     let http = out["http"].as_array().cloned().unwrap_or_default();
     c.eq(
         "probe Mcp-Method",
-        &http
-            .first()
-            .map_or(Value::Null, |h| h["sent_mcp_method"].clone()),
+        &http.first().map_or(Value::Null, |h| h["sent_mcp_method"].clone()),
         &json!("server/discover"),
     );
-    c.eq(
-        "probe status",
-        &http.first().map_or(Value::Null, |h| h["status"].clone()),
-        &json!(400),
-    );
-    c.eq(
-        "protocol_version",
-        &out["protocol_version"],
-        &json!("2025-11-25"),
-    );
+    c.eq("probe status", &http.first().map_or(Value::Null, |h| h["status"].clone()), &json!(400));
+    c.eq("protocol_version", &out["protocol_version"], &json!("2025-11-25"));
     // The session is the one from the initialize response (the second exchange), used from then on.
-    let session = http
-        .get(1)
-        .map_or(Value::Null, |h| h["session_get"].clone());
+    let session = http.get(1).map_or(Value::Null, |h| h["session_get"].clone());
     let mut with_session = out.clone();
     with_session["session_id"] = session;
-    check_lifecycle(
-        &mut c,
-        &with_session,
-        &Expect::proxied(&up, "hello from py2"),
-    );
+    check_lifecycle(&mut c, &with_session, &Expect::proxied(&up, "hello from py2"));
     c.finish(
         "python_sdk_2x_client_falls_back_to_initialize_on_fastmcp_1x_through_proxy",
         &evidence(&run, Some(&proxy), &up),
     );
-    timed(
-        "python_sdk_2x_client_falls_back_to_initialize_on_fastmcp_1x_through_proxy",
-        started,
-    );
+    timed("python_sdk_2x_client_falls_back_to_initialize_on_fastmcp_1x_through_proxy", started);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -567,11 +434,7 @@ fn run_ts(url_args: &[String]) -> ScriptRun {
 /// TS-only checks: terminateSession() cleared the id, and the standalone GET stream carried the server's
 /// out-of-request notifications (tapped on the wire, and delivered to the client's handlers).
 fn check_ts_extras(c: &mut Checks, out: &Value) {
-    c.eq(
-        "session id after terminateSession()",
-        &out["session_id_after_terminate"],
-        &Value::Null,
-    );
+    c.eq("session id after terminateSession()", &out["session_id_after_terminate"], &Value::Null);
     c.eq("transport errors", &out["transport_errors"], &json!([]));
     c.eq("GET stream opened", &out["get_stream_open"], &json!(true));
     let on_get: Vec<&str> = out["get_stream_events"]
@@ -579,33 +442,18 @@ fn check_ts_extras(c: &mut Checks, out: &Value) {
         .map(|a| a.iter().filter_map(|e| e["method"].as_str()).collect())
         .unwrap_or_default();
     c.check(
-        on_get.contains(&"notifications/tools/list_changed")
-            && on_get.contains(&"notifications/message"),
+        on_get.contains(&"notifications/tools/list_changed") && on_get.contains(&"notifications/message"),
         format!("GET stream carried {on_get:?}, want tools/list_changed and message"),
     );
     c.check(
-        out["tool_list_changed"]
-            .as_array()
-            .is_some_and(|a| a.len() == 1),
-        format!(
-            "tools/list_changed handler calls: {}",
-            out["tool_list_changed"]
-        ),
+        out["tool_list_changed"].as_array().is_some_and(|a| a.len() == 1),
+        format!("tools/list_changed handler calls: {}", out["tool_list_changed"]),
     );
-    let standalone = out["standalone_logs"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    c.check(
-        standalone.len() == 1,
-        format!("standalone log messages: {standalone:?}"),
-    );
+    let standalone = out["standalone_logs"].as_array().cloned().unwrap_or_default();
+    c.check(standalone.len() == 1, format!("standalone log messages: {standalone:?}"));
     for s in &standalone {
         let lat = s["latency_ms"].as_f64().unwrap_or(f64::INFINITY);
-        c.check(
-            lat < MAX_NOTIFICATION_LATENCY_MS,
-            format!("standalone log arrived after {lat:.1} ms"),
-        );
+        c.check(lat < MAX_NOTIFICATION_LATENCY_MS, format!("standalone log arrived after {lat:.1} ms"));
     }
     c.eq(
         "notify_standalone Authorization seen",
@@ -622,10 +470,7 @@ fn typescript_sdk_client_direct_to_fastmcp() {
     let mut c = Checks::default();
     check_lifecycle(&mut c, &run.json, &Expect::direct(&up, "hello from ts"));
     check_ts_extras(&mut c, &run.json);
-    c.finish(
-        "typescript_sdk_client_direct_to_fastmcp",
-        &evidence(&run, None, &up),
-    );
+    c.finish("typescript_sdk_client_direct_to_fastmcp", &evidence(&run, None, &up));
     timed("typescript_sdk_client_direct_to_fastmcp", started);
 }
 
@@ -638,10 +483,7 @@ fn typescript_sdk_client_through_proxy() {
     let mut c = Checks::default();
     check_lifecycle(&mut c, &run.json, &Expect::proxied(&up, "hello from ts"));
     check_ts_extras(&mut c, &run.json);
-    c.finish(
-        "typescript_sdk_client_through_proxy",
-        &evidence(&run, Some(&proxy), &up),
-    );
+    c.finish("typescript_sdk_client_through_proxy", &evidence(&run, Some(&proxy), &up));
     timed("typescript_sdk_client_through_proxy", started);
 }
 
@@ -662,10 +504,7 @@ fn run_rmcp(url: &str, bearer: &str, x_agent_token: &str) -> Result<RmcpRun, Str
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::ServiceExt;
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(async {
         let mut headers = HashMap::new();
         headers.insert(
@@ -680,27 +519,15 @@ fn run_rmcp(url: &str, bearer: &str, x_agent_token: &str) -> Result<RmcpRun, Str
             .await
             .map_err(|_| "rmcp handshake timed out".to_string())?
             .map_err(|e| format!("rmcp handshake: {e:?}"))?;
-        let info = client
-            .peer_info()
-            .ok_or("rmcp: no server info after the handshake")?;
-        let server = info
-            .server_info
-            .as_ref()
-            .map(|s| s.name.clone())
-            .unwrap_or_default();
+        let info = client.peer_info().ok_or("rmcp: no server info after the handshake")?;
+        let server = info.server_info.as_ref().map(|s| s.name.clone()).unwrap_or_default();
         let protocol = info.protocol_version.to_string();
-        let tools = client
-            .list_all_tools()
-            .await
-            .map_err(|e| format!("rmcp tools/list: {e:?}"))?;
+        let tools = client.list_all_tools().await.map_err(|e| format!("rmcp tools/list: {e:?}"))?;
         let tools = tools.iter().map(|t| t.name.to_string()).collect();
         let mut calls = HashMap::new();
         let args = |v: Value| v.as_object().cloned().unwrap();
         let plan: [(&'static str, Value); 4] = [
-            (
-                "chat_send",
-                json!({"sender": SPOOF_SENDER, "message": "hello from rmcp"}),
-            ),
+            ("chat_send", json!({"sender": SPOOF_SENDER, "message": "hello from rmcp"})),
             ("chat_join", json!({"name": SPOOF_SENDER})),
             ("chat_read", json!({"sender": SPOOF_SENDER})),
             ("chat_who", json!({})),
@@ -716,88 +543,38 @@ fn run_rmcp(url: &str, bearer: &str, x_agent_token: &str) -> Result<RmcpRun, Str
                 .and_then(|c| c.as_text())
                 .map(|t| t.text.clone())
                 .ok_or_else(|| format!("rmcp tools/call {name}: no text content: {result:?}"))?;
-            calls.insert(
-                name,
-                serde_json::from_str(&text).unwrap_or(Value::String(text)),
-            );
+            calls.insert(name, serde_json::from_str(&text).unwrap_or(Value::String(text)));
         }
         tokio::time::timeout(Duration::from_secs(10), client.cancel())
             .await
             .map_err(|_| "rmcp close timed out".to_string())?
             .map_err(|e| format!("rmcp close: {e:?}"))?;
-        Ok(RmcpRun {
-            server,
-            protocol,
-            tools,
-            calls,
-        })
+        Ok(RmcpRun { server, protocol, tools, calls })
     })
 }
 
 fn check_rmcp(c: &mut Checks, run: &RmcpRun, sender: &str, up: &Upstream) {
-    c.check(
-        run.server == "agentchattr-test",
-        format!("server name {:?}", run.server),
-    );
+    c.check(run.server == "agentchattr-test", format!("server name {:?}", run.server));
     c.check(!run.protocol.is_empty(), "no protocol version");
-    for t in [
-        "chat_send",
-        "chat_read",
-        "chat_join",
-        "chat_who",
-        "slow_progress",
-    ] {
-        c.check(
-            run.tools.iter().any(|x| x == t),
-            format!("tools/list lacks {t}: {:?}", run.tools),
-        );
+    for t in ["chat_send", "chat_read", "chat_join", "chat_who", "slow_progress"] {
+        c.check(run.tools.iter().any(|x| x == t), format!("tools/list lacks {t}: {:?}", run.tools));
     }
-    for (tool, key) in [
-        ("chat_send", "sender"),
-        ("chat_read", "sender"),
-        ("chat_join", "name"),
-    ] {
-        c.eq(
-            &format!("{tool}.{key} seen by the server"),
-            &run.calls[tool][key],
-            &json!(sender),
-        );
+    for (tool, key) in [("chat_send", "sender"), ("chat_read", "sender"), ("chat_join", "name")] {
+        c.eq(&format!("{tool}.{key} seen by the server"), &run.calls[tool][key], &json!(sender));
     }
-    c.check(
-        run.calls["chat_who"].get("sender").is_none(),
-        "chat_who must not be stamped",
-    );
-    c.eq(
-        "chat_send.message",
-        &run.calls["chat_send"]["message"],
-        &json!("hello from rmcp"),
-    );
+    c.check(run.calls["chat_who"].get("sender").is_none(), "chat_who must not be stamped");
+    c.eq("chat_send.message", &run.calls["chat_send"]["message"], &json!("hello from rmcp"));
     let session = run.calls["chat_send"]["mcp_session_id"].clone();
-    c.check(
-        session.as_array().is_some_and(|a| a.len() == 1),
-        format!("Mcp-Session-Id lines seen {session}"),
-    );
+    c.check(session.as_array().is_some_and(|a| a.len() == 1), format!("Mcp-Session-Id lines seen {session}"));
     for (tool, call) in &run.calls {
         c.eq(
             &format!("{tool}: Authorization lines seen"),
             &call["authorization"],
             &json!([format!("Bearer {TOKEN}")]),
         );
-        c.eq(
-            &format!("{tool}: X-Agent-Token lines seen"),
-            &call["x_agent_token"],
-            &json!([TOKEN]),
-        );
-        c.eq(
-            &format!("{tool}: Host lines seen"),
-            &call["host"],
-            &json!([format!("127.0.0.1:{}", up.port)]),
-        );
-        c.eq(
-            &format!("{tool}: Mcp-Session-Id lines seen"),
-            &call["mcp_session_id"],
-            &session,
-        );
+        c.eq(&format!("{tool}: X-Agent-Token lines seen"), &call["x_agent_token"], &json!([TOKEN]));
+        c.eq(&format!("{tool}: Host lines seen"), &call["host"], &json!([format!("127.0.0.1:{}", up.port)]));
+        c.eq(&format!("{tool}: Mcp-Session-Id lines seen"), &call["mcp_session_id"], &session);
     }
 }
 
@@ -833,10 +610,7 @@ fn rmcp_client_direct_to_fastmcp() {
         Ok(r) => check_rmcp(&mut c, r, SPOOF_SENDER, &up),
         Err(e) => c.check(false, e.clone()),
     }
-    c.finish(
-        "rmcp_client_direct_to_fastmcp",
-        &rmcp_evidence(&run, None, &up),
-    );
+    c.finish("rmcp_client_direct_to_fastmcp", &rmcp_evidence(&run, None, &up));
     timed("rmcp_client_direct_to_fastmcp", started);
 }
 
@@ -851,10 +625,7 @@ fn rmcp_client_through_proxy() {
         Ok(r) => check_rmcp(&mut c, r, AGENT, &up),
         Err(e) => c.check(false, e.clone()),
     }
-    c.finish(
-        "rmcp_client_through_proxy",
-        &rmcp_evidence(&run, Some(&proxy), &up),
-    );
+    c.finish("rmcp_client_through_proxy", &rmcp_evidence(&run, Some(&proxy), &up));
     timed("rmcp_client_through_proxy", started);
 }
 
@@ -951,10 +722,7 @@ fn raw_initialize(port: u16) -> Result<String, String> {
     while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
         match s.read(&mut chunk) {
             Ok(0) => {
-                return Err(format!(
-                    "EOF before the end of the head: {:?}",
-                    String::from_utf8_lossy(&buf)
-                ))
+                return Err(format!("EOF before the end of the head: {:?}", String::from_utf8_lossy(&buf)))
             }
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e) => return Err(format!("{e} after {:?}", String::from_utf8_lossy(&buf))),
@@ -966,10 +734,7 @@ fn raw_initialize(port: u16) -> Result<String, String> {
 
 fn session_lines(head: &str) -> Vec<String> {
     head.lines()
-        .filter(|l| {
-            l.split_once(':')
-                .is_some_and(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id"))
-        })
+        .filter(|l| l.split_once(':').is_some_and(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id")))
         .map(str::to_string)
         .collect()
 }
@@ -992,16 +757,8 @@ fn session_header_not_duplicated_for_node_fetch_and_httpx() {
         realenv::python_script(realenv::py1(), "read_session_header.py", &[&stub.url()]),
         SCRIPT_LIMIT,
     );
-    c.eq(
-        "node fetch reads (direct, stub sends two lines)",
-        &node_direct.json["get"],
-        &json!("abc, abc"),
-    );
-    c.eq(
-        "httpx reads (direct, stub sends two lines)",
-        &httpx_direct.json["get"],
-        &json!("abc, abc"),
-    );
+    c.eq("node fetch reads (direct, stub sends two lines)", &node_direct.json["get"], &json!("abc, abc"));
+    c.eq("httpx reads (direct, stub sends two lines)", &httpx_direct.json["get"], &json!("abc, abc"));
 
     let proxy = start_proxy(&stub.url());
 
@@ -1009,14 +766,9 @@ fn session_header_not_duplicated_for_node_fetch_and_httpx() {
     match raw_initialize(proxy.port) {
         Ok(head) => {
             let lines = session_lines(&head);
+            c.check(lines.len() == 1, format!("Mcp-Session-Id lines on the wire: {lines:?}"));
             c.check(
-                lines.len() == 1,
-                format!("Mcp-Session-Id lines on the wire: {lines:?}"),
-            );
-            c.check(
-                lines
-                    .iter()
-                    .all(|l| l.split_once(':').map(|(_, v)| v.trim()) == Some("abc")),
+                lines.iter().all(|l| l.split_once(':').map(|(_, v)| v.trim()) == Some("abc")),
                 format!("Mcp-Session-Id value on the wire: {lines:?}"),
             );
             ev.push(("raw response head through the proxy", head));
@@ -1031,46 +783,21 @@ fn session_header_not_duplicated_for_node_fetch_and_httpx() {
     );
     let httpx = realenv::run_json(
         "read_session_header.py (proxy)",
-        realenv::python_script(
-            realenv::py1(),
-            "read_session_header.py",
-            &[&proxy.url("/mcp")],
-        ),
+        realenv::python_script(realenv::py1(), "read_session_header.py", &[&proxy.url("/mcp")]),
         SCRIPT_LIMIT,
     );
     c.eq("node fetch status", &node.json["status"], &json!(200));
-    c.eq(
-        "node fetch reads Mcp-Session-Id",
-        &node.json["get"],
-        &json!("abc"),
-    );
+    c.eq("node fetch reads Mcp-Session-Id", &node.json["get"], &json!("abc"));
     c.eq("httpx status", &httpx.json["status"], &json!(200));
-    c.eq(
-        "httpx reads Mcp-Session-Id",
-        &httpx.json["get"],
-        &json!("abc"),
-    );
-    c.eq(
-        "httpx field lines",
-        &httpx.json["get_list"],
-        &json!(["abc"]),
-    );
+    c.eq("httpx reads Mcp-Session-Id", &httpx.json["get"], &json!("abc"));
+    c.eq("httpx field lines", &httpx.json["get_list"], &json!(["abc"]));
 
     ev.push(("node (proxy)", node.stdout.clone()));
     ev.push(("httpx (proxy)", httpx.stdout.clone()));
-    ev.push((
-        "requests the stub received",
-        stub.requests.lock().unwrap().join("\n"),
-    ));
+    ev.push(("requests the stub received", stub.requests.lock().unwrap().join("\n")));
     ev.push(("proxy stderr", proxy.stderr_text()));
-    c.finish(
-        "session_header_not_duplicated_for_node_fetch_and_httpx",
-        &ev,
-    );
-    timed(
-        "session_header_not_duplicated_for_node_fetch_and_httpx",
-        started,
-    );
+    c.finish("session_header_not_duplicated_for_node_fetch_and_httpx", &ev);
+    timed("session_header_not_duplicated_for_node_fetch_and_httpx", started);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1085,12 +812,7 @@ fn legacy_args(base: Vec<String>) -> Vec<String> {
 }
 
 fn legacy_expect(exp: Expect) -> Expect {
-    Expect {
-        sessionless: true,
-        modern: false,
-        delete: false,
-        ..exp
-    }
+    Expect { sessionless: true, modern: false, delete: false, ..exp }
 }
 
 /// The legacy shape: one `GET /sse` (200), then every message a `POST /messages/?session_id=...` (202).
@@ -1105,9 +827,7 @@ fn check_legacy_sse(c: &mut Checks, out: &Value) {
     for (i, h) in http.iter().enumerate().skip(1) {
         let path = h["path"].as_str().unwrap_or("");
         c.check(
-            h["method"] == "POST"
-                && path.starts_with("/messages/?session_id=")
-                && h["status"] == 202,
+            h["method"] == "POST" && path.starts_with("/messages/?session_id=") && h["status"] == 202,
             format!(
                 "http[{i}]: {} {path} {} (want POST /messages/?session_id=... 202)",
                 h["method"], h["status"]
@@ -1122,16 +842,9 @@ fn python_sdk_sse_client_direct_to_fastmcp() {
     let up = Upstream::start(realenv::py1(), "sse", TOKEN);
     let run = run_py1(&legacy_args(direct_args(&up.url("/sse"))));
     let mut c = Checks::default();
-    check_lifecycle(
-        &mut c,
-        &run.json,
-        &legacy_expect(Expect::direct(&up, "hello from py1")),
-    );
+    check_lifecycle(&mut c, &run.json, &legacy_expect(Expect::direct(&up, "hello from py1")));
     check_legacy_sse(&mut c, &run.json);
-    c.finish(
-        "python_sdk_sse_client_direct_to_fastmcp",
-        &evidence(&run, None, &up),
-    );
+    c.finish("python_sdk_sse_client_direct_to_fastmcp", &evidence(&run, None, &up));
     timed("python_sdk_sse_client_direct_to_fastmcp", started);
 }
 
@@ -1142,16 +855,9 @@ fn python_sdk_sse_client_through_proxy() {
     let proxy = start_proxy(&up.url("/sse"));
     let run = run_py1(&legacy_args(spoofed_args(&proxy.url("/sse"))));
     let mut c = Checks::default();
-    check_lifecycle(
-        &mut c,
-        &run.json,
-        &legacy_expect(Expect::proxied(&up, "hello from py1")),
-    );
+    check_lifecycle(&mut c, &run.json, &legacy_expect(Expect::proxied(&up, "hello from py1")));
     check_legacy_sse(&mut c, &run.json);
-    c.finish(
-        "python_sdk_sse_client_through_proxy",
-        &evidence(&run, Some(&proxy), &up),
-    );
+    c.finish("python_sdk_sse_client_through_proxy", &evidence(&run, Some(&proxy), &up));
     timed("python_sdk_sse_client_through_proxy", started);
 }
 
@@ -1161,17 +867,10 @@ fn typescript_sdk_sse_client_direct_to_fastmcp() {
     let up = Upstream::start(realenv::py1(), "sse", TOKEN);
     let run = run_ts(&legacy_args(direct_args(&up.url("/sse"))));
     let mut c = Checks::default();
-    check_lifecycle(
-        &mut c,
-        &run.json,
-        &legacy_expect(Expect::direct(&up, "hello from ts")),
-    );
+    check_lifecycle(&mut c, &run.json, &legacy_expect(Expect::direct(&up, "hello from ts")));
     check_legacy_sse(&mut c, &run.json);
     check_ts_extras(&mut c, &run.json);
-    c.finish(
-        "typescript_sdk_sse_client_direct_to_fastmcp",
-        &evidence(&run, None, &up),
-    );
+    c.finish("typescript_sdk_sse_client_direct_to_fastmcp", &evidence(&run, None, &up));
     timed("typescript_sdk_sse_client_direct_to_fastmcp", started);
 }
 
@@ -1182,17 +881,10 @@ fn typescript_sdk_sse_client_through_proxy() {
     let proxy = start_proxy(&up.url("/sse"));
     let run = run_ts(&legacy_args(spoofed_args(&proxy.url("/sse"))));
     let mut c = Checks::default();
-    check_lifecycle(
-        &mut c,
-        &run.json,
-        &legacy_expect(Expect::proxied(&up, "hello from ts")),
-    );
+    check_lifecycle(&mut c, &run.json, &legacy_expect(Expect::proxied(&up, "hello from ts")));
     check_legacy_sse(&mut c, &run.json);
     check_ts_extras(&mut c, &run.json);
-    c.finish(
-        "typescript_sdk_sse_client_through_proxy",
-        &evidence(&run, Some(&proxy), &up),
-    );
+    c.finish("typescript_sdk_sse_client_through_proxy", &evidence(&run, Some(&proxy), &up));
     timed("typescript_sdk_sse_client_through_proxy", started);
 }
 
@@ -1202,26 +894,14 @@ fn typescript_sdk_sse_client_through_proxy() {
 #[test]
 fn sse_absolute_endpoint_rewritten_for_python_and_typescript_clients() {
     let started = Instant::now();
-    let up = Upstream::start_with(
-        realenv::py1(),
-        &["--transport", "sse", "--absolute-endpoint"],
-        TOKEN,
-    );
+    let up = Upstream::start_with(realenv::py1(), &["--transport", "sse", "--absolute-endpoint"], TOKEN);
     let mut c = Checks::default();
     let mut ev: Vec<(&str, String)> = Vec::new();
 
     let py_direct = run_py1(&legacy_args(direct_args(&up.url("/sse"))));
     let ts_direct = run_ts(&legacy_args(direct_args(&up.url("/sse"))));
-    c.eq(
-        "python, direct: error",
-        &py_direct.json["error"],
-        &Value::Null,
-    );
-    c.eq(
-        "typescript, direct: error",
-        &ts_direct.json["error"],
-        &Value::Null,
-    );
+    c.eq("python, direct: error", &py_direct.json["error"], &Value::Null);
+    c.eq("typescript, direct: error", &ts_direct.json["error"], &Value::Null);
 
     let proxy = start_proxy(&up.url("/sse"));
     // A rejected endpoint hangs the Python SSE client (it never sends a request): bound it at 10 s.
@@ -1232,39 +912,15 @@ fn sse_absolute_endpoint_rewritten_for_python_and_typescript_clients() {
     };
     let py = run_py1(&bounded(&proxy.url("/sse")));
     let ts = run_ts(&bounded(&proxy.url("/sse")));
-    for (name, run, message) in [
-        ("python", &py, "hello from py1"),
-        ("typescript", &ts, "hello from ts"),
-    ] {
+    for (name, run, message) in [("python", &py, "hello from py1"), ("typescript", &ts, "hello from ts")] {
         let mut sub = Checks::default();
-        check_lifecycle(
-            &mut sub,
-            &run.json,
-            &legacy_expect(Expect::proxied(&up, message)),
-        );
+        check_lifecycle(&mut sub, &run.json, &legacy_expect(Expect::proxied(&up, message)));
         check_legacy_sse(&mut sub, &run.json);
-        c.failures.extend(
-            sub.failures
-                .into_iter()
-                .map(|f| format!("{name}, through the proxy: {f}")),
-        );
-        ev.push((
-            if name == "python" {
-                "python JSON"
-            } else {
-                "typescript JSON"
-            },
-            pretty(&run.json),
-        ));
+        c.failures.extend(sub.failures.into_iter().map(|f| format!("{name}, through the proxy: {f}")));
+        ev.push((if name == "python" { "python JSON" } else { "typescript JSON" }, pretty(&run.json)));
     }
     ev.push(("proxy stderr", proxy.stderr_text()));
     ev.push(("upstream stderr", up.stderr_text()));
-    c.finish(
-        "sse_absolute_endpoint_rewritten_for_python_and_typescript_clients",
-        &ev,
-    );
-    timed(
-        "sse_absolute_endpoint_rewritten_for_python_and_typescript_clients",
-        started,
-    );
+    c.finish("sse_absolute_endpoint_rewritten_for_python_and_typescript_clients", &ev);
+    timed("sse_absolute_endpoint_rewritten_for_python_and_typescript_clients", started);
 }
