@@ -924,3 +924,64 @@ fn sse_absolute_endpoint_rewritten_for_python_and_typescript_clients() {
     c.finish("sse_absolute_endpoint_rewritten_for_python_and_typescript_clients", &ev);
     timed("sse_absolute_endpoint_rewritten_for_python_and_typescript_clients", started);
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Live identity (R23): the wrapper re-registers mid-session and rewrites `--identity-file` (rename + new token).
+
+/// The new identity after the switch.
+const AGENT_2: &str = "claude-prime-2";
+const TOKEN_2: &str = "9a1d3c5e7f2b4d6a8c0e1f3a5b7d9c2e";
+
+#[test]
+fn identity_file_change_mid_session_seen_by_next_tool_call() {
+    let started = Instant::now();
+    // The upstream accepts both tokens (as agentchattr accepts any registered instance's token).
+    let up = Upstream::start(realenv::py1(), "streamable-http", &format!("{TOKEN},{TOKEN_2}"));
+    let dir = crate::util::scratch_dir("identity-switch");
+    let identity = dir.join("identity.json");
+    std::fs::write(&identity, json!({"agent": AGENT, "token": TOKEN}).to_string()).unwrap();
+    let proxy =
+        Proxy::start(&["--upstream", &up.url("/mcp"), "--identity-file", identity.to_str().unwrap()], &[]);
+    let mut args = spoofed_args(&proxy.url("/mcp"));
+    args.extend([
+        "--switch-identity".to_string(),
+        identity.to_str().unwrap().to_string(),
+        json!({"agent": AGENT_2, "token": TOKEN_2}).to_string(),
+        // DESIGN.md §2: the proxy notices a change within a second.
+        "--switch-wait".to_string(),
+        "1.0".to_string(),
+    ]);
+    let run = run_py1(&args);
+    let out = &run.json;
+    let mut c = Checks::default();
+    c.eq("error", &out["error"], &Value::Null);
+    c.eq("closed", &out["closed"], &json!(true));
+    let calls = &out["calls"];
+    let session = calls["chat_send"]["mcp_session_id"].clone();
+    c.check(
+        session.as_array().is_some_and(|a| a.len() == 1),
+        format!("session before the switch: {session}"),
+    );
+    let before = [("chat_send", "sender")];
+    let after = [("chat_send_after_switch", "sender"), ("chat_join", "name"), ("chat_read", "sender")];
+    for (tool, key, agent, token) in before
+        .iter()
+        .map(|(t, k)| (*t, *k, AGENT, TOKEN))
+        .chain(after.iter().map(|(t, k)| (*t, *k, AGENT_2, TOKEN_2)))
+    {
+        let call = &calls[tool];
+        c.eq(&format!("{tool}.{key}"), &call[key], &json!(agent));
+        c.eq(
+            &format!("{tool}: Authorization lines seen"),
+            &call["authorization"],
+            &json!([format!("Bearer {token}")]),
+        );
+        c.eq(&format!("{tool}: X-Agent-Token lines seen"), &call["x_agent_token"], &json!([token]));
+        c.eq(&format!("{tool}: Mcp-Session-Id (same session)"), &call["mcp_session_id"], &session);
+    }
+    let http = out["http"].as_array().cloned().unwrap_or_default();
+    let last = http.last().cloned().unwrap_or(Value::Null);
+    c.eq("closing DELETE", &json!([last["method"], last["status"]]), &json!(["DELETE", 200]));
+    c.finish("identity_file_change_mid_session_seen_by_next_tool_call", &evidence(&run, Some(&proxy), &up));
+    timed("identity_file_change_mid_session_seen_by_next_tool_call", started);
+}

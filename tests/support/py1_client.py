@@ -1,10 +1,14 @@
 """Python MCP SDK 1.x client: the lifecycle agentchattr's agents run, as JSON on stdout.
 
     python py1_client.py URL [--authorization "Bearer spoof"] [--x-agent-token spoof] [--sender mallory]
-                             [--transport streamable-http|sse]
+                             [--transport streamable-http|sse] [--switch-identity FILE JSON]
 
 With `--transport sse` the legacy HTTP+SSE client (`sse_client`, URL = the `/sse` endpoint) runs the same
 calls; it has no Mcp-Session-Id and no closing DELETE ("endpoint" holds the session id from the endpoint event).
+
+With `--switch-identity FILE JSON`, after the first chat_send the script replaces FILE (the proxy's
+`--identity-file`) with JSON by an atomic rename, as a wrapper would, waits `--switch-wait` seconds, and calls
+chat_send again in the same session ("chat_send_after_switch").
 
 streamable_http_client + ClientSession: initialize, tools/list, tools/call (chat_send, chat_join, chat_read,
 chat_who as `--sender`), slow_progress (arrival latency of each progress/log notification), then exit, which
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import traceback
@@ -109,6 +114,16 @@ async def session_calls(args, out: dict, read, write, get_session_id, on_log, on
         calls["chat_send"] = text_json(
             await session.call_tool("chat_send", {"sender": args.sender, "message": "hello from py1"})
         )
+        if args.switch_identity:
+            path, content = args.switch_identity
+            tmp = f"{path}.tmp"
+            with open(tmp, "w") as f:
+                f.write(content)
+            os.replace(tmp, path)
+            await anyio.sleep(args.switch_wait)
+            calls["chat_send_after_switch"] = text_json(
+                await session.call_tool("chat_send", {"sender": args.sender, "message": "after the switch"})
+            )
         calls["chat_join"] = text_json(await session.call_tool("chat_join", {"name": args.sender}))
         calls["chat_read"] = text_json(await session.call_tool("chat_read", {"sender": args.sender}))
         calls["chat_who"] = text_json(await session.call_tool("chat_who", {}))
@@ -136,6 +151,8 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=30, help="bound on the whole run, seconds")
     parser.add_argument("--transport", choices=["streamable-http", "sse"], default="streamable-http")
+    parser.add_argument("--switch-identity", nargs=2, metavar=("FILE", "JSON"))
+    parser.add_argument("--switch-wait", type=float, default=1.0)
     args = parser.parse_args()
     out: dict = {"sdk": version("mcp"), "httpx": version("httpx"), "http": [], "progress": [], "logs": [],
                  "calls": {}, "error": None}
