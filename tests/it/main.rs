@@ -1,6 +1,6 @@
 //! One integration-test binary (one link, shared helpers), ripgrep style.
 //! Every test drives the real `mcp-identity-proxy` binary over loopback.
 
-mod util;
 mod clients;
 mod realenv;
+mod util;

@@ -22,9 +22,7 @@ use std::time::{Duration, Instant};
 
 /// `tests/support/` in the source tree.
 pub fn support_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("support")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("support")
 }
 
 /// `target/realenv/` (next to `target/tmp`), or `$MCP_REALENV_DIR` to share one install between target dirs.
@@ -70,13 +68,7 @@ fn lock_file(path: &Path) -> File {
         .unwrap_or_else(|e| panic!("realenv: cannot open lock file {}: {e}", path.display()));
     // SAFETY: flock on a valid, owned fd; blocks until the lock is ours.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!(
-        rc,
-        0,
-        "realenv: flock {} failed: {}",
-        path.display(),
-        std::io::Error::last_os_error()
-    );
+    assert_eq!(rc, 0, "realenv: flock {} failed: {}", path.display(), std::io::Error::last_os_error());
     file
 }
 
@@ -87,11 +79,7 @@ fn run_step(what: &str, cmd: &mut Command) -> String {
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("realenv: cannot run {what} ({cmd:?}): {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     if !out.status.success() {
         let tail: String = {
             let lines: Vec<&str> = text.lines().collect();
@@ -106,24 +94,18 @@ fn run_step(what: &str, cmd: &mut Command) -> String {
             started.elapsed().as_secs_f64()
         );
     }
-    eprintln!(
-        "realenv: {what} done in {:.1}s",
-        started.elapsed().as_secs_f64()
-    );
+    eprintln!("realenv: {what} done in {:.1}s", started.elapsed().as_secs_f64());
     text
 }
 
 fn tool_version(program: &str, arg: &str) -> String {
-    let out = Command::new(program).arg(arg).output().unwrap_or_else(|e| {
-        panic!("realenv: `{program} {arg}` cannot run: {e}; is {program} installed?")
-    });
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-    .trim()
-    .to_string()
+    let out = Command::new(program)
+        .arg(arg)
+        .output()
+        .unwrap_or_else(|e| panic!("realenv: `{program} {arg}` cannot run: {e}; is {program} installed?"));
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+        .trim()
+        .to_string()
 }
 
 /// Install (once) a venv named `name` with the pinned `requirements`; return its python.
@@ -134,27 +116,17 @@ fn install_venv(name: &str, requirements: &str) -> PathBuf {
     let dir = root.join(name);
     let python = dir.join("bin").join("python");
     let req_path = support_dir().join(requirements);
-    let req = fs::read_to_string(&req_path)
-        .unwrap_or_else(|e| panic!("realenv: read {}: {e}", req_path.display()));
+    let req =
+        fs::read_to_string(&req_path).unwrap_or_else(|e| panic!("realenv: read {}: {e}", req_path.display()));
     let base = base_python();
-    let expected = format!(
-        "{}\n{}\n{req}",
-        tool_version(&base, "--version"),
-        requirements
-    );
+    let expected = format!("{}\n{}\n{req}", tool_version(&base, "--version"), requirements);
     let marker = dir.join(".installed");
     if python.exists() && fs::read_to_string(&marker).ok().as_deref() == Some(expected.as_str()) {
         return python;
     }
-    eprintln!(
-        "realenv: installing {name} ({requirements}) into {}",
-        dir.display()
-    );
+    eprintln!("realenv: installing {name} ({requirements}) into {}", dir.display());
     let _ = fs::remove_dir_all(&dir);
-    run_step(
-        &format!("{base} -m venv {name}"),
-        Command::new(&base).args(["-m", "venv"]).arg(&dir),
-    );
+    run_step(&format!("{base} -m venv {name}"), Command::new(&base).args(["-m", "venv"]).arg(&dir));
     run_step(
         &format!("pip install -r {requirements}"),
         Command::new(&python)
@@ -172,8 +144,7 @@ fn install_venv(name: &str, requirements: &str) -> PathBuf {
             ])
             .arg(&req_path),
     );
-    fs::write(&marker, &expected)
-        .unwrap_or_else(|e| panic!("realenv: write {}: {e}", marker.display()));
+    fs::write(&marker, &expected).unwrap_or_else(|e| panic!("realenv: write {}: {e}", marker.display()));
     python
 }
 
@@ -184,8 +155,8 @@ fn install_node() -> PathBuf {
     let _lock = lock_file(&root.join("node.lock"));
     let dir = root.join("node");
     let modules = dir.join("node_modules");
-    let pkg = fs::read_to_string(support_dir().join("package.json"))
-        .expect("read tests/support/package.json");
+    let pkg =
+        fs::read_to_string(support_dir().join("package.json")).expect("read tests/support/package.json");
     let lock = fs::read_to_string(support_dir().join("package-lock.json"))
         .expect("read tests/support/package-lock.json");
     let expected = format!("node {}\n{pkg}\n{lock}", tool_version("node", "--version"));
@@ -193,10 +164,7 @@ fn install_node() -> PathBuf {
     if modules.is_dir() && fs::read_to_string(&marker).ok().as_deref() == Some(expected.as_str()) {
         return modules;
     }
-    eprintln!(
-        "realenv: installing the Node project (npm ci) into {}",
-        dir.display()
-    );
+    eprintln!("realenv: installing the Node project (npm ci) into {}", dir.display());
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("realenv: mkdir {}: {e}", dir.display()));
     fs::write(dir.join("package.json"), &pkg).expect("copy package.json");
@@ -204,17 +172,10 @@ fn install_node() -> PathBuf {
     run_step(
         "npm ci",
         Command::new("npm")
-            .args([
-                "ci",
-                "--ignore-scripts",
-                "--no-audit",
-                "--no-fund",
-                "--fetch-timeout=30000",
-            ])
+            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--fetch-timeout=30000"])
             .current_dir(&dir),
     );
-    fs::write(&marker, &expected)
-        .unwrap_or_else(|e| panic!("realenv: write {}: {e}", marker.display()));
+    fs::write(&marker, &expected).unwrap_or_else(|e| panic!("realenv: write {}: {e}", marker.display()));
     modules
 }
 
@@ -276,9 +237,7 @@ impl Upstream {
             let _ = reader.read_to_end(&mut rest);
         });
         let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
-        let port = line
-            .strip_prefix("PORT ")
-            .and_then(|p| p.trim().parse::<u16>().ok());
+        let port = line.strip_prefix("PORT ").and_then(|p| p.trim().parse::<u16>().ok());
         let Some(port) = port else {
             let _ = child.kill();
             let _ = child.wait();
@@ -288,11 +247,7 @@ impl Upstream {
                 String::from_utf8_lossy(&stderr.lock().unwrap())
             );
         };
-        Upstream {
-            child,
-            port,
-            stderr,
-        }
+        Upstream { child, port, stderr }
     }
 
     /// `http://127.0.0.1:<port><path>`.
@@ -359,20 +314,13 @@ pub fn run_json(what: &str, mut cmd: Command, limit: Duration) -> ScriptRun {
     let json = serde_json::from_str(&out).unwrap_or_else(|e| {
         panic!("{what}: stdout is not JSON ({e})\n--- stdout ---\n{out}\n--- stderr ---\n{err}")
     });
-    ScriptRun {
-        json,
-        stdout: out,
-        stderr: err,
-        elapsed,
-    }
+    ScriptRun { json, stdout: out, stderr: err, elapsed }
 }
 
 /// `python tests/support/<script> <args>`.
 pub fn python_script(python: &Path, script: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(python);
-    cmd.arg(support_dir().join(script))
-        .args(args)
-        .env("PYTHONUNBUFFERED", "1");
+    cmd.arg(support_dir().join(script)).args(args).env("PYTHONUNBUFFERED", "1");
     cmd
 }
 
@@ -380,9 +328,7 @@ pub fn python_script(python: &Path, script: &str, args: &[&str]) -> Command {
 pub fn node_script(script: &str, args: &[&str]) -> Command {
     let modules = node_modules();
     let mut cmd = Command::new("node");
-    cmd.arg(support_dir().join(script))
-        .args(args)
-        .env("NODE_PATH", modules);
+    cmd.arg(support_dir().join(script)).args(args).env("NODE_PATH", modules);
     cmd
 }
 
