@@ -2,7 +2,9 @@
 //! Every test drives the real `mcp-identity-proxy` binary over loopback.
 
 mod cli;
+mod clients;
 mod core;
 mod identity;
+mod realenv;
 mod upstream;
 mod util;
