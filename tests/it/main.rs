@@ -6,5 +6,6 @@ mod clients;
 mod core;
 mod identity;
 mod realenv;
+mod sse;
 mod upstream;
 mod util;
