@@ -1316,6 +1316,15 @@ impl Conn {
                 return true;
             }
         }
+        // A quiet stream holds no buffer: memory per open SSE stream is the
+        // connection struct, not two 16 KiB buffers (DESIGN.md §9).
+        let upstream_idle = self.upstream.as_ref().is_some_and(|u| !u.ready.readable);
+        if upstream_idle && self.pass == 0 && self.skip == 0 {
+            self.upstream_buf.release_if_empty();
+        }
+        if !self.client_ready.readable {
+            self.client_buf.release_if_empty();
+        }
         progressed
     }
 
