@@ -40,12 +40,20 @@ pub const IO_BUF_SIZE: usize = 16 * 1024;
 /// connection cannot starve the others on the single thread.
 pub const MAX_IO_PER_EVENT: usize = 32;
 
-/// Most client connections open at once; at the limit the listener stops
-/// accepting until one closes.
-pub const MAX_CONNECTIONS: usize = 4096;
+/// Most client connections open at once (lowered at start to what the
+/// descriptor limit allows: two per connection); at the limit the listener
+/// stops accepting until one closes.
+pub const MAX_CONNECTIONS: usize = 16384;
 
-/// Idle upstream connections kept for reuse.
-pub const MAX_POOLED_UPSTREAM: usize = 64;
+/// Descriptors kept free for the listener, signal pipe, stdin and logs.
+pub const RESERVED_FDS: u64 = 32;
+
+/// Idle upstream connections kept for reuse across clients.
+pub const MAX_POOLED_UPSTREAM: usize = 256;
+
+/// Largest buffer a busy response stream grows to (from `IO_BUF_SIZE`):
+/// fewer reads and writes per byte while data flows; released when quiet.
+pub const MAX_RELAY_BUF: usize = 256 * 1024;
 
 /// How long an idle upstream connection is kept. Below uvicorn's 5 s
 /// keep-alive so that the upstream rarely closes a connection we are about
