@@ -545,13 +545,14 @@ impl Conn {
         if let Phase::Closed(_) = self.phase {
             return true;
         }
-        if self.upstream_idle_since.is_some() && matches!(self.phase, Phase::ReadHead) {
-            if self.upstream.as_ref().is_some_and(|u| u.ready.readable || u.ready.hup) {
-                // The upstream closed (or broke framing on) the idle socket.
-                self.upstream_idle_since = None;
-                if let Some(u) = self.upstream.take() {
-                    self.released = Some((u.stream, false));
-                }
+        if self.upstream_idle_since.is_some()
+            && matches!(self.phase, Phase::ReadHead)
+            && self.upstream.as_ref().is_some_and(|u| u.ready.readable || u.ready.hup)
+        {
+            // The upstream closed (or broke framing on) the idle socket.
+            self.upstream_idle_since = None;
+            if let Some(u) = self.upstream.take() {
+                self.released = Some((u.stream, false));
             }
         }
         progressed |= match self.phase {
