@@ -3,6 +3,7 @@
 
 mod cli;
 mod core;
+mod hostile;
 mod identity;
 mod upstream;
 mod util;
