@@ -99,3 +99,10 @@ pub const MAX_SSE_HELD_EVENT: usize = 16 * 1024;
 /// e.g. anti-buffering padding, do not dispatch). Past this, scanning stops,
 /// so a stream that never sends an event is not scanned forever.
 pub const MAX_SSE_SCAN: usize = 64 * 1024;
+
+/// Longest agent name, in bytes; it is stamped into every tools/call.
+pub const MAX_AGENT_LEN: usize = 256;
+
+/// Longest token, in bytes; it goes into two request headers (agentchattr
+/// tokens are 32 hex digits).
+pub const MAX_TOKEN_LEN: usize = 4096;
