@@ -143,7 +143,10 @@ fn assert_refused(p: &Proxy, up: &Upstream, raw: &[u8], status: u16, must_close:
     assert_eq!(up.request_count(), reqs, "refused request {shown:?} reached upstream: {:#?}", up.requests());
     assert_eq!(up.connections(), conns, "refused request {shown:?} made the proxy connect upstream");
     if must_close {
-        assert!(c.closed_within(Duration::from_secs(3)), "connection still open after {status} for {shown:?}");
+        assert!(
+            c.closed_within(Duration::from_secs(3)),
+            "connection still open after {status} for {shown:?}"
+        );
     }
     assert_healthy(p, up);
     resp
@@ -181,7 +184,7 @@ fn assert_alive(p: &Proxy) {
 
 /// Raise this process's soft RLIMIT_NOFILE to its hard limit (children
 /// inherit it); returns the new soft limit.
-fn raise_fd_limit() -> u64 {
+fn raise_fd_limit() -> libc::rlim_t {
     let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: plain getrlimit/setrlimit on a valid struct.
     unsafe {
@@ -195,16 +198,16 @@ fn raise_fd_limit() -> u64 {
             }
         }
     }
-    rl.rlim_cur as u64
+    rl.rlim_cur
 }
 
 /// Set another process's soft RLIMIT_NOFILE (hard limit unchanged).
-fn set_fd_soft_limit(pid: u32, soft: u64) {
+fn set_fd_soft_limit(pid: u32, soft: libc::rlim_t) {
     let mut old = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: prlimit on a child of ours with valid structs.
     unsafe {
         assert_eq!(libc::prlimit(pid as libc::pid_t, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old), 0);
-        let new = libc::rlimit { rlim_cur: soft as libc::rlim_t, rlim_max: old.rlim_max };
+        let new = libc::rlimit { rlim_cur: soft, rlim_max: old.rlim_max };
         assert_eq!(
             libc::prlimit(pid as libc::pid_t, libc::RLIMIT_NOFILE, &new, std::ptr::null_mut()),
             0,
@@ -493,12 +496,24 @@ fn two_thousand_idle_connections_opened_at_once_do_not_stop_a_healthy_request() 
     let up = ok_upstream();
     let p = start(&up);
     let t0 = Instant::now();
-    let idle: Vec<TcpStream> = (0..2000)
-        .map(|i| {
-            TcpStream::connect_timeout(&p.addr(), Duration::from_secs(5))
-                .unwrap_or_else(|e| panic!("connection {i} of 2000: {e}"))
+    // Eight openers in parallel: on this kernel an occasional SYN is
+    // retransmitted after 1 s even against a plain accept loop, so
+    // sequential connects would spend seconds waiting on those alone.
+    let addr = p.addr();
+    let openers: Vec<_> = (0..8)
+        .map(|t| {
+            std::thread::spawn(move || {
+                (0..250)
+                    .map(|i| {
+                        TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+                            .unwrap_or_else(|e| panic!("connection {i} of opener {t}: {e}"))
+                    })
+                    .collect::<Vec<_>>()
+            })
         })
         .collect();
+    let idle: Vec<TcpStream> = openers.into_iter().flat_map(|o| o.join().unwrap()).collect();
+    assert_eq!(idle.len(), 2000);
     let opened = t0.elapsed();
     // Let the proxy accept them all (it holds one descriptor per connection).
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -704,8 +719,12 @@ fn loopback_hosts_with_the_proxy_port_are_relayed() {
     let up = ok_upstream();
     let p = start(&up);
     let port = p.port;
-    for h in [format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("LocalHost:{port}"), format!("[::1]:{port}")]
-    {
+    for h in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("LocalHost:{port}"),
+        format!("[::1]:{port}"),
+    ] {
         let resp = exchange(&p, &request("GET", "/mcp", &h, &[], b""));
         assert_eq!(resp.status, 200, "Host {h}: {:?}", resp.raw_text());
     }
@@ -872,7 +891,11 @@ fn exposed_listener_requires_the_client_secret_and_replaces_it_upstream() {
     // Right secret but a foreign Origin: still 403.
     let resp = exchange(
         &p,
-        &post(&h, &[("Authorization", &format!("Bearer {CLIENT_SECRET}")), ("Origin", "http://evil.com")], PING),
+        &post(
+            &h,
+            &[("Authorization", &format!("Bearer {CLIENT_SECRET}")), ("Origin", "http://evil.com")],
+            PING,
+        ),
     );
     assert_jsonrpc_error(&resp, 403);
     healthy(&p);
@@ -943,7 +966,10 @@ fn invalid_upstream_response_heads_give_502_and_drop_the_connection() {
             b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n{}".to_vec(),
         ),
         ("content-length list 2, 3", b"HTTP/1.1 200 OK\r\nContent-Length: 2, 3\r\n\r\n{}x".to_vec()),
-        ("two content-lengths", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}x".to_vec()),
+        (
+            "two content-lengths",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}x".to_vec(),
+        ),
         (
             "two different locations",
             b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /a\r\nLocation: /b\r\nContent-Length: 0\r\n\r\n"
@@ -951,11 +977,18 @@ fn invalid_upstream_response_heads_give_502_and_drop_the_connection() {
         ),
         (
             "two different session ids",
-            b"HTTP/1.1 200 OK\r\nMcp-Session-Id: a\r\nMCP-Session-Id: b\r\nContent-Length: 2\r\n\r\n{}".to_vec(),
+            b"HTTP/1.1 200 OK\r\nMcp-Session-Id: a\r\nMCP-Session-Id: b\r\nContent-Length: 2\r\n\r\n{}"
+                .to_vec(),
         ),
-        ("obs-fold in response", b"HTTP/1.1 200 OK\r\nX-A: 1\r\n  folded\r\nContent-Length: 2\r\n\r\n{}".to_vec()),
+        (
+            "obs-fold in response",
+            b"HTTP/1.1 200 OK\r\nX-A: 1\r\n  folded\r\nContent-Length: 2\r\n\r\n{}".to_vec(),
+        ),
         ("space before colon", b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\n{}".to_vec()),
-        ("CR in a value", b"HTTP/1.1 200 OK\r\nX-A: 1\rSet-Cookie: x=1\r\nContent-Length: 2\r\n\r\n{}".to_vec()),
+        (
+            "CR in a value",
+            b"HTTP/1.1 200 OK\r\nX-A: 1\rSet-Cookie: x=1\r\nContent-Length: 2\r\n\r\n{}".to_vec(),
+        ),
         ("150 fields", format!("HTTP/1.1 200 OK\r\n{many_fields}Content-Length: 2\r\n\r\n{{}}").into_bytes()),
     ];
     for (what, fault) in faults {
@@ -1078,7 +1111,9 @@ fn extra_bytes_after_an_upstream_response_never_reach_the_next_request() {
     // that pools the connection with those bytes pending would hand
     // "SMUGGLED" to the next request.
     let mut fault = ok_response();
-    fault.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 8\r\n\r\nSMUGGLED");
+    fault.extend_from_slice(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 8\r\n\r\nSMUGGLED",
+    );
     let up = Upstream::start(move |req, s| {
         if req.target == "/extra" {
             let _ = s.write_all(&fault);
@@ -1096,8 +1131,77 @@ fn extra_bytes_after_an_upstream_response_never_reach_the_next_request() {
         c.send(&request("GET", "/next", &host(&p), &[], b""));
         let next = c.read_response("GET");
         assert_eq!(next.status, 200, "request {i}: {:?}", next.raw_text());
-        assert_eq!(next.text(), "\"honest\"", "request {i} got another response's body: {:?}", next.raw_text());
+        assert_eq!(
+            next.text(),
+            "\"honest\"",
+            "request {i} got another response's body: {:?}",
+            next.raw_text()
+        );
     }
+}
+
+#[test]
+fn body_sent_by_upstream_after_a_head_response_never_reaches_the_next_request() {
+    // A HEAD response has no body whatever its Content-Length (RFC 9112
+    // §6.3); bytes the upstream sends anyway must not become the next
+    // response.
+    let up = Upstream::start(|req, s| {
+        if req.method == "HEAD" {
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 44\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nSMUGGLED",
+            );
+        } else {
+            let _ = s.write_all(&response("200 OK", &[("Content-Type", "application/json")], b"\"honest\""));
+        }
+        Next::KeepAlive
+    });
+    let p = start(&up);
+    let mut c = client(&p);
+    c.send(&request("HEAD", "/mcp", &host(&p), &[], b""));
+    assert_eq!(c.read_response("HEAD").status, 200);
+    for i in 0..3 {
+        c.send(&request("GET", "/next", &host(&p), &[], b""));
+        let next = c.read_response("GET");
+        assert_eq!(
+            next.text(),
+            "\"honest\"",
+            "request {i} got another response's body: {:?}",
+            next.raw_text()
+        );
+    }
+}
+
+#[test]
+fn flood_of_interim_responses_from_upstream_does_not_wedge_the_proxy() {
+    let up = Upstream::start(|req, s| {
+        if req.target == "/flood" {
+            let mut out = b"HTTP/1.1 100 Continue\r\n\r\n".repeat(20_000);
+            out.extend(ok_response());
+            let _ = s.write_all(&out);
+        } else {
+            let _ = s.write_all(&ok_response());
+        }
+        Next::KeepAlive
+    });
+    let p = start(&up);
+    let t0 = Instant::now();
+    let mut c = client(&p);
+    c.send(&request("GET", "/flood", &host(&p), &[], b""));
+    let mut resp = c.read_response("GET");
+    let mut interim = 0;
+    while (100..200).contains(&resp.status) {
+        interim += 1;
+        resp = c.read_response("GET");
+    }
+    if resp.status == 200 {
+        assert_eq!(resp.body, OK_JSON, "{:?}", resp.raw_text());
+    } else {
+        assert_jsonrpc_error(&resp, 502);
+    }
+    assert!(interim <= 1, "{interim} interim responses relayed to the client");
+    assert!(t0.elapsed() < Duration::from_secs(3), "20,000 interim responses took {:?}", t0.elapsed());
+    assert_alive(&p);
+    assert_healthy(&p, &up);
 }
 
 /// A stoppable upstream "process": serves SSE on `listener` until `stop`,
@@ -1184,7 +1288,8 @@ fn join<'a>(a: &[(&'a str, &'a str)], b: &[(&'a str, &'a str)]) -> Vec<(&'a str,
 /// secret appears in stderr or in any response the client receives.
 #[test]
 fn token_and_client_secret_never_appear_in_trace_logs_or_error_bodies() {
-    let (up, _) = faulty_upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}x".to_vec());
+    let (up, _) =
+        faulty_upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}x".to_vec());
     let ct = client_token_file();
     let trace = [("RUST_LOG", "trace")];
     let plain = start_with(&up, &["--response-timeout", "1"], &trace);
