@@ -2,8 +2,10 @@
 //! Every test drives the real `mcp-identity-proxy` binary over loopback.
 
 mod cli;
+mod clients;
 mod core;
 mod hostile;
 mod identity;
+mod realenv;
 mod upstream;
 mod util;
