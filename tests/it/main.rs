@@ -4,6 +4,7 @@
 mod cli;
 mod clients;
 mod core;
+mod hostile;
 mod identity;
 mod realenv;
 mod sse;
