@@ -16,7 +16,7 @@ use crate::http::head::{self, RequestHead, ResponseHead};
 use crate::io::{read_into, slices_after, write_vectored, Outcome};
 use crate::limits::{
     CLIENT_IDLE_TIMEOUT, CONNECT_RETRIES, CONNECT_RETRY_DELAY, HEAD_TIMEOUT, IO_BUF_SIZE, MAX_IO_PER_EVENT,
-    MAX_REQUEST_HEAD, MAX_RESPONSE_HEAD, MAX_STAMP_BODY,
+    MAX_REQUEST_HEAD, MAX_STAMP_BODY, POOL_IDLE_TIMEOUT,
 };
 use crate::mcp::sse::EndpointRewriter;
 use log::{debug, info, warn};
@@ -96,6 +96,9 @@ impl fmt::Display for CloseReason {
 pub struct Ready {
     pub readable: bool,
     pub writable: bool,
+    /// The peer's FIN (or an error) was reported: a short read does not
+    /// mean drained, the EOF is still to be read.
+    pub hup: bool,
 }
 
 struct UpstreamSock {
@@ -259,6 +262,9 @@ pub struct Conn {
     scanned: usize,
     /// The upstream allows its connection to be reused after this response.
     upstream_reusable: bool,
+    /// The upstream socket is kept, idle, for this client's next request
+    /// (since when): no trip through the pool, no epoll_ctl, no probe.
+    upstream_idle_since: Option<Instant>,
     /// Output of the SSE endpoint rewriter before it is framed.
     scratch: Vec<u8>,
 }
@@ -299,7 +305,7 @@ impl Conn {
             upstream: None,
             released: None,
             client_buf: Buf::new(MAX_REQUEST_HEAD),
-            upstream_buf: Buf::new(MAX_RESPONSE_HEAD),
+            upstream_buf: Buf::new(crate::limits::MAX_RELAY_BUF),
             to_client: Vec::new(),
             to_client_pos: 0,
             pass: 0,
@@ -311,6 +317,7 @@ impl Conn {
             head_started: None,
             scanned: 0,
             upstream_reusable: false,
+            upstream_idle_since: None,
             scratch: Vec::new(),
         }
     }
@@ -332,16 +339,18 @@ impl Conn {
     }
 
     /// Record readiness from an event on the client socket.
-    pub fn client_event(&mut self, readable: bool, writable: bool) {
+    pub fn client_event(&mut self, readable: bool, writable: bool, hup: bool) {
         self.client_ready.readable |= readable;
         self.client_ready.writable |= writable;
+        self.client_ready.hup |= hup;
     }
 
     /// Record readiness from an event on the upstream socket.
-    pub fn upstream_event(&mut self, readable: bool, writable: bool) {
+    pub fn upstream_event(&mut self, readable: bool, writable: bool, hup: bool) {
         if let Some(u) = self.upstream.as_mut() {
             u.ready.readable |= readable;
             u.ready.writable |= writable;
+            u.ready.hup |= hup;
         }
     }
 
@@ -365,10 +374,13 @@ impl Conn {
 
     /// Hand over an upstream socket: fresh (connecting) or from the pool.
     pub fn attach_upstream(&mut self, stream: TcpStream, reused: bool) {
-        let _ = stream.set_nodelay(true);
+        if !reused {
+            // Pooled sockets already have it: one syscall less per request.
+            let _ = stream.set_nodelay(true);
+        }
         self.upstream = Some(UpstreamSock {
             stream,
-            ready: Ready { readable: reused, writable: reused },
+            ready: Ready { readable: reused, writable: reused, hup: false },
             connected: reused,
             reused,
             received: false,
@@ -407,10 +419,18 @@ impl Conn {
 
     fn close(&mut self, reason: CloseReason) {
         debug!("conn {} ({}): closed in {}: {reason}", self.id, self.peer, self.phase.name());
-        if let Some(u) = self.upstream.take() {
-            self.released = Some((u.stream, false));
-        }
+        self.release_upstream();
         self.phase = Phase::Closed(reason);
+    }
+
+    /// Hand the upstream socket back to the loop: to the pool if it sits idle
+    /// and healthy between exchanges, else to be closed.
+    fn release_upstream(&mut self) {
+        let idle = self.upstream_idle_since.take().is_some();
+        if let Some(u) = self.upstream.take() {
+            let healthy = idle && !u.ready.readable && !u.ready.hup;
+            self.released = Some((u.stream, healthy));
+        }
     }
 
     fn log_exchange(&mut self, now: Instant) {
@@ -429,9 +449,7 @@ impl Conn {
     /// Queue a proxy-generated JSON-RPC error response (no `id`: it answers
     /// an HTTP request, not a JSON-RPC one) and stop the exchange.
     fn reply_error(&mut self, now: Instant, status: u16, code: i32, message: &str, close: bool) {
-        if let Some(u) = self.upstream.take() {
-            self.released = Some((u.stream, false));
-        }
+        self.release_upstream();
         let mut body = format!("{{\"jsonrpc\":\"2.0\",\"error\":{{\"code\":{code},\"message\":").into_bytes();
         crate::mcp::json::write_json_string(message, &mut body);
         body.extend_from_slice(b"}}");
@@ -527,6 +545,16 @@ impl Conn {
         if let Phase::Closed(_) = self.phase {
             return true;
         }
+        if self.upstream_idle_since.is_some()
+            && matches!(self.phase, Phase::ReadHead)
+            && self.upstream.as_ref().is_some_and(|u| u.ready.readable || u.ready.hup)
+        {
+            // The upstream closed (or broke framing on) the idle socket.
+            self.upstream_idle_since = None;
+            if let Some(u) = self.upstream.take() {
+                self.released = Some((u.stream, false));
+            }
+        }
         progressed |= match self.phase {
             Phase::ReadHead => self.read_head(ctx),
             Phase::ReadBody { .. } => self.read_body(ctx),
@@ -608,22 +636,7 @@ impl Conn {
 
     /// Read from the client into `client_buf`; returns (bytes, eof/error).
     fn read_client(&mut self) -> (usize, bool) {
-        let mut total = 0;
-        while self.client_ready.readable {
-            let space = self.client_buf.space();
-            if space.is_empty() {
-                break;
-            }
-            let (n, outcome) = read_into(&mut self.client, space);
-            self.client_buf.fill(n);
-            total += n;
-            match outcome {
-                Outcome::Open => {}
-                Outcome::WouldBlock => self.client_ready.readable = false,
-                Outcome::Closed | Outcome::Error(_) => return (total, true),
-            }
-        }
-        (total, false)
+        fill_from(&mut self.client, &mut self.client_ready, &mut self.client_buf)
     }
 
     /// During connect/response phases: notice a client that went away.
@@ -731,7 +744,8 @@ impl Conn {
             _ => false,
         };
         if let Framing::Length(n) = req.framing {
-            if buffered && n > MAX_STAMP_BODY as u64 {
+            // R33: refused before a byte of it is read.
+            if n > MAX_STAMP_BODY as u64 {
                 warn!("conn {}: request body of {n} bytes refused", self.id);
                 self.reply_error(ctx.now, 413, -32600, "request body too large", true);
                 return;
@@ -880,6 +894,19 @@ impl Conn {
     }
 
     fn connect_progress(&mut self, ctx: &Ctx) -> bool {
+        if let Some(since) = self.upstream_idle_since.take() {
+            // The socket kept from the previous exchange: usable unless the
+            // upstream spoke or closed meanwhile, or it idled too long
+            // (uvicorn closes after 5 s).
+            let fresh = ctx.now.saturating_duration_since(since) < POOL_IDLE_TIMEOUT;
+            let quiet = self.upstream.as_ref().is_some_and(|u| !u.ready.readable && !u.ready.hup);
+            if !(fresh && quiet) {
+                if let Some(u) = self.upstream.take() {
+                    self.released = Some((u.stream, false));
+                }
+                return true;
+            }
+        }
         let Some(u) = self.upstream.as_mut() else {
             return false;
         };
@@ -988,8 +1015,7 @@ impl Conn {
         // A Content-Length body relayed as it arrives.
         while !lost && *written >= total && *stream_remaining > 0 && u.ready.writable {
             if self.client_buf.is_empty() {
-                let (n, gone) =
-                    read_client_into(&mut self.client, &mut self.client_ready, &mut self.client_buf);
+                let (n, gone) = fill_from(&mut self.client, &mut self.client_ready, &mut self.client_buf);
                 if gone && n == 0 {
                     self.ex.status = 499;
                     self.log_exchange(ctx.now);
@@ -1028,29 +1054,21 @@ impl Conn {
     }
 
     /// Read from the upstream into `upstream_buf`; returns (bytes, eof/error).
+    /// A read that fills all the room while nothing waits for the client
+    /// grows the buffer for the next one (fewer syscalls on busy streams; a
+    /// quiet stream gives it back).
     fn read_upstream(&mut self) -> (usize, bool) {
         let Some(u) = self.upstream.as_mut() else {
             return (0, false);
         };
-        let mut total = 0;
-        while u.ready.readable {
-            let space = self.upstream_buf.space();
-            if space.is_empty() {
-                break;
-            }
-            let (n, outcome) = read_into(&mut u.stream, space);
-            self.upstream_buf.fill(n);
-            total += n;
-            match outcome {
-                Outcome::Open => {}
-                Outcome::WouldBlock => u.ready.readable = false,
-                Outcome::Closed | Outcome::Error(_) => return (total, true),
-            }
+        if !self.upstream_buf.has_space() && self.pass == 0 && self.to_client.is_empty() {
+            self.upstream_buf.grow();
         }
+        let (total, eof) = fill_from(&mut u.stream, &mut u.ready, &mut self.upstream_buf);
         if total > 0 {
             u.received = true;
         }
-        (total, false)
+        (total, eof)
     }
 
     fn read_response_head(&mut self, ctx: &Ctx) -> bool {
@@ -1082,6 +1100,9 @@ impl Conn {
                 Ok(Some(resp)) => {
                     self.upstream_buf.consume(resp.len);
                     self.start_relay(resp, ctx);
+                    // Classify the body bytes already here so that head and
+                    // body leave in one write.
+                    self.relay(ctx);
                     return true;
                 }
                 Ok(None) => {
@@ -1315,14 +1336,34 @@ impl Conn {
                 return true;
             }
         }
+        // A quiet stream holds no buffer: memory per open SSE stream is the
+        // connection struct, not two 16 KiB buffers (DESIGN.md §9).
+        let upstream_idle = self.upstream.as_ref().is_some_and(|u| !u.ready.readable);
+        if upstream_idle && self.pass == 0 && self.skip == 0 {
+            self.upstream_buf.release_if_empty();
+        }
+        if !self.client_ready.readable {
+            self.client_buf.release_if_empty();
+        }
         progressed
     }
 
     fn finish_exchange(&mut self, ctx: &Ctx) {
         self.log_exchange(ctx.now);
         let reusable = self.upstream_reusable && self.upstream_buf.is_empty() && !ctx.shutting_down;
-        if let Some(u) = self.upstream.take() {
-            self.released = Some((u.stream, reusable));
+        match self.upstream.as_mut() {
+            Some(u) if reusable && !self.close_after => {
+                // Keep it for this client's next request.
+                u.reused = true;
+                u.received = false;
+                self.upstream_idle_since = Some(ctx.now);
+            }
+            Some(_) => {
+                if let Some(u) = self.upstream.take() {
+                    self.released = Some((u.stream, reusable));
+                }
+            }
+            None => {}
         }
         self.upstream_buf.clear();
         if self.close_after {
@@ -1343,9 +1384,7 @@ impl Conn {
     /// Shut our sending side and drain the client for a moment before the
     /// socket is dropped.
     fn linger(&mut self, now: Instant, reason: CloseReason) {
-        if let Some(u) = self.upstream.take() {
-            self.released = Some((u.stream, false));
-        }
+        self.release_upstream();
         let _ = self.client.shutdown(std::net::Shutdown::Write);
         self.client_buf.clear();
         self.phase = Phase::Linger { until: now + LINGER, reason };
@@ -1381,18 +1420,24 @@ fn in_framing(f: Framing) -> InFraming {
 /// How long a closing connection drains unread client bytes.
 const LINGER: Duration = Duration::from_secs(2);
 
-/// `read_client` for use while other fields are borrowed.
-fn read_client_into(client: &mut TcpStream, ready: &mut Ready, buf: &mut Buf) -> (usize, bool) {
+/// Read into `buf` until the socket is drained or `buf` is full; returns
+/// (bytes, eof/error). With edge-triggered readiness a short read means the
+/// kernel buffer is empty (a new arrival raises a new event), so it ends the
+/// loop without the extra read that would only say WouldBlock, unless the
+/// peer's FIN was reported and still has to be read.
+fn fill_from(stream: &mut TcpStream, ready: &mut Ready, buf: &mut Buf) -> (usize, bool) {
     let mut total = 0;
     while ready.readable {
         let space = buf.space();
-        if space.is_empty() {
+        let room = space.len();
+        if room == 0 {
             break;
         }
-        let (n, outcome) = read_into(client, space);
+        let (n, outcome) = read_into(stream, space);
         buf.fill(n);
         total += n;
         match outcome {
+            Outcome::Open if n < room && !ready.hup => ready.readable = false,
             Outcome::Open => {}
             Outcome::WouldBlock => ready.readable = false,
             Outcome::Closed | Outcome::Error(_) => return (total, true),

@@ -5,7 +5,7 @@
 use crate::config::{read_identity_file, Config};
 use crate::conn::{Conn, Ctx, Verdict};
 use crate::limits::{IDENTITY_POLL, MAX_CONTROL_LINE};
-use crate::limits::{MAX_CONNECTIONS, MAX_POOLED_UPSTREAM, POOL_IDLE_TIMEOUT, SHUTDOWN_GRACE};
+use crate::limits::{MAX_CONNECTIONS, MAX_POOLED_UPSTREAM, POOL_IDLE_TIMEOUT, RESERVED_FDS, SHUTDOWN_GRACE};
 use crate::mcp::identity::{self, Identity};
 use log::{debug, error, info, warn};
 use mio::net::{TcpListener, TcpStream};
@@ -37,6 +37,31 @@ pub struct Proxy {
     watch: Option<IdentityWatch>,
     control: Option<ControlStdin>,
     signals: Signals,
+    /// Connections accepted at most: `MAX_CONNECTIONS` or what the
+    /// descriptor limit allows, so accept never runs into EMFILE.
+    max_conns: usize,
+}
+
+/// Raise the soft descriptor limit to the hard one (as nginx's
+/// `worker_rlimit_nofile` does) and return the connection cap it allows:
+/// two descriptors per connection (client and upstream).
+fn connection_cap() -> usize {
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    let soft = unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 512;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+        lim.rlim_cur
+    };
+    let by_fds = soft.saturating_sub(RESERVED_FDS) / 2;
+    usize::try_from(by_fds).unwrap_or(usize::MAX).clamp(1, MAX_CONNECTIONS)
 }
 
 /// The identity in force: applied to each request when its head is built,
@@ -312,7 +337,19 @@ impl Proxy {
             w
         });
         let control = if config.control_stdin { Some(ControlStdin::open(&poll)?) } else { None };
-        Ok(Proxy { poll, listener: Some(listener), local_addr, config, live, watch, control, signals })
+        let max_conns = connection_cap();
+        debug!("accepting at most {max_conns} connections");
+        Ok(Proxy {
+            poll,
+            listener: Some(listener),
+            local_addr,
+            config,
+            live,
+            watch,
+            control,
+            signals,
+            max_conns,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -403,12 +440,13 @@ impl Proxy {
                         let Some(Some(conn)) = slab.entries.get_mut(slot) else {
                             continue; // sporadic event for a closed slot
                         };
-                        let readable = event.is_readable() || event.is_read_closed() || event.is_error();
+                        let hup = event.is_read_closed() || event.is_error();
+                        let readable = event.is_readable() || hup;
                         let writable = event.is_writable() || event.is_write_closed() || event.is_error();
                         if side == 0 {
-                            conn.client_event(readable, writable);
+                            conn.client_event(readable, writable, hup);
                         } else {
-                            conn.upstream_event(readable, writable);
+                            conn.upstream_event(readable, writable, hup);
                         }
                         touched.push(slot);
                     }
@@ -432,7 +470,7 @@ impl Proxy {
                 accept_paused_until = None;
                 accept_ready = true;
             }
-            if !listener_registered && slab.live < MAX_CONNECTIONS && accept_paused_until.is_none() {
+            if !listener_registered && slab.live < self.max_conns && accept_paused_until.is_none() {
                 if let Some(l) = self.listener.as_mut() {
                     if self.poll.registry().register(l, LISTENER, Interest::READABLE).is_ok() {
                         listener_registered = true;
@@ -442,8 +480,8 @@ impl Proxy {
             }
             if accept_ready && listener_registered {
                 while let Some(l) = self.listener.as_mut() {
-                    if slab.live >= MAX_CONNECTIONS {
-                        warn!("{MAX_CONNECTIONS} connections open: accepting paused");
+                    if slab.live >= self.max_conns {
+                        warn!("{} connections open: accepting paused", self.max_conns);
                         let _ = self.poll.registry().deregister(l);
                         listener_registered = false;
                         break;

@@ -17,9 +17,10 @@ pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 /// a client, 502 for the upstream.
 pub const MAX_FIELDS: usize = 100;
 
-/// Largest request body the proxy reads whole (JSON POSTs it may stamp,
-/// chunked bodies it de-chunks). The upstream's own limit is 4 MiB (FastMCP);
-/// beyond this: 413, answered without reading the body.
+/// Largest request body accepted (R33), and so the most the proxy reads
+/// whole (JSON POSTs it may stamp, chunked bodies it de-chunks). The
+/// upstream's own limit is 4 MiB (FastMCP); beyond this: 413, answered
+/// before the body is read.
 pub const MAX_STAMP_BODY: usize = 8 * 1024 * 1024;
 
 /// Longest chunk-size line (hex digits, extensions) in a chunked body.
@@ -39,12 +40,20 @@ pub const IO_BUF_SIZE: usize = 16 * 1024;
 /// connection cannot starve the others on the single thread.
 pub const MAX_IO_PER_EVENT: usize = 32;
 
-/// Most client connections open at once; at the limit the listener stops
-/// accepting until one closes.
-pub const MAX_CONNECTIONS: usize = 4096;
+/// Most client connections open at once (lowered at start to what the
+/// descriptor limit allows: two per connection); at the limit the listener
+/// stops accepting until one closes.
+pub const MAX_CONNECTIONS: usize = 16384;
 
-/// Idle upstream connections kept for reuse.
-pub const MAX_POOLED_UPSTREAM: usize = 64;
+/// Descriptors kept free for the listener, signal pipe, stdin and logs.
+pub const RESERVED_FDS: u64 = 32;
+
+/// Idle upstream connections kept for reuse across clients.
+pub const MAX_POOLED_UPSTREAM: usize = 256;
+
+/// Largest buffer a busy response stream grows to (from `IO_BUF_SIZE`):
+/// fewer reads and writes per byte while data flows; released when quiet.
+pub const MAX_RELAY_BUF: usize = 256 * 1024;
 
 /// How long an idle upstream connection is kept. Below uvicorn's 5 s
 /// keep-alive so that the upstream rarely closes a connection we are about
@@ -98,3 +107,10 @@ pub const MAX_SSE_HELD_EVENT: usize = 16 * 1024;
 /// e.g. anti-buffering padding, do not dispatch). Past this, scanning stops,
 /// so a stream that never sends an event is not scanned forever.
 pub const MAX_SSE_SCAN: usize = 64 * 1024;
+
+/// Longest agent name, in bytes; it is stamped into every tools/call.
+pub const MAX_AGENT_LEN: usize = 256;
+
+/// Longest token, in bytes; it goes into two request headers (agentchattr
+/// tokens are 32 hex digits).
+pub const MAX_TOKEN_LEN: usize = 4096;

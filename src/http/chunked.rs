@@ -61,7 +61,11 @@ enum State {
     Size {
         value: u64,
     },
-    /// After the digits: OWS and `;ext` until CR.
+    /// After the digits: only whitespace, then `;` or CR.
+    SizeWs {
+        value: u64,
+    },
+    /// In `;ext` until CR.
     Ext {
         value: u64,
     },
@@ -163,7 +167,11 @@ impl ChunkTracker {
     fn byte(&mut self, b: u8) -> Result<(), ChunkError> {
         if matches!(
             self.state,
-            State::SizeStart | State::Size { .. } | State::Ext { .. } | State::SizeLf { .. }
+            State::SizeStart
+                | State::Size { .. }
+                | State::SizeWs { .. }
+                | State::Ext { .. }
+                | State::SizeLf { .. }
         ) {
             self.line_len += 1;
             if self.line_len > MAX_CHUNK_LINE {
@@ -183,8 +191,9 @@ impl ChunkTracker {
                     let v = value.checked_mul(16).and_then(|v| v.checked_add(d));
                     State::Size { value: v.ok_or(ChunkError::SizeOverflow)? }
                 }
-                None => return self.ext_byte(value, b),
+                None => return self.after_size(value, b),
             },
+            State::SizeWs { value } => return self.after_size(value, b),
             State::Ext { value } => return self.ext_byte(value, b),
             State::SizeLf { value } => {
                 if b != b'\n' {
@@ -215,8 +224,22 @@ impl ChunkTracker {
         Ok(())
     }
 
-    /// After the size digits: `*( OWS ";" OWS ext-name [ "=" ext-val ] )`
-    /// (RFC 9112 §7.1.1), which the proxy ignores but passes through.
+    /// After the size digits: `BWS` then `;` (an extension) or CR
+    /// (RFC 9112 §7.1, §7.1.1). Anything else (`0x5`, `5 5`, `5zz`) is not
+    /// a chunk size: read leniently it would end the body early and turn
+    /// the rest into trailers, a smuggling vector.
+    fn after_size(&mut self, value: u64, b: u8) -> Result<(), ChunkError> {
+        self.state = match b {
+            b' ' | b'\t' => State::SizeWs { value },
+            b';' => State::Ext { value },
+            b'\r' => State::SizeLf { value },
+            _ => return Err(ChunkError::InvalidSize),
+        };
+        Ok(())
+    }
+
+    /// In `*( OWS ";" OWS ext-name [ "=" ext-val ] )`, which the proxy
+    /// ignores but passes through.
     fn ext_byte(&mut self, value: u64, b: u8) -> Result<(), ChunkError> {
         self.state = match b {
             b'\r' => State::SizeLf { value },
@@ -299,12 +322,18 @@ mod tests {
             (b"\r\n", ChunkError::InvalidSize),
             (b"-1\r\n", ChunkError::InvalidSize),
             (b"10000000000000000\r\n", ChunkError::SizeOverflow),
-            (b"5\nhello", ChunkError::InvalidByte),
+            (b"5\nhello", ChunkError::InvalidSize),
+            (b"0x5\r\nhello\r\n0\r\n\r\n", ChunkError::InvalidSize),
+            (b"5 5\r\nhello", ChunkError::InvalidSize),
+            (b"5zz\r\nhello", ChunkError::InvalidSize),
+            (b"1 1\r\n", ChunkError::InvalidSize),
             (b"5\rXhello", ChunkError::MissingCrlf),
             (b"2\r\nabX", ChunkError::MissingCrlf),
             (b"2\r\nab\rX", ChunkError::MissingCrlf),
             (b"0\r\n\rX", ChunkError::MissingCrlf),
             (b"1;\0\r\n", ChunkError::InvalidByte),
+            (b"1 ;\0\r\n", ChunkError::InvalidByte),
+            (b"1 \0\r\n", ChunkError::InvalidSize),
         ];
         for (input, want) in cases {
             assert_eq!(walk(&[input]).map(|_| ()), Err(*want), "{input:?}");

@@ -200,6 +200,10 @@ pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Option<ResponseH
     let (Some(status), Some(version)) = (resp.code, resp.version) else {
         return Err(ParseError::Syntax("status line"));
     };
+    // httparse takes any three digits; RFC 9110 §15 defines 100-599 only.
+    if !(100..=599).contains(&status) {
+        return Err(ParseError::Syntax("status code"));
+    }
     let mut headers = HeaderList::new();
     for h in resp.headers.iter() {
         headers.merge_line(h.name.as_bytes(), super::headers::trim_ows(h.value))?;
@@ -357,6 +361,17 @@ mod tests {
         assert!(!h.keep_alive);
         let h = parse_response(b"HTTP/1.1 100 Continue\r\n\r\n", false).unwrap().unwrap();
         assert!(h.is_interim());
+    }
+
+    // Found by the response_head fuzz target (corpus file
+    // crash-status-below-100): status 020 was taken as a final response
+    // with a body.
+    #[test]
+    fn regression_status_code_outside_100_599_is_refused() {
+        for bad in [&b"HTTP/1.1 020 OK\r\n\r\n"[..], b"HTTP/1.1 000 X\r\n\r\n", b"HTTP/1.1 600 X\r\n\r\n"] {
+            assert_eq!(parse_response(bad, false).unwrap_err(), ParseError::Syntax("status code"));
+        }
+        assert!(parse_response(b"HTTP/1.1 599 X\r\n\r\n", false).unwrap().is_some());
     }
 
     #[test]

@@ -7,12 +7,7 @@ use std::fmt;
 
 use crate::mcp::json::{self, Kind, ScanError, Value};
 
-/// Longest agent name, in bytes; it is stamped into every tools/call.
-pub const MAX_AGENT_LEN: usize = 256;
-
-/// Longest token, in bytes; it goes into two request headers (agentchattr
-/// tokens are 32 hex digits).
-pub const MAX_TOKEN_LEN: usize = 4096;
+pub use crate::limits::{MAX_AGENT_LEN, MAX_TOKEN_LEN};
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct Identity {

@@ -145,6 +145,10 @@ pub struct Message {
     pub name: Option<Value>,
     /// `params.arguments`, when `params` is an object.
     pub arguments: Option<Value>,
+    /// The identity key looked up in `arguments` during the same pass: set
+    /// when `name` came before an object `arguments` and the caller's
+    /// `identity_key` named a key for it (else use `find_member`).
+    pub identity: Option<Lookup>,
     pub duplicates: Duplicates,
 }
 
@@ -160,16 +164,19 @@ pub struct Lookup {
 /// Scans a whole body and calls `visit` for the message object at the top
 /// or for each object element of a top-level batch array, in order. The body
 /// is fully validated: an error anywhere is returned, possibly after some
-/// messages were visited.
-pub fn scan_messages<E: From<ScanError>>(
+/// messages were visited. `identity_key` maps a `params.name` value to the
+/// key to look up in `arguments` (see `Message::identity`).
+pub fn scan_messages<'k, E: From<ScanError>>(
     body: &[u8],
+    identity_key: impl Fn(&Value) -> Option<&'k str>,
     mut visit: impl FnMut(&Message) -> Result<(), E>,
 ) -> Result<(), E> {
+    let identity_key: IdentityKey<'_, 'k> = &identity_key;
     check_utf8(body)?;
     let mut cur = Cursor { b: body, pos: 0 };
     cur.ws();
     match cur.peek() {
-        Some(b'{') => visit(&cur.message(1)?)?,
+        Some(b'{') => visit(&cur.message(1, identity_key)?)?,
         Some(b'[') => {
             cur.pos += 1;
             cur.ws();
@@ -178,7 +185,7 @@ pub fn scan_messages<E: From<ScanError>>(
             } else {
                 loop {
                     if cur.peek() == Some(b'{') {
-                        visit(&cur.message(2)?)?;
+                        visit(&cur.message(2, identity_key)?)?;
                     } else {
                         cur.value(1)?;
                     }
@@ -386,6 +393,24 @@ impl Iterator for Unescape<'_> {
     }
 }
 
+/// What may follow a backslash in a string (RFC 8259 §7).
+const SIMPLE_ESCAPE: u8 = 1;
+const UNICODE_ESCAPE: u8 = 2;
+const ESCAPES: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let simple = b"\"\\/bfnrt";
+    let mut i = 0;
+    while i < simple.len() {
+        t[simple[i] as usize] = SIMPLE_ESCAPE;
+        i += 1;
+    }
+    t[b'u' as usize] = UNICODE_ESCAPE;
+    t
+};
+
+/// The caller's map from a `params.name` value to the identity key.
+type IdentityKey<'f, 'k> = &'f dyn Fn(&Value) -> Option<&'k str>;
+
 /// Words of the bit stack that remembers, per open container, whether it is
 /// an object (1) or an array (0).
 const STACK_WORDS: usize = MAX_JSON_DEPTH / 64 + 1;
@@ -432,37 +457,37 @@ impl Cursor<'_> {
     }
 
     /// Skips a string starting at its opening quote; returns whether it
-    /// holds an escape. memchr jumps over the plain runs.
+    /// holds an escape.
     fn string(&mut self) -> Result<bool, ScanError> {
         self.expect(b'"')?;
         let mut escaped = false;
         loop {
             let rest = self.b.get(self.pos..).unwrap_or_default();
-            let Some(i) = memchr2(b'"', b'\\', rest) else {
+            let Some(i) = find_special(rest) else {
                 return Err(ScanError::Syntax { offset: self.b.len() });
             };
-            let run = rest.get(..i).unwrap_or_default();
-            if has_control(run) {
-                let at = run.iter().position(|&c| c < 0x20).unwrap_or(0);
-                return Err(ScanError::Syntax { offset: self.pos + at });
-            }
-            self.pos += i + 1;
-            if rest.get(i) == Some(&b'"') {
-                return Ok(escaped);
+            self.pos += i;
+            match rest.get(i) {
+                Some(b'"') => {
+                    self.pos += 1;
+                    return Ok(escaped);
+                }
+                Some(b'\\') => self.pos += 1,
+                // RFC 8259 §7: control characters must be escaped.
+                _ => return Err(self.err()),
             }
             escaped = true;
-            match self.peek() {
-                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.pos += 1,
-                Some(b'u') => {
-                    self.pos += 1;
-                    for _ in 0..4 {
-                        if !self.peek().is_some_and(|c| c.is_ascii_hexdigit()) {
-                            return Err(self.err());
-                        }
-                        self.pos += 1;
-                    }
+            // A table, not a `match`: the escape letters of real text are
+            // unpredictable, and a jump table mispredicts on each.
+            let class = self.peek().map_or(0, |c| ESCAPES.get(usize::from(c)).copied().unwrap_or(0));
+            if class == SIMPLE_ESCAPE {
+                self.pos += 1;
+            } else {
+                let hex = self.b.get(self.pos + 1..self.pos + 5);
+                if class != UNICODE_ESCAPE || !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+                    return Err(self.err());
                 }
-                _ => return Err(self.err()),
+                self.pos += 5;
             }
         }
     }
@@ -676,7 +701,7 @@ impl Cursor<'_> {
 
     /// A message object at `depth`: records `method` and `params`, and
     /// descends into the first `params` when it is an object.
-    fn message(&mut self, depth: usize) -> Result<Message, ScanError> {
+    fn message(&mut self, depth: usize, identity_key: IdentityKey) -> Result<Message, ScanError> {
         let body = self.b;
         let mut m = Message::default();
         let v = self.object(depth, |cur, key| {
@@ -685,7 +710,7 @@ impl Cursor<'_> {
                 first(&mut m.method, &mut m.duplicates.method, v);
             } else if key.is(body, "params") {
                 let v = if m.params.is_none() && cur.peek() == Some(b'{') {
-                    cur.params(depth + 1, &mut m)?
+                    cur.params(depth + 1, &mut m, identity_key)?
                 } else {
                     cur.value(depth)?
                 };
@@ -700,9 +725,32 @@ impl Cursor<'_> {
         Ok(m)
     }
 
-    fn params(&mut self, depth: usize, m: &mut Message) -> Result<Value, ScanError> {
+    fn params(
+        &mut self,
+        depth: usize,
+        m: &mut Message,
+        identity_key: IdentityKey,
+    ) -> Result<Value, ScanError> {
         let body = self.b;
         self.object(depth, |cur, key| {
+            let lookup_key = match (m.name, m.arguments, cur.peek()) {
+                (Some(name), None, Some(b'{')) if key.is(body, "arguments") => identity_key(&name),
+                _ => None,
+            };
+            if let Some(wanted) = lookup_key {
+                // One pass: the arguments object is walked here, not again.
+                let mut found = Lookup::default();
+                let v = cur.object(depth + 1, |cur, k| {
+                    let v = cur.value(depth + 1)?;
+                    if k.is(body, wanted) {
+                        first(&mut found.value, &mut found.duplicate, v);
+                    }
+                    Ok::<(), ScanError>(())
+                })?;
+                m.arguments = Some(v);
+                m.identity = Some(found);
+                return Ok(());
+            }
             let v = cur.value(depth)?;
             if key.is(body, "name") {
                 first(&mut m.name, &mut m.duplicates.name, v);
@@ -723,8 +771,59 @@ fn first(slot: &mut Option<Value>, duplicate: &mut bool, v: Value) {
     }
 }
 
-/// Whether a run of string bytes holds a control character (RFC 8259 §7
-/// requires them escaped). Written without early exit so it vectorizes.
+/// Index of the first byte of `s` that ends a plain run inside a string:
+/// `"`, `\\` or a control character. Runs of text between escapes are
+/// short (a line of prose), so they are searched 32 bytes at a time in
+/// four `u64`s; past `SWAR_BYTES` the run is long, and memchr's vector
+/// search (with a vectorized control check) takes over.
+fn find_special(s: &[u8]) -> Option<usize> {
+    const SWAR_BYTES: usize = 256;
+    let word = |at: usize| s.get(at..at + 8).and_then(|w| w.try_into().ok()).map_or(0, u64::from_le_bytes);
+    let mut at = 0;
+    while at + 32 <= s.len() && at < SWAR_BYTES {
+        let hits = [0, 8, 16, 24].map(|i| special_bytes(word(at + i)));
+        if hits.iter().any(|&h| h != 0) {
+            let (i, h) = hits.iter().enumerate().find(|(_, &h)| h != 0)?;
+            return Some(at + 8 * i + (h.trailing_zeros() / 8) as usize);
+        }
+        at += 32;
+    }
+    let rest = s.get(at..)?;
+    if at < SWAR_BYTES {
+        // Fewer than 32 bytes left.
+        return rest.iter().position(|&c| is_special(c)).map(|i| at + i);
+    }
+    let end = memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
+    let run = rest.get(..end)?;
+    let stop = if has_control(run) {
+        run.iter().position(|&c| c < 0x20)?
+    } else if end < rest.len() {
+        end
+    } else {
+        return None;
+    };
+    Some(at + stop)
+}
+
+fn is_special(c: u8) -> bool {
+    c == b'"' || c == b'\\' || c < 0x20
+}
+
+/// SWAR: the high bit of each byte of the result is set where `x` holds
+/// `"`, `\\` or a byte below 0x20. Borrows can flag bytes above a real hit,
+/// never below, so the lowest set bit is exact.
+fn special_bytes(x: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let zero = |t: u64| t.wrapping_sub(ONES) & !t;
+    let quote = zero(x ^ (ONES * u64::from(b'"')));
+    let backslash = zero(x ^ (ONES * u64::from(b'\\')));
+    let control = x.wrapping_sub(ONES * 0x20) & !x;
+    (quote | backslash | control) & HIGHS
+}
+
+/// Whether a run of string bytes holds a control character. Written without
+/// early exit so it vectorizes.
 fn has_control(run: &[u8]) -> bool {
     run.iter().fold(false, |acc, &c| acc | (c < 0x20))
 }
@@ -972,6 +1071,18 @@ mod tests {
             if let Some(p) = params.filter(|p| matches!(p.value.kind, Kind::Object { .. })) {
                 let (name, dn) = member(p, "name");
                 let (args, da) = member(p, "arguments");
+                // The one-pass lookup happens when a string `name` precedes
+                // an object `arguments` (see `sender_for_strings`).
+                let at = |key: &str| p.members.iter().position(|(k, _)| k == key.as_bytes());
+                if let (Some(n), Some(a), Some(name), Some(args)) = (at("name"), at("arguments"), name, args)
+                {
+                    let is_str = matches!(name.value.kind, Kind::String { .. });
+                    let is_obj = matches!(args.value.kind, Kind::Object { .. });
+                    if n < a && is_str && is_obj {
+                        let (v, dup) = member(args, "sender");
+                        m.identity = Some(super::Lookup { value: v.map(|v| v.value), duplicate: dup });
+                    }
+                }
                 m.name = name.map(|v| v.value);
                 m.arguments = args.map(|v| v.value);
                 m.duplicates.name = dn;
@@ -995,9 +1106,14 @@ mod tests {
         }
     }
 
+    /// The identity-key map of these tests: `sender` for any string name.
+    fn sender_for_strings(name: &Value) -> Option<&'static str> {
+        matches!(name.kind, Kind::String { .. }).then_some("sender")
+    }
+
     fn fast(b: &[u8]) -> Result<Vec<Message>, naive::Error> {
         let mut out = Vec::new();
-        scan_messages(b, |m| {
+        scan_messages(b, sender_for_strings, |m| {
             out.push(*m);
             Ok::<(), ScanError>(())
         })
@@ -1105,7 +1221,7 @@ mod tests {
             b"\xef\xbb\xbf{}",
         ] {
             assert!(matches!(
-                scan_messages(b, |_| Ok::<(), ScanError>(())),
+                scan_messages(b, |_| None, |_| Ok::<(), ScanError>(())),
                 Err(ScanError::InvalidUtf8 { .. }) | Err(ScanError::Syntax { .. })
             ));
             assert!(agree(b).is_err());
@@ -1118,6 +1234,7 @@ mod tests {
         let m = agree(b).unwrap();
         assert_eq!(m.len(), 1);
         let m = m[0];
+        assert_eq!(m.identity.unwrap().value.unwrap().bytes(b), br#""x""#, "looked up in the same pass");
         assert_eq!(m.method.unwrap().bytes(b), br#""tools/call""#);
         assert!(m.method.unwrap().is_str(b, "tools/call"));
         assert_eq!(m.name.unwrap().bytes(b), br#""chat_send""#);
@@ -1140,6 +1257,7 @@ mod tests {
         assert!(m.name.unwrap().is_str(b, "chat_send"));
         assert_eq!(m.name.unwrap().decode_str(b).as_deref(), Some("chat_send"));
         let l = find_member(b, &m.arguments.unwrap(), "sender").unwrap();
+        assert_eq!(m.identity, Some(l));
         assert!(l.duplicate);
         assert_eq!(l.value.unwrap().bytes(b), b"1");
     }
@@ -1343,6 +1461,24 @@ mod tests {
             }
         }
         assert!(valid > 10_000, "generator too weak: {valid}");
+    }
+
+    #[test]
+    fn find_special_agrees_with_a_byte_loop() {
+        let mut r = Rng(7);
+        let alphabet = b"aZ \"\\\x00\x1f\x20\x7f\x80\xa2\xdc\xff!#";
+        for _ in 0..20_000 {
+            let len = r.below(700);
+            let mut s: Vec<u8> = (0..len).map(|_| b'x').collect();
+            for _ in 0..r.below(4) * r.below(2) {
+                if len > 0 {
+                    let at = r.below(len);
+                    s[at] = r.pick(alphabet);
+                }
+            }
+            let naive = s.iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20);
+            assert_eq!(find_special(&s), naive, "{s:?}");
+        }
     }
 
     #[test]

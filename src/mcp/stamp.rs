@@ -213,7 +213,11 @@ impl fmt::Display for StampError {
 /// message or a batch) whose tool is in `map`.
 pub fn plan(body: &[u8], agent: &str, map: &StampMap) -> Result<Plan, StampError> {
     let mut plan = Plan::default();
-    json::scan_messages(body, |m| plan_message(body, m, agent, map, &mut plan))?;
+    json::scan_messages(
+        body,
+        |name| map.param_for_value(body, name).map(|p| &**p),
+        |m| plan_message(body, m, agent, map, &mut plan),
+    )?;
     debug_assert!(plan.splices.windows(2).all(|w| w[0].end <= w[1].start));
     Ok(plan)
 }
@@ -268,7 +272,11 @@ fn plan_message(
                 Splice { start: args.start, end: args.end, insert }
             }
             Kind::Object { empty } => {
-                let found = json::find_member(body, &args, key)?;
+                let found = match m.identity {
+                    Some(found) => found,
+                    // `arguments` came before `name`: a second walk.
+                    None => json::find_member(body, &args, key)?,
+                };
                 if found.duplicate {
                     return Err(StampError::Duplicate(DuplicateKey::Identity));
                 }

@@ -1,6 +1,14 @@
 //! One integration-test binary (one link, shared helpers), ripgrep style.
 //! Every test drives the real `mcp-identity-proxy` binary over loopback.
 
+mod cli;
+mod clients;
+mod core;
 mod demo;
+mod hostile;
+mod identity;
+mod realenv;
 mod shim;
+mod sse;
+mod upstream;
 mod util;

@@ -1,0 +1,726 @@
+//! Does the proxy reach DESIGN.md §9 as a relay? Throughput and latency of
+//! keep-alive request/response, SSE relay time and per-event latency, RSS
+//! idle and per open SSE stream, and startup time — each as a ratio against
+//! baselines measured in the same run (direct to the stub, and nginx as a
+//! one-worker reverse proxy). Every response and event is checked; the
+//! program exits non-zero only when a check fails, never for a missed target.
+//!
+//! `cargo bench --bench relay`; tune with RELAY_BENCH_SECS (measure window
+//! per run, default 2), RELAY_BENCH_RUNS (runs per cell, median, default 3),
+//! RELAY_BENCH_NO_NGINX=1; for profiling one cell, RELAY_BENCH_SECTIONS=1
+//! (any of 1,2,3) and RELAY_BENCH_CELLS=GET:32 (comma-separated).
+
+#[path = "util/client.rs"]
+mod client;
+#[path = "util/stub.rs"]
+mod stub;
+
+use client::{percentile, LoadResult};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mcp-identity-proxy");
+const TOKEN: &str = "bench-token-0123456789abcdef";
+const AGENT: &str = "bench";
+
+/// Failed correctness checks; any makes the exit status 1.
+static FAILURES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+static MISSED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn fail(what: String) {
+    println!("CHECK FAILED: {what}");
+    FAILURES.lock().unwrap().push(what);
+}
+
+fn missed(what: String) {
+    println!("MISSED TARGET: {what}");
+    MISSED.lock().unwrap().push(what);
+}
+
+fn env_f64(name: &str, default: f64) -> f64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn scratch_dir(name: &str) -> PathBuf {
+    let base =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("target"));
+    let dir = base.join("bench-relay").join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+// ---------- processes ----------
+
+struct Proc {
+    child: Child,
+    port: u16,
+    name: &'static str,
+}
+
+impl Proc {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // SIGTERM, children first: a wrapped proxy (RELAY_BENCH_WRAP) then
+        // exits cleanly under its tool, which writes its report.
+        for pid in children(self.child.id()).into_iter().chain([self.child.id()]) {
+            unsafe {
+                libc::kill(pid as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Spawn the proxy; returns it and the time from spawn to its port line.
+fn spawn_proxy(upstream: SocketAddr, stderr: &Path, wrapped: bool) -> (Proc, Duration) {
+    let err = std::fs::OpenOptions::new().create(true).append(true).open(stderr).expect("stderr file");
+    // RELAY_BENCH_WRAP="strace -c -f -o FILE" runs the main proxy under a
+    // tool (profiling only; startup times are then meaningless).
+    let wrap: Vec<String> = match std::env::var("RELAY_BENCH_WRAP") {
+        Ok(w) if wrapped => w.split_whitespace().map(String::from).collect(),
+        _ => Vec::new(),
+    };
+    let mut cmd = match wrap.split_first() {
+        Some((tool, args)) => {
+            let mut c = Command::new(tool);
+            c.args(args).arg(BIN);
+            c
+        }
+        None => Command::new(BIN),
+    };
+    let t0 = Instant::now();
+    let mut child = cmd
+        .args(["--upstream", &format!("http://{upstream}/mcp"), "--agent", AGENT])
+        .env("MCP_PROXY_TOKEN", TOKEN)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(err))
+        .spawn()
+        .expect("spawn proxy");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).expect("read port line");
+    let startup = t0.elapsed();
+    let port = line
+        .strip_prefix("  MCP proxy: port ")
+        .and_then(|p| p.trim_end().parse::<u16>().ok())
+        .unwrap_or_else(|| panic!("unexpected proxy stdout line {line:?}"));
+    // Keep draining stdout so the proxy can never block on it.
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut out, &mut sink);
+    });
+    (Proc { child, port, name: "proxy" }, startup)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// nginx as a one-worker reverse proxy to the stub, or why not.
+fn spawn_nginx(upstream: SocketAddr) -> Result<Proc, String> {
+    if std::env::var_os("RELAY_BENCH_NO_NGINX").is_some() {
+        return Err("RELAY_BENCH_NO_NGINX set".into());
+    }
+    let nginx = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .ok_or("nginx not installed (apt-get install -y nginx)")?;
+    let dir = scratch_dir("nginx");
+    let port = free_port();
+    let d = dir.display();
+    // keepalive_requests raised so neither side ever closes a keep-alive
+    // connection during a run; proxy_buffer_size 16k = the proxy's
+    // IO_BUF_SIZE, so both relay through the same buffer size.
+    let conf = format!(
+        "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+         worker_rlimit_nofile 30000;\n\
+         events {{ worker_connections 20000; }}\n\
+         http {{\n  access_log off;\n\
+           client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fcgi;\n\
+           uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+           keepalive_requests 10000000;\n  keepalive_timeout 300s;\n\
+           upstream stub {{ server {upstream}; keepalive 512; keepalive_requests 10000000; keepalive_timeout 60s; }}\n\
+           server {{\n    listen 127.0.0.1:{port} backlog=4096;\n    location / {{\n\
+               proxy_pass http://stub;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n\
+               proxy_buffering off;\n      proxy_buffer_size 16k;\n      proxy_buffers 8 16k;\n      proxy_read_timeout 300s;\n    }}\n  }}\n}}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).map_err(|e| e.to_string())?;
+    let child = Command::new(nginx)
+        .args(["-p", &dir.display().to_string(), "-c", "nginx.conf", "-e", &format!("{d}/error.log")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("spawn nginx: {e}"))?;
+    let proc = Proc { child, port, name: "nginx" };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::net::TcpStream::connect(proc.addr()).is_err() {
+        if Instant::now() > deadline {
+            let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+            return Err(format!("nginx did not listen within 5 s: {log}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(proc)
+}
+
+/// (ppid, user+system CPU seconds) of a process.
+fn stat(pid: u32) -> Option<(u32, f64)> {
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    // rest starts at field 3 (state): ppid = field 4, utime 14, stime 15.
+    let ppid = f.get(1)?.parse().ok()?;
+    let t = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some((ppid, t / tick))
+}
+
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| stat(*p).is_some_and(|(ppid, _)| ppid == pid))
+        .collect()
+}
+
+/// User+system CPU seconds of `pid` and its direct children (nginx's worker).
+fn cpu_secs(pid: u32) -> f64 {
+    let own = stat(pid).map_or(0.0, |x| x.1);
+    own + children(pid).into_iter().filter_map(stat).map(|x| x.1).sum::<f64>()
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Raise the soft descriptor limit to the hard one (children inherit it).
+fn raise_nofile() -> (u64, u64) {
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        r.rlim_cur = r.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        (r.rlim_cur, r.rlim_max)
+    }
+}
+
+// ---------- requests ----------
+
+fn tools_call_body() -> Vec<u8> {
+    // ~300 B tools/call of a stamped tool (chat_send: "sender" is stamped).
+    let mut msg = String::from("benchmark message ");
+    let make = |m: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"chat_send","arguments":{{"channel":"general","message":"{m}","reply_to":null}},"_meta":{{"progressToken":7}}}}}}"#
+        )
+    };
+    while make(&msg).len() < 300 {
+        msg.push('x');
+    }
+    make(&msg).into_bytes()
+}
+
+fn post_request(host: &str, path: &str) -> Vec<u8> {
+    let body = tools_call_body();
+    let mut r = format!(
+        "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\nmcp-session-id: 4f1c2a9e0b7d4e3f\r\n\
+         mcp-protocol-version: 2025-06-18\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(&body);
+    r
+}
+
+fn get_request(host: &str) -> Vec<u8> {
+    format!(
+        "GET /mcp HTTP/1.1\r\nhost: {host}\r\naccept: application/json\r\nmcp-session-id: 4f1c2a9e0b7d4e3f\r\n\
+         mcp-protocol-version: 2025-06-18\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Post,
+    Get,
+}
+
+struct Target {
+    name: &'static str,
+    addr: SocketAddr,
+    /// The process whose CPU time is charged to the relay (none for direct).
+    pid: Option<u32>,
+}
+
+impl Target {
+    fn host(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+// ---------- checks ----------
+
+/// One POST through the proxy: the upstream must see the agent stamped,
+/// exactly one Authorization/X-Agent-Token with the agent's token, and the
+/// client's credentials gone.
+fn check_identity(proxy: &Proc, stub: &stub::Stub) {
+    let body = tools_call_body();
+    let mut req = format!(
+        "POST /check HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncontent-type: application/json\r\n\
+         authorization: Bearer client-secret\r\ncontent-length: {}\r\n\r\n",
+        proxy.port,
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&body);
+    match client::load(
+        proxy.addr(),
+        &req,
+        stub::RESPONSE_BODY_LEN,
+        1,
+        Duration::ZERO,
+        Duration::from_millis(50),
+    ) {
+        Ok(r) if r.total > 0 => {}
+        Ok(_) => fail("identity check: no response".into()),
+        Err(e) => fail(format!("identity check: {e}")),
+    }
+    let seen = String::from_utf8_lossy(&stub.seen.last_check.lock().unwrap()).to_string();
+    let lower = seen.to_ascii_lowercase();
+    let count = |needle: &str| lower.matches(needle).count();
+    if !seen.contains(&format!("\"sender\":\"{AGENT}\"")) {
+        fail(format!("upstream body not stamped with sender {AGENT}: {seen:?}"));
+    }
+    if count("\r\nauthorization:") != 1 || !seen.contains(&format!("Bearer {TOKEN}")) {
+        fail(format!("upstream Authorization not exactly the agent's: {seen:?}"));
+    }
+    if count("\r\nx-agent-token:") != 1 || seen.contains("client-secret") {
+        fail(format!("upstream X-Agent-Token wrong or client credentials leaked: {seen:?}"));
+    }
+}
+
+// ---------- sections ----------
+
+struct Cell {
+    rps: f64,
+    p50_us: f64,
+    p99_us: f64,
+    cpu_us: Option<f64>,
+    reconnects: u64,
+}
+
+fn run_load(t: &Target, kind: Kind, conns: usize, measure: Duration) -> Option<(LoadResult, Option<f64>)> {
+    let req = match kind {
+        Kind::Post => post_request(&t.host(), "/mcp"),
+        Kind::Get => get_request(&t.host()),
+    };
+    let cpu0 = t.pid.map(cpu_secs);
+    let r = client::load(t.addr, &req, stub::RESPONSE_BODY_LEN, conns, Duration::from_millis(300), measure);
+    let cpu = t.pid.map(cpu_secs).zip(cpu0).map(|(b, a)| b - a);
+    match r {
+        Ok(r) => {
+            let cpu_per = cpu.map(|c| c * 1e6 / r.total.max(1) as f64);
+            if std::env::var_os("RELAY_BENCH_VERBOSE").is_some() {
+                println!(
+                    "      [{} x{conns}: {} responses in all, {:.0} r/s in window, cpu {:?} s]",
+                    t.name,
+                    r.total,
+                    r.rps(),
+                    cpu
+                );
+            }
+            Some((r, cpu_per))
+        }
+        Err(e) => {
+            fail(format!("{} {} x{conns}: {e}", t.name, if kind == Kind::Post { "POST" } else { "GET" }));
+            None
+        }
+    }
+}
+
+fn section_throughput(targets: &[Target], runs: usize, measure: Duration) {
+    println!();
+    println!(
+        "== 1. request/response, keep-alive, closed loop (median of {runs} runs x {:.1} s; 1 client thread; \
+         200 B JSON answers, every status and length checked) ==",
+        measure.as_secs_f64()
+    );
+    println!("   cpu/req = user+sys CPU of the relay process per request (nginx: master+worker), in us");
+    let mut hdr = format!("{:<5} {:>5} ", "req", "conns");
+    for t in targets {
+        hdr += &format!(
+            "| {:>7} {:>8} {:>8} {:>7} ",
+            format!("{} r/s", short(t.name)),
+            "p50 us",
+            "p99 us",
+            "cpu/req"
+        );
+    }
+    hdr += "| prx/dir  prx/ngx  p99 prx/ngx  cpu prx/ngx";
+    println!("{hdr}");
+    let only = std::env::var("RELAY_BENCH_CELLS").unwrap_or_default();
+    for kind in [Kind::Post, Kind::Get] {
+        for conns in [1usize, 32, 256] {
+            let label = if kind == Kind::Post { "POST" } else { "GET" };
+            if !only.is_empty() && !only.split(',').any(|c| c == format!("{label}:{conns}")) {
+                continue;
+            }
+            let mut per: Vec<Vec<Cell>> = targets.iter().map(|_| Vec::new()).collect();
+            for _ in 0..runs {
+                for (i, t) in targets.iter().enumerate() {
+                    if let Some((r, cpu)) = run_load(t, kind, conns, measure) {
+                        per[i].push(Cell {
+                            rps: r.rps(),
+                            p50_us: percentile(&r.lat_ns, 0.5) as f64 / 1e3,
+                            p99_us: percentile(&r.lat_ns, 0.99) as f64 / 1e3,
+                            cpu_us: cpu,
+                            reconnects: r.reconnects,
+                        });
+                    }
+                }
+            }
+            let med: Vec<(f64, f64, f64, Option<f64>, u64)> = per
+                .iter()
+                .map(|cells| {
+                    (
+                        median(cells.iter().map(|c| c.rps).collect()),
+                        median(cells.iter().map(|c| c.p50_us).collect()),
+                        median(cells.iter().map(|c| c.p99_us).collect()),
+                        cells
+                            .first()
+                            .and_then(|c| c.cpu_us)
+                            .map(|_| median(cells.iter().filter_map(|c| c.cpu_us).collect())),
+                        cells.iter().map(|c| c.reconnects).sum(),
+                    )
+                })
+                .collect();
+            let mut line = format!("{label:<5} {conns:>5} ");
+            for m in &med {
+                let cpu = m.3.map_or("-".to_string(), |c| format!("{c:.1}"));
+                line += &format!("| {:>7.0} {:>8.0} {:>8.0} {:>7} ", m.0, m.1, m.2, cpu);
+            }
+            let idx = |n: &str| targets.iter().position(|t| t.name == n);
+            let (d, p, n) = (idx("direct"), idx("proxy"), idx("nginx"));
+            let ratio = |a: Option<usize>,
+                         b: Option<usize>,
+                         f: fn(&(f64, f64, f64, Option<f64>, u64)) -> Option<f64>| {
+                match (a, b) {
+                    (Some(a), Some(b)) => match (f(&med[a]), f(&med[b])) {
+                        (Some(x), Some(y)) if y > 0.0 => Some(x / y),
+                        _ => None,
+                    },
+                    _ => None,
+                }
+            };
+            let fmt = |r: Option<f64>| r.map_or("    -".to_string(), |r| format!("{r:>5.2}x"));
+            let tput_pn = ratio(p, n, |m| Some(m.0));
+            let p99_pn = ratio(p, n, |m| Some(m.2));
+            let cpu_pn = ratio(p, n, |m| m.3);
+            line += &format!(
+                "| {:>7}  {:>7}  {:>11}  {:>11}",
+                fmt(ratio(p, d, |m| Some(m.0))),
+                fmt(tput_pn),
+                fmt(p99_pn),
+                fmt(cpu_pn)
+            );
+            println!("{line}");
+            let reconnects: u64 = med.iter().map(|m| m.4).sum();
+            if reconnects > 0 {
+                println!(
+                    "      note: {reconnects} keep-alive connections were closed by a server and reopened"
+                );
+            }
+            if let Some(r) = tput_pn {
+                if r < 1.2 {
+                    missed(format!("{label} x{conns}: proxy throughput {r:.2}x nginx's (target >= 1.2x)"));
+                }
+            }
+            if let Some(r) = p99_pn {
+                if r > 1.0 {
+                    missed(format!("{label} x{conns}: proxy p99 {r:.2}x nginx's (target <= 1.0x)"));
+                }
+            }
+        }
+    }
+}
+
+fn short(name: &str) -> &str {
+    match name {
+        "direct" => "dir",
+        "proxy" => "prx",
+        _ => "ngx",
+    }
+}
+
+fn section_sse(targets: &[Target], runs: usize) {
+    println!();
+    println!("== 2. SSE relay (stub streams chunked events; time from request to last chunk; median of {runs} runs) ==");
+    let mut hdr = format!("{:<34}", "stream");
+    for t in targets {
+        hdr += &format!("| {:>9} {:>8} ", format!("{} ms", short(t.name)), "MB/s");
+    }
+    hdr += "| prx/dir  prx/ngx";
+    println!("{hdr}");
+    let cases: [(&str, u64, usize); 2] =
+        [("10,000 events x 200 B (2 MB)", 10_000, 200), ("4,096 events x 16 KiB (64 MiB)", 4_096, 16 * 1024)];
+    for (label, n, size) in cases {
+        let mut times: Vec<Vec<f64>> = targets.iter().map(|_| Vec::new()).collect();
+        for _ in 0..runs {
+            for (i, t) in targets.iter().enumerate() {
+                match client::sse(t.addr, &t.host(), n, size, 0) {
+                    Ok(r) => times[i].push(r.elapsed.as_secs_f64() * 1e3),
+                    Err(e) => fail(format!("SSE {label} via {}: {e}", t.name)),
+                }
+            }
+        }
+        let med: Vec<f64> = times.into_iter().map(median).collect();
+        let mb = (n as f64 * size as f64) / 1e6;
+        let mut line = format!("{label:<34}");
+        for m in &med {
+            line += &format!("| {:>9.1} {:>8.0} ", m, mb / (m / 1e3));
+        }
+        let idx = |name: &str| targets.iter().position(|t| t.name == name);
+        let r = |a: Option<usize>, b: Option<usize>| a.zip(b).map(|(a, b)| med[a] / med[b]);
+        let pd = r(idx("proxy"), idx("direct"));
+        let pn = r(idx("proxy"), idx("nginx"));
+        let f = |x: Option<f64>| x.map_or("    -".into(), |x| format!("{x:>5.2}x"));
+        line += &format!("| {:>7}  {:>7}", f(pd), f(pn));
+        println!("{line}");
+        if let Some(x) = pd {
+            if x > 1.3 {
+                missed(format!("SSE {label}: proxy relay time {x:.2}x direct (target <= 1.3x)"));
+            }
+        }
+    }
+    // Per-event latency on a paced stream (queueing-free).
+    let (n, size, pace) = (2_000u64, 200usize, 500u64);
+    println!();
+    println!("   per-event latency, {n} events x {size} B paced every {pace} us (stub send stamp -> client read), us:");
+    let mut hdr = format!("{:<34}", "");
+    for t in targets {
+        hdr += &format!("| {:>9} {:>8} ", format!("{} p50", short(t.name)), "p99");
+    }
+    hdr += "| p50 prx-dir  p99 prx-dir";
+    println!("{hdr}");
+    let mut p50s: Vec<Vec<f64>> = targets.iter().map(|_| Vec::new()).collect();
+    let mut p99s: Vec<Vec<f64>> = targets.iter().map(|_| Vec::new()).collect();
+    for _ in 0..runs {
+        for (i, t) in targets.iter().enumerate() {
+            match client::sse(t.addr, &t.host(), n, size, pace) {
+                Ok(r) => {
+                    p50s[i].push(percentile(&r.lat_ns, 0.5) as f64 / 1e3);
+                    p99s[i].push(percentile(&r.lat_ns, 0.99) as f64 / 1e3);
+                }
+                Err(e) => fail(format!("paced SSE via {}: {e}", t.name)),
+            }
+        }
+    }
+    let p50: Vec<f64> = p50s.into_iter().map(median).collect();
+    let p99: Vec<f64> = p99s.into_iter().map(median).collect();
+    let mut line = format!("{:<34}", "paced 2,000 x 200 B @ 2 kHz");
+    for i in 0..targets.len() {
+        line += &format!("| {:>9.0} {:>8.0} ", p50[i], p99[i]);
+    }
+    let idx = |name: &str| targets.iter().position(|t| t.name == name);
+    if let (Some(p), Some(d)) = (idx("proxy"), idx("direct")) {
+        line += &format!("| {:>+11.0}  {:>+11.0}", p50[p] - p50[d], p99[p] - p99[d]);
+    }
+    println!("{line}");
+}
+
+fn section_memory(proxy: &Proc, stub: &stub::Stub) {
+    println!();
+    println!("== 3. memory: proxy VmRSS (GET /idle through the proxy: headers + one event, then silence) ==");
+    let pid = proxy.pid();
+    let host = format!("127.0.0.1:{}", proxy.port);
+    std::thread::sleep(Duration::from_millis(200));
+    let rss0 = rss_kib(pid);
+    println!("   fresh proxy, no connection yet: RSS {rss0} KiB");
+    let mut streams = Vec::new();
+    let mut stop: Option<String> = None;
+    let mut marks: Vec<(usize, u64)> = Vec::new();
+    let base_idle = stub.seen.open_idle.load(std::sync::atomic::Ordering::Relaxed);
+    for goal in [1_000usize, 10_000] {
+        while streams.len() < goal && stop.is_none() {
+            match client::open_idle(proxy.addr(), &host, Duration::from_secs(2)) {
+                Ok(s) => streams.push(s),
+                Err(e) => stop = Some(format!("stream #{} failed: {e}", streams.len() + 1)),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let rss = rss_kib(pid);
+        let open_up = stub.seen.open_idle.load(std::sync::atomic::Ordering::Relaxed) - base_idle;
+        marks.push((streams.len(), rss));
+        let per = (rss as f64 - rss0 as f64) / streams.len().max(1) as f64;
+        println!(
+            "   {:>6} open idle streams (stub holds {open_up}): RSS {rss} KiB -> {per:.1} KiB per stream (target <= 16)",
+            streams.len()
+        );
+        if per > 16.0 {
+            missed(format!(
+                "{} idle SSE streams: {per:.1} KiB RSS per stream (target <= 16 KiB)",
+                streams.len()
+            ));
+        }
+        if let Some(why) = &stop {
+            println!("   stopped opening at {} streams: {why}", streams.len());
+            if streams.len() < goal {
+                missed(format!("{goal} open SSE streams: only {} could be opened ({why})", streams.len()));
+            }
+            break;
+        }
+    }
+    if marks.len() == 2 && marks[1].0 > marks[0].0 {
+        let d = (marks[1].1 as f64 - marks[0].1 as f64) / (marks[1].0 - marks[0].0) as f64;
+        println!("   marginal from {} to {} streams: {d:.1} KiB per stream", marks[0].0, marks[1].0);
+    }
+    drop(streams);
+    std::thread::sleep(Duration::from_millis(500));
+    println!("   RSS after closing them all: {} KiB", rss_kib(pid));
+}
+
+fn main() {
+    let measure = Duration::from_secs_f64(env_f64("RELAY_BENCH_SECS", 2.0));
+    let runs = env_f64("RELAY_BENCH_RUNS", 3.0).max(1.0) as usize;
+    let _ = stub::epoch();
+    stub::self_check();
+    let (soft, hard) = raise_nofile();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!("relay bench: {BIN}");
+    println!(
+        "   {cpus} CPUs; RLIMIT_NOFILE {soft}/{hard}; stub = 1 mio thread (+1 thread per timed SSE stream)"
+    );
+    let stub = stub::start();
+    let errs = scratch_dir("proxy").join("stderr.log");
+
+    // 4. startup first, on a quiet process table.
+    let mut startups = Vec::new();
+    for _ in 0..20 {
+        let (p, t) = spawn_proxy(stub.addr, &errs, false);
+        startups.push(t.as_secs_f64() * 1e3);
+        drop(p);
+    }
+    let (fresh, _) = spawn_proxy(stub.addr, &errs, false);
+    std::thread::sleep(Duration::from_millis(200));
+    let rss_idle = rss_kib(fresh.pid());
+    drop(fresh);
+    let (proxy, _) = spawn_proxy(stub.addr, &errs, true);
+
+    let nginx = spawn_nginx(stub.addr);
+    let mut targets = vec![
+        Target { name: "direct", addr: stub.addr, pid: None },
+        Target { name: "proxy", addr: proxy.addr(), pid: Some(proxy.pid()) },
+    ];
+    match &nginx {
+        Ok(n) => {
+            println!(
+                "   nginx: 1 worker, keepalive 512 upstream, proxy_buffering off (pid {}, port {})",
+                n.pid(),
+                n.port
+            );
+            targets.push(Target { name: n.name, addr: n.addr(), pid: Some(n.pid()) });
+        }
+        Err(why) => println!("   nginx column skipped: {why}"),
+    }
+    println!("   proxy pid {} port {}, upstream stub {}", proxy.pid(), proxy.port, stub.addr);
+
+    check_identity(&proxy, &stub);
+    let sections = std::env::var("RELAY_BENCH_SECTIONS").unwrap_or_else(|_| "1,2,3".into());
+    let _ = std::io::stdout().flush();
+    if sections.contains('1') {
+        section_throughput(&targets, runs, measure);
+    }
+    if sections.contains('2') {
+        section_sse(&targets, runs);
+    }
+    if sections.contains('3') {
+        // A fresh proxy: freed heap from sections 1-2 must not hide growth.
+        let (fresh, _) = spawn_proxy(stub.addr, &errs, false);
+        section_memory(&fresh, &stub);
+    }
+
+    println!();
+    println!("== 4. startup and idle ==");
+    let mut sorted = startups.clone();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    let med = median(startups);
+    println!(
+        "   spawn -> port line, 20 starts: median {med:.2} ms (min {:.2}, max {:.2}; target < 10)",
+        sorted[0],
+        sorted[sorted.len() - 1]
+    );
+    if med >= 10.0 {
+        missed(format!("startup median {med:.2} ms (target < 10 ms)"));
+    }
+    println!("   idle RSS of a fresh proxy (200 ms after its port line): {rss_idle} KiB (target <= 2048)");
+    if rss_idle > 2048 {
+        missed(format!("idle RSS {rss_idle} KiB (target <= 2048 KiB)"));
+    }
+
+    drop(proxy);
+    drop(nginx);
+    let log = std::fs::read_to_string(&errs).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    println!("   proxy stderr: {} lines{}", lines.len(), if lines.is_empty() { "" } else { ", first ones:" });
+    for l in lines.iter().take(5) {
+        println!("     {l}");
+    }
+
+    println!();
+    let missed = MISSED.lock().unwrap();
+    let failures = FAILURES.lock().unwrap();
+    println!("== summary: {} missed targets, {} failed checks ==", missed.len(), failures.len());
+    for m in missed.iter() {
+        println!("MISSED TARGET: {m}");
+    }
+    for f in failures.iter() {
+        println!("CHECK FAILED: {f}");
+    }
+    let _ = std::io::stdout().flush();
+    if !failures.is_empty() {
+        std::process::exit(1);
+    }
+}

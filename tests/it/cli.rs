@@ -1,0 +1,323 @@
+//! Command-line contract (DESIGN.md §2, R37): arguments, exit codes, the port
+//! line, signals, and the token never printed.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::upstream::{request, response, Client, Next, Upstream};
+use crate::util::{scratch_dir, token_file, Proxy, BIN};
+
+const TOKEN: &str = "cli-tok-9b8c7d-SECRET";
+
+/// Run the binary to completion (10 s bound) with a clean environment for
+/// the variables it reads.
+#[track_caller]
+fn run(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env_remove("MCP_PROXY_TOKEN")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn proxy");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{args:?} still running after 10 s; stdout {:?} stderr {:?}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Exit status 2, nothing on stdout, exactly one non-empty line on stderr.
+#[track_caller]
+fn assert_bad_arguments(args: &[&str], envs: &[(&str, &str)]) -> String {
+    let out = run(args, envs);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: status {:?}, stderr {stderr:?}", out.status);
+    assert!(out.stdout.is_empty(), "{args:?}: stdout {:?}", String::from_utf8_lossy(&out.stdout));
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{args:?}: want a one-line error, got {stderr:?}");
+    stderr
+}
+
+fn tf() -> String {
+    token_file(TOKEN).to_str().unwrap().to_string()
+}
+
+const UP: &str = "http://127.0.0.1:9/mcp";
+
+#[test]
+fn unknown_flag_exits_2_with_one_line() {
+    let t = tf();
+    let err = assert_bad_arguments(&["--upstream", UP, "--agent", "a", "--token-file", &t, "--bogus"], &[]);
+    assert!(err.contains("--bogus"), "message does not name the flag: {err:?}");
+}
+
+#[test]
+fn unreadable_token_file_exits_2() {
+    let missing = scratch_dir("cli").join("no-such-token");
+    assert_bad_arguments(&["--upstream", UP, "--agent", "a", "--token-file", missing.to_str().unwrap()], &[]);
+}
+
+#[test]
+fn empty_token_file_exits_2() {
+    let path = scratch_dir("cli").join("empty");
+    std::fs::write(&path, "\n").unwrap();
+    assert_bad_arguments(&["--upstream", UP, "--agent", "a", "--token-file", path.to_str().unwrap()], &[]);
+}
+
+#[test]
+fn empty_token_in_environment_exits_2() {
+    assert_bad_arguments(&["--upstream", UP, "--agent", "a"], &[("MCP_PROXY_TOKEN", "")]);
+}
+
+#[test]
+fn https_upstream_exits_2_and_says_why() {
+    let t = tf();
+    let err = assert_bad_arguments(
+        &["--upstream", "https://127.0.0.1:8200/mcp", "--agent", "a", "--token-file", &t],
+        &[],
+    );
+    let lower = err.to_ascii_lowercase();
+    assert!(
+        lower.contains("https") || lower.contains("tls"),
+        "message does not say https is refused: {err:?}"
+    );
+}
+
+#[test]
+fn unparsable_upstream_exits_2() {
+    let t = tf();
+    assert_bad_arguments(&["--upstream", "not a url", "--agent", "a", "--token-file", &t], &[]);
+}
+
+#[test]
+fn unparsable_listen_address_exits_2() {
+    let t = tf();
+    for addr in ["nonsense", "127.0.0.1", "127.0.0.1:99999"] {
+        assert_bad_arguments(&["--upstream", UP, "--agent", "a", "--token-file", &t, "--listen", addr], &[]);
+    }
+}
+
+#[test]
+fn unparsable_timeout_exits_2() {
+    let t = tf();
+    for flag in ["--connect-timeout", "--response-timeout", "--idle-timeout"] {
+        assert_bad_arguments(&["--upstream", UP, "--agent", "a", "--token-file", &t, flag, "abc"], &[]);
+    }
+}
+
+#[test]
+fn missing_upstream_exits_2() {
+    let t = tf();
+    assert_bad_arguments(&["--agent", "a", "--token-file", &t], &[]);
+}
+
+#[test]
+fn missing_agent_exits_2() {
+    let t = tf();
+    assert_bad_arguments(&["--upstream", UP, "--token-file", &t], &[]);
+}
+
+#[test]
+fn missing_token_exits_2() {
+    assert_bad_arguments(&["--upstream", UP, "--agent", "a"], &[]);
+}
+
+#[test]
+fn flag_without_value_exits_2() {
+    let t = tf();
+    assert_bad_arguments(&["--upstream", UP, "--token-file", &t, "--agent"], &[]);
+}
+
+#[test]
+fn taken_fixed_port_prints_in_use_line_and_exits_3() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let t = tf();
+    let listen = format!("127.0.0.1:{port}");
+    let out = run(&["--upstream", UP, "--agent", "a", "--token-file", &t, "--listen", &listen], &[]);
+    assert_eq!(out.status.code(), Some(3), "stderr {:?}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("  MCP proxy: port {port} in use (shared with another instance)\n")
+    );
+    drop(taken);
+}
+
+#[test]
+fn free_fixed_port_is_used_and_printed() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let t = tf();
+    let listen = format!("127.0.0.1:{port}");
+    let p = Proxy::start(&["--upstream", UP, "--agent", "a", "--token-file", &t, "--listen", &listen], &[]);
+    assert_eq!(p.port, port);
+}
+
+#[test]
+fn help_exits_0_and_mentions_every_flag() {
+    let out = run(&["--help"], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--upstream",
+        "--agent",
+        "--token-file",
+        "MCP_PROXY_TOKEN",
+        "--listen",
+        "--connect-timeout",
+        "--response-timeout",
+        "--idle-timeout",
+        "--help",
+        "--version",
+    ] {
+        assert!(text.contains(flag), "--help does not mention {flag}: {text}");
+    }
+}
+
+#[test]
+fn version_exits_0_and_prints_the_version() {
+    let out = run(&["--version"], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(env!("CARGO_PKG_VERSION")), "{text:?}");
+}
+
+#[test]
+fn fractional_timeouts_are_accepted() {
+    let t = tf();
+    Proxy::start(
+        &[
+            "--upstream",
+            UP,
+            "--agent",
+            "a",
+            "--token-file",
+            &t,
+            "--connect-timeout",
+            "0.5",
+            "--response-timeout",
+            "1.25",
+            "--idle-timeout",
+            "2.5",
+        ],
+        &[],
+    );
+}
+
+#[track_caller]
+fn assert_signal_exits_0(sig: &str) {
+    let t = tf();
+    let mut p = Proxy::start(&["--upstream", UP, "--agent", "a", "--token-file", &t], &[]);
+    let t0 = Instant::now();
+    p.signal(sig);
+    let status = p.wait_exit(Duration::from_secs(6)).unwrap_or_else(|| panic!("no exit 6 s after SIG{sig}"));
+    assert_eq!(status.code(), Some(0), "SIG{sig}: {status:?}; stderr {}", p.stderr_text());
+    assert!(t0.elapsed() < Duration::from_secs(6));
+}
+
+#[test]
+fn sigterm_exits_0() {
+    assert_signal_exits_0("TERM");
+}
+
+#[test]
+fn sigint_exits_0() {
+    assert_signal_exits_0("INT");
+}
+
+#[test]
+fn sigterm_lets_an_in_flight_exchange_finish() {
+    let up = Upstream::start(|_, s| {
+        std::thread::sleep(Duration::from_millis(800));
+        let _ = s.write_all(&response("200 OK", &[("Content-Type", "text/plain")], b"finished"));
+        Next::KeepAlive
+    });
+    let t = tf();
+    let url = up.url();
+    let mut p = Proxy::start(&["--upstream", &url, "--agent", "a", "--token-file", &t], &[]);
+    let mut c = Client::new(p.connect());
+    c.send(&request("GET", "/slow", &format!("127.0.0.1:{}", p.port), &[], b""));
+    up.wait_requests(1, Duration::from_secs(5));
+    p.signal("TERM");
+    let resp = c.read_response("GET");
+    assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
+    assert_eq!(resp.text(), "finished");
+    let status = p.wait_exit(Duration::from_secs(6)).expect("no exit 6 s after SIGTERM");
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn token_never_appears_in_logs_at_trace() {
+    let up = Upstream::fixed(response("200 OK", &[("Content-Type", "application/json")], b"{}"));
+    let t = tf();
+    let url = up.url();
+    let mut p =
+        Proxy::start(&["--upstream", &url, "--agent", "a", "--token-file", &t], &[("RUST_LOG", "trace")]);
+    let h = format!("127.0.0.1:{}", p.port);
+    let mut c = Client::new(p.connect());
+    for (method, body) in
+        [("POST", &br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#[..]), ("GET", b""), ("DELETE", b"")]
+    {
+        c.send(&request(
+            method,
+            "/mcp",
+            &h,
+            &[("Content-Type", "application/json"), ("Authorization", "Bearer client")],
+            body,
+        ));
+        assert_eq!(c.read_response(method).status, 200);
+    }
+    // A request the proxy rejects, and one whose upstream is gone.
+    let mut bad = Client::new(p.connect());
+    bad.send(b"GET /mcp HTTP/1.1\r\n\r\n");
+    let _ = bad.read_response("GET");
+    p.signal("TERM");
+    p.wait_exit(Duration::from_secs(6)).expect("no exit after SIGTERM");
+    std::thread::sleep(Duration::from_millis(100));
+    let stderr = p.stderr_text();
+    assert!(!stderr.trim().is_empty(), "nothing logged at RUST_LOG=trace");
+    assert!(!stderr.contains(TOKEN), "token in stderr:\n{stderr}");
+}
+
+#[test]
+fn token_never_appears_in_logs_when_upstream_is_unreachable() {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let t = tf();
+    let mut p =
+        Proxy::start(&["--upstream", &url, "--agent", "a", "--token-file", &t], &[("RUST_LOG", "trace")]);
+    let mut c = Client::new(p.connect());
+    c.send(&request(
+        "POST",
+        "/mcp",
+        &format!("127.0.0.1:{}", p.port),
+        &[("Content-Type", "application/json")],
+        b"{}",
+    ));
+    let resp = c.read_response("POST");
+    assert_eq!(resp.status, 502);
+    p.signal("TERM");
+    p.wait_exit(Duration::from_secs(6)).expect("no exit after SIGTERM");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!p.stderr_text().contains(TOKEN), "token in stderr:\n{}", p.stderr_text());
+}

@@ -1,0 +1,987 @@
+//! Real clients through the real binary against a real MCP server (issue 4, PROTOCOL.md R38).
+//!
+//! Upstream: `tests/support/fastmcp_server.py` (FastMCP from the Python SDK 1.x, or MCPServer from 2.x),
+//! requiring `Authorization: Bearer TOKEN`, DNS-rebinding protection on. Clients: the Python SDK 1.x and 2.x,
+//! the TypeScript SDK on Node's fetch (scripts in `tests/support/`, JSON on stdout) and rmcp (in process).
+//! Each client sends spoofed credentials (`Authorization: Bearer spoof`, `X-Agent-Token: spoof`) and a
+//! spoofed identity (`sender: "mallory"`); through the proxy the server must see exactly one
+//! `Bearer TOKEN`, one `X-Agent-Token: TOKEN` and the agent's name.
+//!
+//! The `*_direct_*` tests run the same scripts against the server without the proxy (with the real token):
+//! when a `*_through_proxy` test fails and its direct twin passes, the proxy is at fault.
+//!
+//! The pinned SDKs are installed on first use by `realenv` (under `target/realenv/`); these tests never skip.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::realenv::{self, ScriptRun, Upstream};
+use crate::util::{token_file, Proxy};
+
+/// The agent name the proxy stamps.
+const AGENT: &str = "claude-prime";
+/// The upstream's bearer token (shaped like agentchattr's `secrets.token_hex(16)`).
+const TOKEN: &str = "5f0c9e2b7a4d41c8b3e6a9d2c7f1e084";
+/// What a client sends as its own identity; must never reach the server through the proxy.
+const SPOOF_SENDER: &str = "mallory";
+/// R11: a streamed notification reaches the client within this many ms of being sent.
+const MAX_NOTIFICATION_LATENCY_MS: f64 = 50.0;
+/// Bound on one client script run.
+const SCRIPT_LIMIT: Duration = Duration::from_secs(90);
+
+// ---------------------------------------------------------------------------------------------------------
+// Checks: collect every failed expectation, then panic once with all of them and the evidence.
+
+#[derive(Default)]
+struct Checks {
+    failures: Vec<String>,
+}
+
+impl Checks {
+    fn check(&mut self, ok: bool, msg: impl Into<String>) {
+        if !ok {
+            self.failures.push(msg.into());
+        }
+    }
+
+    fn eq(&mut self, what: &str, actual: &Value, expected: &Value) {
+        if actual != expected {
+            self.failures.push(format!("{what}: got {actual}, want {expected}"));
+        }
+    }
+
+    #[track_caller]
+    fn finish(self, test: &str, evidence: &[(&str, String)]) {
+        if self.failures.is_empty() {
+            return;
+        }
+        let mut msg = format!("{test}: {} failed expectation(s):\n", self.failures.len());
+        for f in &self.failures {
+            msg.push_str(&format!("  - {f}\n"));
+        }
+        for (name, text) in evidence {
+            msg.push_str(&format!("--- {name} ---\n{}\n", tail(text, 12_000)));
+        }
+        panic!("{msg}");
+    }
+}
+
+fn tail(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+/// Start the proxy in front of `upstream_url` with the test agent and token.
+#[track_caller]
+fn start_proxy(upstream_url: &str) -> Proxy {
+    let tf = token_file(TOKEN);
+    Proxy::start(&["--upstream", upstream_url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()], &[])
+}
+
+fn timed(name: &str, started: Instant) {
+    eprintln!("{name}: {:.2}s wall", started.elapsed().as_secs_f64());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Expectations shared by the script clients (py1, py2, ts).
+
+/// What the server must have seen, and how the session must look.
+struct Expect {
+    /// The identity the server saw in `sender` / `name`.
+    sender: String,
+    /// The single Authorization value the server saw.
+    authorization: String,
+    /// The single X-Agent-Token value the server saw.
+    x_agent_token: String,
+    /// The single Host value the server saw.
+    host: String,
+    /// No Mcp-Session-Id anywhere (2026-07-28 stateless, or legacy SSE).
+    sessionless: bool,
+    /// Protocol 2026-07-28 negotiated and sent on every request.
+    modern: bool,
+    /// The client sends a closing DELETE (py: on exit; ts: terminateSession()).
+    delete: bool,
+    /// What the client sent in chat_send's `message`.
+    message: &'static str,
+}
+
+impl Expect {
+    fn direct(up: &Upstream, message: &'static str) -> Expect {
+        Expect {
+            sender: SPOOF_SENDER.into(),
+            authorization: format!("Bearer {TOKEN}"),
+            x_agent_token: TOKEN.into(),
+            host: format!("127.0.0.1:{}", up.port),
+            sessionless: false,
+            modern: false,
+            delete: true,
+            message,
+        }
+    }
+
+    fn proxied(up: &Upstream, message: &'static str) -> Expect {
+        Expect { sender: AGENT.into(), ..Expect::direct(up, message) }
+    }
+}
+
+/// Client arguments: the real credentials (direct) or spoofed ones (through the proxy).
+fn direct_args(url: &str) -> Vec<String> {
+    vec![
+        url.into(),
+        "--authorization".into(),
+        format!("Bearer {TOKEN}"),
+        "--x-agent-token".into(),
+        TOKEN.into(),
+        "--sender".into(),
+        SPOOF_SENDER.into(),
+    ]
+}
+
+fn spoofed_args(url: &str) -> Vec<String> {
+    vec![
+        url.into(),
+        "--authorization".into(),
+        "Bearer spoof".into(),
+        "--x-agent-token".into(),
+        "spoof".into(),
+        "--sender".into(),
+        SPOOF_SENDER.into(),
+    ]
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// The checks every script client's JSON must pass: tools, stamped identity, replaced credentials, one
+/// session id everywhere, streamed notifications, closing DELETE.
+fn check_lifecycle(c: &mut Checks, out: &Value, exp: &Expect) {
+    if let Some(err) = out["error"].as_str() {
+        // The client failed: its error is the finding (a JS stack leads with it, a Python trace ends with it);
+        // the rest would be noise. The whole text is in the evidence.
+        let lines: Vec<&str> = err.trim_end().lines().collect();
+        let first = lines.first().copied().unwrap_or("");
+        let last = lines.last().copied().unwrap_or("");
+        c.check(false, format!("the client failed: {first} ... {last}"));
+        return;
+    }
+    c.eq("closed", &out["closed"], &json!(true));
+    let tools: Vec<&str> =
+        out["tools"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    for t in ["chat_send", "chat_read", "chat_join", "chat_who", "slow_progress"] {
+        c.check(tools.contains(&t), format!("tools/list lacks {t}: {tools:?}"));
+    }
+
+    let session = out["session_id"].clone();
+    if exp.modern {
+        c.eq("protocol_version", &out["protocol_version"], &json!("2026-07-28"));
+    }
+    if !exp.sessionless {
+        c.check(session.as_str().is_some_and(|s| !s.is_empty()), format!("no session id: {session}"));
+        c.check(
+            session.as_str().is_some_and(|s| s.bytes().all(|b| (0x21..=0x7e).contains(&b))),
+            format!("session id {session} is not visible ASCII (joined duplicate?)"),
+        );
+    }
+
+    let calls = &out["calls"];
+    let identity = [("chat_send", "sender"), ("chat_read", "sender"), ("chat_join", "name")];
+    for (tool, key) in identity {
+        c.eq(&format!("{tool}.{key} seen by the server"), &calls[tool][key], &json!(exp.sender));
+    }
+    // slow_progress is outside the default stamp map (agentchattr's tools only): forwarded untouched (R21).
+    c.eq(
+        "slow_progress.sender (not in the stamp map) seen by the server",
+        &calls["slow_progress"]["sender"],
+        &json!(SPOOF_SENDER),
+    );
+    c.check(
+        calls["chat_who"].get("sender").is_none() && calls["chat_who"].get("name").is_none(),
+        format!("chat_who must not be stamped: {}", calls["chat_who"]),
+    );
+    c.eq("chat_send.message", &calls["chat_send"]["message"], &json!(exp.message));
+    c.eq("chat_send.channel", &calls["chat_send"]["channel"], &json!("general"));
+    for tool in ["chat_send", "chat_read", "chat_join", "chat_who", "slow_progress"] {
+        let call = &calls[tool];
+        c.eq(
+            &format!("{tool}: Authorization lines seen"),
+            &call["authorization"],
+            &json!([exp.authorization]),
+        );
+        c.eq(
+            &format!("{tool}: X-Agent-Token lines seen"),
+            &call["x_agent_token"],
+            &json!([exp.x_agent_token]),
+        );
+        c.eq(&format!("{tool}: Host lines seen"), &call["host"], &json!([exp.host]));
+        if exp.sessionless {
+            c.eq(&format!("{tool}: Mcp-Session-Id lines seen"), &call["mcp_session_id"], &json!([]));
+            if exp.modern {
+                c.eq(
+                    &format!("{tool}: MCP-Protocol-Version seen"),
+                    &call["mcp_protocol_version"],
+                    &json!(["2026-07-28"]),
+                );
+            }
+        } else {
+            c.eq(&format!("{tool}: Mcp-Session-Id lines seen"), &call["mcp_session_id"], &json!([session]));
+            c.check(
+                call["mcp_protocol_version"].as_array().is_some_and(|a| a.len() == 1),
+                format!(
+                    "{tool}: MCP-Protocol-Version seen {} (want exactly one)",
+                    call["mcp_protocol_version"]
+                ),
+            );
+        }
+    }
+
+    for (kind, want) in [("progress", 3), ("logs", 3)] {
+        let items = out[kind].as_array().cloned().unwrap_or_default();
+        c.check(items.len() == want, format!("{kind}: {} notifications, want {want}", items.len()));
+        for (i, item) in items.iter().enumerate() {
+            let lat = item["latency_ms"].as_f64().unwrap_or(f64::INFINITY);
+            c.check(
+                lat < MAX_NOTIFICATION_LATENCY_MS,
+                format!("{kind}[{i}] arrived {lat:.1} ms after it was sent (limit {MAX_NOTIFICATION_LATENCY_MS} ms)"),
+            );
+        }
+    }
+
+    let http = out["http"].as_array().cloned().unwrap_or_default();
+    c.check(!http.is_empty(), "no HTTP exchanges recorded");
+    for (i, h) in http.iter().enumerate() {
+        let what = format!("http[{i}] {} {}", h["method"], h["status"]);
+        if let Some(ids) = h.get("session_ids") {
+            if exp.sessionless {
+                c.eq(&format!("{what}: Mcp-Session-Id lines"), ids, &json!([]));
+            } else {
+                c.check(
+                    ids.as_array().is_some_and(|a| a.len() <= 1),
+                    format!("{what}: Mcp-Session-Id lines {ids}"),
+                );
+            }
+        }
+        // What the client's HTTP stack reads (joined on duplicates): FastMCP puts the session id on every
+        // response of the session, so each must read exactly it. The 2.x client's discover probe is outside.
+        let got = &h["session_get"];
+        let discover = h["sent_mcp_method"] == "server/discover";
+        if exp.sessionless {
+            c.eq(&format!("{what}: Mcp-Session-Id read"), got, &Value::Null);
+        } else if !discover {
+            c.eq(&format!("{what}: Mcp-Session-Id read"), got, &session);
+        }
+        let status = h["status"].as_u64().unwrap_or(0);
+        c.check((200..300).contains(&status) || discover, format!("{what}: non-2xx status"));
+    }
+    if exp.delete {
+        let last = http.last().cloned().unwrap_or(Value::Null);
+        c.eq("last exchange method", &last["method"], &json!("DELETE"));
+        c.eq("closing DELETE status", &last["status"], &json!(200));
+    } else {
+        c.check(!http.iter().any(|h| h["method"] == "DELETE"), "a sessionless client sent DELETE");
+    }
+}
+
+fn evidence(run: &ScriptRun, proxy: Option<&Proxy>, up: &Upstream) -> Vec<(&'static str, String)> {
+    let mut ev = vec![("client JSON", pretty(&run.json)), ("client stderr", run.stderr.clone())];
+    if let Some(p) = proxy {
+        ev.push(("proxy stderr", p.stderr_text()));
+    }
+    ev.push(("upstream stderr", up.stderr_text()));
+    ev
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Python SDK 1.x: streamable_http_client + ClientSession against FastMCP 1.x.
+
+fn run_py1(url_args: &[String]) -> ScriptRun {
+    let cmd = realenv::python_script(realenv::py1(), "py1_client.py", &strs(url_args));
+    realenv::run_json("py1_client.py", cmd, SCRIPT_LIMIT)
+}
+
+#[test]
+fn python_sdk_1x_client_direct_to_fastmcp() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py1(), "streamable-http", TOKEN);
+    let run = run_py1(&direct_args(&up.url("/mcp")));
+    let mut c = Checks::default();
+    check_lifecycle(&mut c, &run.json, &Expect::direct(&up, "hello from py1"));
+    c.finish("python_sdk_1x_client_direct_to_fastmcp", &evidence(&run, None, &up));
+    timed("python_sdk_1x_client_direct_to_fastmcp", started);
+}
+
+#[test]
+fn python_sdk_1x_client_through_proxy() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py1(), "streamable-http", TOKEN);
+    let proxy = start_proxy(&up.url("/mcp"));
+    let run = run_py1(&spoofed_args(&proxy.url("/mcp")));
+    let mut c = Checks::default();
+    check_lifecycle(&mut c, &run.json, &Expect::proxied(&up, "hello from py1"));
+    c.finish("python_sdk_1x_client_through_proxy", &evidence(&run, Some(&proxy), &up));
+    timed("python_sdk_1x_client_through_proxy", started);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Python SDK 2.x: the default `mcp.Client` (mode "auto").
+
+fn run_py2(url_args: &[String]) -> ScriptRun {
+    let cmd = realenv::python_script(realenv::py2(), "py2_client.py", &strs(url_args));
+    realenv::run_json("py2_client.py", cmd, SCRIPT_LIMIT)
+}
+
+/// Extra checks for a 2026-07-28 stateless exchange: the discover probe succeeded, every POST carried
+/// `Mcp-Method`, no request carried a session id.
+fn check_stateless(c: &mut Checks, out: &Value) {
+    let http = out["http"].as_array().cloned().unwrap_or_default();
+    let first = http.first().cloned().unwrap_or(Value::Null);
+    c.eq("first request Mcp-Method", &first["sent_mcp_method"], &json!("server/discover"));
+    c.eq("server/discover status", &first["status"], &json!(200));
+    for (i, h) in http.iter().enumerate() {
+        c.check(h["method"] == "POST", format!("http[{i}]: stateless client sent {}", h["method"]));
+        c.check(h["sent_mcp_method"].is_string(), format!("http[{i}]: no Mcp-Method header sent"));
+        c.eq(&format!("http[{i}] sent Mcp-Session-Id"), &h["sent_session_id"], &Value::Null);
+        c.eq(
+            &format!("http[{i}] sent MCP-Protocol-Version"),
+            &h["sent_protocol_version"],
+            &json!("2026-07-28"),
+        );
+    }
+}
+
+#[test]
+fn python_sdk_2x_client_direct_to_mcpserver_stateless() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py2(), "streamable-http", TOKEN);
+    let run = run_py2(&direct_args(&up.url("/mcp")));
+    let mut c = Checks::default();
+    let exp =
+        Expect { sessionless: true, modern: true, delete: false, ..Expect::direct(&up, "hello from py2") };
+    check_lifecycle(&mut c, &run.json, &exp);
+    check_stateless(&mut c, &run.json);
+    c.finish("python_sdk_2x_client_direct_to_mcpserver_stateless", &evidence(&run, None, &up));
+    timed("python_sdk_2x_client_direct_to_mcpserver_stateless", started);
+}
+
+#[test]
+fn python_sdk_2x_client_stateless_through_proxy() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py2(), "streamable-http", TOKEN);
+    let proxy = start_proxy(&up.url("/mcp"));
+    let run = run_py2(&spoofed_args(&proxy.url("/mcp")));
+    let mut c = Checks::default();
+    let exp =
+        Expect { sessionless: true, modern: true, delete: false, ..Expect::proxied(&up, "hello from py2") };
+    check_lifecycle(&mut c, &run.json, &exp);
+    check_stateless(&mut c, &run.json);
+    c.finish("python_sdk_2x_client_stateless_through_proxy", &evidence(&run, Some(&proxy), &up));
+    timed("python_sdk_2x_client_stateless_through_proxy", started);
+}
+
+/// The 2.x client against agentchattr's actual server (FastMCP 1.x): the `server/discover` probe is
+/// answered 400 (with a fresh, unused session id) and the client falls back to the initialize handshake.
+#[test]
+fn python_sdk_2x_client_falls_back_to_initialize_on_fastmcp_1x_through_proxy() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py1(), "streamable-http", TOKEN);
+    let proxy = start_proxy(&up.url("/mcp"));
+    let run = run_py2(&spoofed_args(&proxy.url("/mcp")));
+    let mut c = Checks::default();
+    let out = &run.json;
+    let http = out["http"].as_array().cloned().unwrap_or_default();
+    c.eq(
+        "probe Mcp-Method",
+        &http.first().map_or(Value::Null, |h| h["sent_mcp_method"].clone()),
+        &json!("server/discover"),
+    );
+    c.eq("probe status", &http.first().map_or(Value::Null, |h| h["status"].clone()), &json!(400));
+    c.eq("protocol_version", &out["protocol_version"], &json!("2025-11-25"));
+    // The session is the one from the initialize response (the second exchange), used from then on.
+    let session = http.get(1).map_or(Value::Null, |h| h["session_get"].clone());
+    let mut with_session = out.clone();
+    with_session["session_id"] = session;
+    check_lifecycle(&mut c, &with_session, &Expect::proxied(&up, "hello from py2"));
+    c.finish(
+        "python_sdk_2x_client_falls_back_to_initialize_on_fastmcp_1x_through_proxy",
+        &evidence(&run, Some(&proxy), &up),
+    );
+    timed("python_sdk_2x_client_falls_back_to_initialize_on_fastmcp_1x_through_proxy", started);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// TypeScript SDK: StreamableHTTPClientTransport on Node's fetch.
+
+fn run_ts(url_args: &[String]) -> ScriptRun {
+    let cmd = realenv::node_script("ts_client.cjs", &strs(url_args));
+    realenv::run_json("ts_client.cjs", cmd, SCRIPT_LIMIT)
+}
+
+/// TS-only checks: terminateSession() cleared the id, and the standalone GET stream carried the server's
+/// out-of-request notifications (tapped on the wire, and delivered to the client's handlers).
+fn check_ts_extras(c: &mut Checks, out: &Value) {
+    c.eq("session id after terminateSession()", &out["session_id_after_terminate"], &Value::Null);
+    c.eq("transport errors", &out["transport_errors"], &json!([]));
+    c.eq("GET stream opened", &out["get_stream_open"], &json!(true));
+    let on_get: Vec<&str> = out["get_stream_events"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|e| e["method"].as_str()).collect())
+        .unwrap_or_default();
+    c.check(
+        on_get.contains(&"notifications/tools/list_changed") && on_get.contains(&"notifications/message"),
+        format!("GET stream carried {on_get:?}, want tools/list_changed and message"),
+    );
+    c.check(
+        out["tool_list_changed"].as_array().is_some_and(|a| a.len() == 1),
+        format!("tools/list_changed handler calls: {}", out["tool_list_changed"]),
+    );
+    let standalone = out["standalone_logs"].as_array().cloned().unwrap_or_default();
+    c.check(standalone.len() == 1, format!("standalone log messages: {standalone:?}"));
+    for s in &standalone {
+        let lat = s["latency_ms"].as_f64().unwrap_or(f64::INFINITY);
+        c.check(lat < MAX_NOTIFICATION_LATENCY_MS, format!("standalone log arrived after {lat:.1} ms"));
+    }
+    c.eq(
+        "notify_standalone Authorization seen",
+        &out["calls"]["notify_standalone"]["authorization"],
+        &out["calls"]["chat_send"]["authorization"],
+    );
+}
+
+#[test]
+fn typescript_sdk_client_direct_to_fastmcp() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py1(), "streamable-http", TOKEN);
+    let run = run_ts(&direct_args(&up.url("/mcp")));
+    let mut c = Checks::default();
+    check_lifecycle(&mut c, &run.json, &Expect::direct(&up, "hello from ts"));
+    check_ts_extras(&mut c, &run.json);
+    c.finish("typescript_sdk_client_direct_to_fastmcp", &evidence(&run, None, &up));
+    timed("typescript_sdk_client_direct_to_fastmcp", started);
+}
+
+#[test]
+fn typescript_sdk_client_through_proxy() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py1(), "streamable-http", TOKEN);
+    let proxy = start_proxy(&up.url("/mcp"));
+    let run = run_ts(&spoofed_args(&proxy.url("/mcp")));
+    let mut c = Checks::default();
+    check_lifecycle(&mut c, &run.json, &Expect::proxied(&up, "hello from ts"));
+    check_ts_extras(&mut c, &run.json);
+    c.finish("typescript_sdk_client_through_proxy", &evidence(&run, Some(&proxy), &up));
+    timed("typescript_sdk_client_through_proxy", started);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// rmcp (the Rust SDK Codex uses), in process, with its default reqwest client (one connection per request).
+
+/// What rmcp saw: server name, tools, and the text JSON of each call.
+struct RmcpRun {
+    server: String,
+    protocol: String,
+    tools: Vec<String>,
+    calls: HashMap<&'static str, Value>,
+}
+
+fn run_rmcp(url: &str, bearer: &str, x_agent_token: &str) -> Result<RmcpRun, String> {
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::ServiceExt;
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let mut headers = HashMap::new();
+        headers.insert(
+            http::HeaderName::from_static("x-agent-token"),
+            http::HeaderValue::from_str(x_agent_token).map_err(|e| e.to_string())?,
+        );
+        let config = StreamableHttpClientTransportConfig::with_uri(url.to_string())
+            .auth_header(bearer.to_string())
+            .custom_headers(headers);
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let client = tokio::time::timeout(Duration::from_secs(20), ().serve(transport))
+            .await
+            .map_err(|_| "rmcp handshake timed out".to_string())?
+            .map_err(|e| format!("rmcp handshake: {e:?}"))?;
+        let info = client.peer_info().ok_or("rmcp: no server info after the handshake")?;
+        let server = info.server_info.as_ref().map(|s| s.name.clone()).unwrap_or_default();
+        let protocol = info.protocol_version.to_string();
+        let tools = client.list_all_tools().await.map_err(|e| format!("rmcp tools/list: {e:?}"))?;
+        let tools = tools.iter().map(|t| t.name.to_string()).collect();
+        let mut calls = HashMap::new();
+        let args = |v: Value| v.as_object().cloned().unwrap();
+        let plan: [(&'static str, Value); 4] = [
+            ("chat_send", json!({"sender": SPOOF_SENDER, "message": "hello from rmcp"})),
+            ("chat_join", json!({"name": SPOOF_SENDER})),
+            ("chat_read", json!({"sender": SPOOF_SENDER})),
+            ("chat_who", json!({})),
+        ];
+        for (name, a) in plan {
+            let result = client
+                .call_tool(CallToolRequestParams::new(name).with_arguments(args(a)))
+                .await
+                .map_err(|e| format!("rmcp tools/call {name}: {e:?}"))?;
+            let text = result
+                .content
+                .first()
+                .and_then(|c| c.as_text())
+                .map(|t| t.text.clone())
+                .ok_or_else(|| format!("rmcp tools/call {name}: no text content: {result:?}"))?;
+            calls.insert(name, serde_json::from_str(&text).unwrap_or(Value::String(text)));
+        }
+        tokio::time::timeout(Duration::from_secs(10), client.cancel())
+            .await
+            .map_err(|_| "rmcp close timed out".to_string())?
+            .map_err(|e| format!("rmcp close: {e:?}"))?;
+        Ok(RmcpRun { server, protocol, tools, calls })
+    })
+}
+
+fn check_rmcp(c: &mut Checks, run: &RmcpRun, sender: &str, up: &Upstream) {
+    c.check(run.server == "agentchattr-test", format!("server name {:?}", run.server));
+    c.check(!run.protocol.is_empty(), "no protocol version");
+    for t in ["chat_send", "chat_read", "chat_join", "chat_who", "slow_progress"] {
+        c.check(run.tools.iter().any(|x| x == t), format!("tools/list lacks {t}: {:?}", run.tools));
+    }
+    for (tool, key) in [("chat_send", "sender"), ("chat_read", "sender"), ("chat_join", "name")] {
+        c.eq(&format!("{tool}.{key} seen by the server"), &run.calls[tool][key], &json!(sender));
+    }
+    c.check(run.calls["chat_who"].get("sender").is_none(), "chat_who must not be stamped");
+    c.eq("chat_send.message", &run.calls["chat_send"]["message"], &json!("hello from rmcp"));
+    let session = run.calls["chat_send"]["mcp_session_id"].clone();
+    c.check(session.as_array().is_some_and(|a| a.len() == 1), format!("Mcp-Session-Id lines seen {session}"));
+    for (tool, call) in &run.calls {
+        c.eq(
+            &format!("{tool}: Authorization lines seen"),
+            &call["authorization"],
+            &json!([format!("Bearer {TOKEN}")]),
+        );
+        c.eq(&format!("{tool}: X-Agent-Token lines seen"), &call["x_agent_token"], &json!([TOKEN]));
+        c.eq(&format!("{tool}: Host lines seen"), &call["host"], &json!([format!("127.0.0.1:{}", up.port)]));
+        c.eq(&format!("{tool}: Mcp-Session-Id lines seen"), &call["mcp_session_id"], &session);
+    }
+}
+
+fn rmcp_evidence(
+    run: &Result<RmcpRun, String>,
+    proxy: Option<&Proxy>,
+    up: &Upstream,
+) -> Vec<(&'static str, String)> {
+    let mut ev = vec![(
+        "rmcp",
+        match run {
+            Ok(r) => format!(
+                "server {} protocol {} tools {:?}\ncalls {:#?}",
+                r.server, r.protocol, r.tools, r.calls
+            ),
+            Err(e) => e.clone(),
+        },
+    )];
+    if let Some(p) = proxy {
+        ev.push(("proxy stderr", p.stderr_text()));
+    }
+    ev.push(("upstream stderr", up.stderr_text()));
+    ev
+}
+
+#[test]
+fn rmcp_client_direct_to_fastmcp() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py1(), "streamable-http", TOKEN);
+    let run = run_rmcp(&up.url("/mcp"), TOKEN, TOKEN);
+    let mut c = Checks::default();
+    match &run {
+        Ok(r) => check_rmcp(&mut c, r, SPOOF_SENDER, &up),
+        Err(e) => c.check(false, e.clone()),
+    }
+    c.finish("rmcp_client_direct_to_fastmcp", &rmcp_evidence(&run, None, &up));
+    timed("rmcp_client_direct_to_fastmcp", started);
+}
+
+#[test]
+fn rmcp_client_through_proxy() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py1(), "streamable-http", TOKEN);
+    let proxy = start_proxy(&up.url("/mcp"));
+    let run = run_rmcp(&proxy.url("/mcp"), "spoof", "spoof");
+    let mut c = Checks::default();
+    match &run {
+        Ok(r) => check_rmcp(&mut c, r, AGENT, &up),
+        Err(e) => c.check(false, e.clone()),
+    }
+    c.finish("rmcp_client_through_proxy", &rmcp_evidence(&run, Some(&proxy), &up));
+    timed("rmcp_client_through_proxy", started);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The original defect (bcurts/agentchattr#80): a repeated session header that Node fetch and httpx join
+// into "abc, abc".
+
+/// A std::net upstream that answers every request with an initialize result and the session id on two
+/// field lines in different case (`MCP-SESSION-ID: abc`, `mcp-session-id: abc`). Keeps connections alive.
+/// Records each raw request head.
+struct DupSessionStub {
+    port: u16,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+const DUP_SESSION_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"dup-stub","version":"0"}}}"#;
+
+impl DupSessionStub {
+    fn start() -> DupSessionStub {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind stub");
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let log = requests.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { break };
+                let log = log.clone();
+                std::thread::spawn(move || Self::serve(stream, log));
+            }
+        });
+        DupSessionStub { port, requests }
+    }
+
+    fn serve(mut s: TcpStream, log: Arc<Mutex<Vec<String>>>) {
+        let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+        let mut buf = Vec::new();
+        loop {
+            // Read one request head.
+            let head_end = loop {
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break i + 4;
+                }
+                let mut chunk = [0u8; 4096];
+                match s.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            };
+            let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+            let len = head
+                .lines()
+                .filter_map(|l| l.split_once(':'))
+                .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            while buf.len() < head_end + len {
+                let mut chunk = [0u8; 4096];
+                match s.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            buf.drain(..head_end + len);
+            log.lock().unwrap().push(head);
+            let resp = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMCP-SESSION-ID: abc\r\n\
+                 mcp-session-id: abc\r\nContent-Length: {}\r\n\r\n{DUP_SESSION_BODY}",
+                DUP_SESSION_BODY.len()
+            );
+            if s.write_all(resp.as_bytes()).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+}
+
+/// Send an initialize on a raw socket; return the response head.
+fn raw_initialize(port: u16) -> Result<String, String> {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut chunk) {
+            Ok(0) => {
+                return Err(format!("EOF before the end of the head: {:?}", String::from_utf8_lossy(&buf)))
+            }
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) => return Err(format!("{e} after {:?}", String::from_utf8_lossy(&buf))),
+        }
+    }
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+fn session_lines(head: &str) -> Vec<String> {
+    head.lines()
+        .filter(|l| l.split_once(':').is_some_and(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id")))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn session_header_not_duplicated_for_node_fetch_and_httpx() {
+    let started = Instant::now();
+    let stub = DupSessionStub::start();
+    let mut c = Checks::default();
+    let mut ev: Vec<(&str, String)> = Vec::new();
+
+    // The stub reproduces the symptom: directly, both stacks read the joined value.
+    let node_direct = realenv::run_json(
+        "read_session_header.cjs (direct)",
+        realenv::plain_node_script("read_session_header.cjs", &[&stub.url()]),
+        SCRIPT_LIMIT,
+    );
+    let httpx_direct = realenv::run_json(
+        "read_session_header.py (direct)",
+        realenv::python_script(realenv::py1(), "read_session_header.py", &[&stub.url()]),
+        SCRIPT_LIMIT,
+    );
+    c.eq("node fetch reads (direct, stub sends two lines)", &node_direct.json["get"], &json!("abc, abc"));
+    c.eq("httpx reads (direct, stub sends two lines)", &httpx_direct.json["get"], &json!("abc, abc"));
+
+    let proxy = start_proxy(&stub.url());
+
+    // The raw wire through the proxy: exactly one session line, value byte-exact.
+    match raw_initialize(proxy.port) {
+        Ok(head) => {
+            let lines = session_lines(&head);
+            c.check(lines.len() == 1, format!("Mcp-Session-Id lines on the wire: {lines:?}"));
+            c.check(
+                lines.iter().all(|l| l.split_once(':').map(|(_, v)| v.trim()) == Some("abc")),
+                format!("Mcp-Session-Id value on the wire: {lines:?}"),
+            );
+            ev.push(("raw response head through the proxy", head));
+        }
+        Err(e) => c.check(false, format!("raw initialize through the proxy: {e}")),
+    }
+
+    let node = realenv::run_json(
+        "read_session_header.cjs (proxy)",
+        realenv::plain_node_script("read_session_header.cjs", &[&proxy.url("/mcp")]),
+        SCRIPT_LIMIT,
+    );
+    let httpx = realenv::run_json(
+        "read_session_header.py (proxy)",
+        realenv::python_script(realenv::py1(), "read_session_header.py", &[&proxy.url("/mcp")]),
+        SCRIPT_LIMIT,
+    );
+    c.eq("node fetch status", &node.json["status"], &json!(200));
+    c.eq("node fetch reads Mcp-Session-Id", &node.json["get"], &json!("abc"));
+    c.eq("httpx status", &httpx.json["status"], &json!(200));
+    c.eq("httpx reads Mcp-Session-Id", &httpx.json["get"], &json!("abc"));
+    c.eq("httpx field lines", &httpx.json["get_list"], &json!(["abc"]));
+
+    ev.push(("node (proxy)", node.stdout.clone()));
+    ev.push(("httpx (proxy)", httpx.stdout.clone()));
+    ev.push(("requests the stub received", stub.requests.lock().unwrap().join("\n")));
+    ev.push(("proxy stderr", proxy.stderr_text()));
+    c.finish("session_header_not_duplicated_for_node_fetch_and_httpx", &ev);
+    timed("session_header_not_duplicated_for_node_fetch_and_httpx", started);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Legacy HTTP+SSE (2024-11-05; issue 5): `GET /sse` + `POST /messages/?session_id=...`, FastMCP run with
+// transport "sse". The proxy is path-transparent: its `--upstream` is the `/sse` URL.
+
+fn legacy_args(base: Vec<String>) -> Vec<String> {
+    let mut v = base;
+    v.push("--transport".into());
+    v.push("sse".into());
+    v
+}
+
+fn legacy_expect(exp: Expect) -> Expect {
+    Expect { sessionless: true, modern: false, delete: false, ..exp }
+}
+
+/// The legacy shape: one `GET /sse` (200), then every message a `POST /messages/?session_id=...` (202).
+fn check_legacy_sse(c: &mut Checks, out: &Value) {
+    let http = out["http"].as_array().cloned().unwrap_or_default();
+    let first = http.first().cloned().unwrap_or(Value::Null);
+    c.eq(
+        "first exchange",
+        &json!([first["method"], first["path"], first["status"]]),
+        &json!(["GET", "/sse", 200]),
+    );
+    for (i, h) in http.iter().enumerate().skip(1) {
+        let path = h["path"].as_str().unwrap_or("");
+        c.check(
+            h["method"] == "POST" && path.starts_with("/messages/?session_id=") && h["status"] == 202,
+            format!(
+                "http[{i}]: {} {path} {} (want POST /messages/?session_id=... 202)",
+                h["method"], h["status"]
+            ),
+        );
+    }
+}
+
+#[test]
+fn python_sdk_sse_client_direct_to_fastmcp() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py1(), "sse", TOKEN);
+    let run = run_py1(&legacy_args(direct_args(&up.url("/sse"))));
+    let mut c = Checks::default();
+    check_lifecycle(&mut c, &run.json, &legacy_expect(Expect::direct(&up, "hello from py1")));
+    check_legacy_sse(&mut c, &run.json);
+    c.finish("python_sdk_sse_client_direct_to_fastmcp", &evidence(&run, None, &up));
+    timed("python_sdk_sse_client_direct_to_fastmcp", started);
+}
+
+#[test]
+fn python_sdk_sse_client_through_proxy() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py1(), "sse", TOKEN);
+    let proxy = start_proxy(&up.url("/sse"));
+    let run = run_py1(&legacy_args(spoofed_args(&proxy.url("/sse"))));
+    let mut c = Checks::default();
+    check_lifecycle(&mut c, &run.json, &legacy_expect(Expect::proxied(&up, "hello from py1")));
+    check_legacy_sse(&mut c, &run.json);
+    c.finish("python_sdk_sse_client_through_proxy", &evidence(&run, Some(&proxy), &up));
+    timed("python_sdk_sse_client_through_proxy", started);
+}
+
+#[test]
+fn typescript_sdk_sse_client_direct_to_fastmcp() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py1(), "sse", TOKEN);
+    let run = run_ts(&legacy_args(direct_args(&up.url("/sse"))));
+    let mut c = Checks::default();
+    check_lifecycle(&mut c, &run.json, &legacy_expect(Expect::direct(&up, "hello from ts")));
+    check_legacy_sse(&mut c, &run.json);
+    check_ts_extras(&mut c, &run.json);
+    c.finish("typescript_sdk_sse_client_direct_to_fastmcp", &evidence(&run, None, &up));
+    timed("typescript_sdk_sse_client_direct_to_fastmcp", started);
+}
+
+#[test]
+fn typescript_sdk_sse_client_through_proxy() {
+    let started = Instant::now();
+    let up = Upstream::start(realenv::py1(), "sse", TOKEN);
+    let proxy = start_proxy(&up.url("/sse"));
+    let run = run_ts(&legacy_args(spoofed_args(&proxy.url("/sse"))));
+    let mut c = Checks::default();
+    check_lifecycle(&mut c, &run.json, &legacy_expect(Expect::proxied(&up, "hello from ts")));
+    check_legacy_sse(&mut c, &run.json);
+    check_ts_extras(&mut c, &run.json);
+    c.finish("typescript_sdk_sse_client_through_proxy", &evidence(&run, Some(&proxy), &up));
+    timed("typescript_sdk_sse_client_through_proxy", started);
+}
+
+/// An upstream whose `endpoint` event is absolute (`http://127.0.0.1:<upstream port>/messages/?...`). Both SDK
+/// clients reject an endpoint on another origin than the SSE URL, so through the proxy this passes only if the
+/// proxy rewrites it to its own origin (PROTOCOL.md R25). Directly, the same upstream works (baseline).
+#[test]
+fn sse_absolute_endpoint_rewritten_for_python_and_typescript_clients() {
+    let started = Instant::now();
+    let up = Upstream::start_with(realenv::py1(), &["--transport", "sse", "--absolute-endpoint"], TOKEN);
+    let mut c = Checks::default();
+    let mut ev: Vec<(&str, String)> = Vec::new();
+
+    let py_direct = run_py1(&legacy_args(direct_args(&up.url("/sse"))));
+    let ts_direct = run_ts(&legacy_args(direct_args(&up.url("/sse"))));
+    c.eq("python, direct: error", &py_direct.json["error"], &Value::Null);
+    c.eq("typescript, direct: error", &ts_direct.json["error"], &Value::Null);
+
+    let proxy = start_proxy(&up.url("/sse"));
+    // A rejected endpoint hangs the Python SSE client (it never sends a request): bound it at 10 s.
+    let bounded = |url: &str| {
+        let mut v = legacy_args(spoofed_args(url));
+        v.extend(["--timeout".to_string(), "10".to_string()]);
+        v
+    };
+    let py = run_py1(&bounded(&proxy.url("/sse")));
+    let ts = run_ts(&bounded(&proxy.url("/sse")));
+    for (name, run, message) in [("python", &py, "hello from py1"), ("typescript", &ts, "hello from ts")] {
+        let mut sub = Checks::default();
+        check_lifecycle(&mut sub, &run.json, &legacy_expect(Expect::proxied(&up, message)));
+        check_legacy_sse(&mut sub, &run.json);
+        c.failures.extend(sub.failures.into_iter().map(|f| format!("{name}, through the proxy: {f}")));
+        ev.push((if name == "python" { "python JSON" } else { "typescript JSON" }, pretty(&run.json)));
+    }
+    ev.push(("proxy stderr", proxy.stderr_text()));
+    ev.push(("upstream stderr", up.stderr_text()));
+    c.finish("sse_absolute_endpoint_rewritten_for_python_and_typescript_clients", &ev);
+    timed("sse_absolute_endpoint_rewritten_for_python_and_typescript_clients", started);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Live identity (R23): the wrapper re-registers mid-session and rewrites `--identity-file` (rename + new token).
+
+/// The new identity after the switch.
+const AGENT_2: &str = "claude-prime-2";
+const TOKEN_2: &str = "9a1d3c5e7f2b4d6a8c0e1f3a5b7d9c2e";
+
+#[test]
+fn identity_file_change_mid_session_seen_by_next_tool_call() {
+    let started = Instant::now();
+    // The upstream accepts both tokens (as agentchattr accepts any registered instance's token).
+    let up = Upstream::start(realenv::py1(), "streamable-http", &format!("{TOKEN},{TOKEN_2}"));
+    let dir = crate::util::scratch_dir("identity-switch");
+    let identity = dir.join("identity.json");
+    std::fs::write(&identity, json!({"agent": AGENT, "token": TOKEN}).to_string()).unwrap();
+    let proxy =
+        Proxy::start(&["--upstream", &up.url("/mcp"), "--identity-file", identity.to_str().unwrap()], &[]);
+    let mut args = spoofed_args(&proxy.url("/mcp"));
+    args.extend([
+        "--switch-identity".to_string(),
+        identity.to_str().unwrap().to_string(),
+        json!({"agent": AGENT_2, "token": TOKEN_2}).to_string(),
+        // DESIGN.md §2: the proxy notices a change within a second.
+        "--switch-wait".to_string(),
+        "1.0".to_string(),
+    ]);
+    let run = run_py1(&args);
+    let out = &run.json;
+    let mut c = Checks::default();
+    c.eq("error", &out["error"], &Value::Null);
+    c.eq("closed", &out["closed"], &json!(true));
+    let calls = &out["calls"];
+    let session = calls["chat_send"]["mcp_session_id"].clone();
+    c.check(
+        session.as_array().is_some_and(|a| a.len() == 1),
+        format!("session before the switch: {session}"),
+    );
+    let before = [("chat_send", "sender")];
+    let after = [("chat_send_after_switch", "sender"), ("chat_join", "name"), ("chat_read", "sender")];
+    for (tool, key, agent, token) in before
+        .iter()
+        .map(|(t, k)| (*t, *k, AGENT, TOKEN))
+        .chain(after.iter().map(|(t, k)| (*t, *k, AGENT_2, TOKEN_2)))
+    {
+        let call = &calls[tool];
+        c.eq(&format!("{tool}.{key}"), &call[key], &json!(agent));
+        c.eq(
+            &format!("{tool}: Authorization lines seen"),
+            &call["authorization"],
+            &json!([format!("Bearer {token}")]),
+        );
+        c.eq(&format!("{tool}: X-Agent-Token lines seen"), &call["x_agent_token"], &json!([token]));
+        c.eq(&format!("{tool}: Mcp-Session-Id (same session)"), &call["mcp_session_id"], &session);
+    }
+    let http = out["http"].as_array().cloned().unwrap_or_default();
+    let last = http.last().cloned().unwrap_or(Value::Null);
+    c.eq("closing DELETE", &json!([last["method"], last["status"]]), &json!(["DELETE", 200]));
+    c.finish("identity_file_change_mid_session_seen_by_next_tool_call", &evidence(&run, Some(&proxy), &up));
+    timed("identity_file_change_mid_session_seen_by_next_tool_call", started);
+}

@@ -1,0 +1,327 @@
+//! The Identity issue's integration tests: stamping through the real binary
+//! against a recording upstream, fail-closed refusals, and live identity
+//! changes (identity file rename, in-place write, SIGHUP, control stdin)
+//! while a GET stream stays open. See issue 3, PROTOCOL.md R18-R23.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::upstream::{contains, request, response, Client, Next, Req, Upstream};
+use crate::util::{scratch_dir, token_file, Proxy};
+
+const TOKEN: &str = "tok-1111-SECRET";
+const AGENT: &str = "claude-prime";
+
+fn call(tool: &str, arguments: &str) -> Vec<u8> {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"{tool}","arguments":{arguments}}}}}"#
+    )
+    .into_bytes()
+}
+
+/// JSON POSTs get an OK JSON answer; GET gets an SSE stream with an event
+/// every 100 ms for 20 s.
+fn recording_upstream() -> Upstream {
+    Upstream::start(|req: &Req, s: &mut TcpStream| {
+        if req.method == "GET" {
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+            );
+            for i in 0..200 {
+                let event = format!("event: message\r\ndata: {i}\r\n\r\n");
+                if s.write_all(format!("{:x}\r\n{event}\r\n", event.len()).as_bytes()).is_err() {
+                    return Next::Close;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = s.write_all(b"0\r\n\r\n");
+            return Next::Close;
+        }
+        let body = br#"{"jsonrpc":"2.0","id":3,"result":{}}"#;
+        let _ = s.write_all(&response("200 OK", &[("Content-Type", "application/json")], body));
+        Next::KeepAlive
+    })
+}
+
+fn post(p: &Proxy, fields: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut all =
+        vec![("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+    all.extend_from_slice(fields);
+    request("POST", "/mcp", &format!("127.0.0.1:{}", p.port), &all, body)
+}
+
+#[track_caller]
+fn exchange(p: &Proxy, bytes: &[u8]) -> crate::upstream::Resp {
+    let mut c = Client::new(p.connect());
+    c.send(bytes);
+    c.read_response("POST")
+}
+
+/// The last request the upstream saw, parsed as JSON.
+#[track_caller]
+fn last_json(up: &Upstream, n: usize) -> (Req, serde_json::Value) {
+    let reqs = up.wait_requests(n, Duration::from_secs(5));
+    let req = reqs.last().cloned().expect("a request");
+    let v = serde_json::from_slice(&req.body)
+        .unwrap_or_else(|e| panic!("upstream got invalid JSON ({e}): {}", req.raw_text()));
+    (req, v)
+}
+
+fn start_flags(up: &Upstream, extra: &[&str]) -> Proxy {
+    let tf = token_file(TOKEN);
+    let url = up.url();
+    let mut args = vec!["--upstream", url.as_str(), "--agent", AGENT, "--token-file", tf.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    Proxy::start(&args, &[])
+}
+
+#[test]
+fn spoofed_sender_is_stamped_and_credentials_replaced() {
+    let up = recording_upstream();
+    let p = start_flags(&up, &[]);
+    let body = call(
+        "chat_send",
+        r#"{"sender":"mallory","message":"hi \u00e9 1e400 12345678901234567890123456789012345678901","_meta":{"k":[1,2.50]}}"#,
+    );
+    let resp =
+        exchange(&p, &post(&p, &[("Authorization", "Bearer spoof"), ("X-Agent-Token", "spoof")], &body));
+    assert_eq!(resp.status, 200);
+    let (req, v) = last_json(&up, 1);
+    assert_eq!(v["params"]["arguments"]["sender"], AGENT);
+    assert_eq!(req.head.all("authorization"), vec![format!("Bearer {TOKEN}")]);
+    assert_eq!(req.head.all("x-agent-token"), vec![TOKEN]);
+    // Bytes outside the stamp are untouched: the big numbers and escapes
+    // survive exactly.
+    let expected = String::from_utf8(body).unwrap().replace("\"mallory\"", &format!("\"{AGENT}\""));
+    assert_eq!(String::from_utf8_lossy(&req.body), expected);
+    assert_eq!(req.head.one("content-length"), expected.len().to_string());
+}
+
+#[test]
+fn chat_join_name_is_stamped_and_missing_arguments_created() {
+    let up = recording_upstream();
+    let p = start_flags(&up, &[]);
+    let body = br#"{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"chat_join"}}"#;
+    assert_eq!(exchange(&p, &post(&p, &[], body)).status, 200);
+    let (_, v) = last_json(&up, 1);
+    assert_eq!(v["params"]["arguments"]["name"], AGENT);
+    assert_eq!(v["id"], "x");
+    let body = call("chat_claim", r#"{"sender":"x","name":"old-identity"}"#);
+    assert_eq!(exchange(&p, &post(&p, &[], &body)).status, 200);
+    let (_, v) = last_json(&up, 2);
+    assert_eq!(v["params"]["arguments"]["sender"], AGENT);
+    assert_eq!(v["params"]["arguments"]["name"], "old-identity", "chat_claim's name is never touched");
+}
+
+#[test]
+fn non_stamped_messages_pass_byte_for_byte() {
+    let up = recording_upstream();
+    let p = start_flags(&up, &[]);
+    let bodies: [&[u8]; 3] = [
+        br#"{ "jsonrpc" : "2.0", "id" : 1, "method" : "tools/list" }"#,
+        br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"chat_who","arguments":{"sender":"mallory"}}}"#,
+        br#"{"jsonrpc":"2.0","method":"notifications/initialized","params":{"x":NaN}}"#,
+    ];
+    for (i, body) in bodies.iter().enumerate() {
+        assert_eq!(exchange(&p, &post(&p, &[], body)).status, 200);
+        let reqs = up.wait_requests(i + 1, Duration::from_secs(5));
+        assert_eq!(reqs[i].body, *body);
+    }
+}
+
+#[test]
+fn hostile_bodies_are_refused_and_never_forwarded() {
+    let up = recording_upstream();
+    let p = start_flags(&up, &[]);
+    let cases: &[(&[u8], i64)] = &[
+        (br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"a","sender":"b"}}}"#, -32600),
+        (br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"a","\u0073ender":"b"}}}"#, -32600),
+        (br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"tools/call","params":{"name":"chat_send"}}"#, -32600),
+        (br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_send","arguments":"sender=x"}}"#, -32600),
+        (br#"{"jsonrpc":"2.0","id":1,"method":"tools/call""#, -32700),
+        (b"not json", -32700),
+    ];
+    for (body, code) in cases {
+        let resp = exchange(&p, &post(&p, &[], body));
+        assert_eq!(resp.status, 400, "{}", String::from_utf8_lossy(body));
+        assert_eq!(resp.one("content-type"), "application/json");
+        let v: serde_json::Value = serde_json::from_slice(&resp.body).expect("JSON error body");
+        assert_eq!(v["error"]["code"], *code);
+        assert!(v.get("id").is_none());
+    }
+    // A batch with a tools/call inside is stamped, not refused.
+    let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"mallory"}}}]"#;
+    assert_eq!(exchange(&p, &post(&p, &[], batch)).status, 200);
+    let (_, v) = last_json(&up, 1);
+    assert_eq!(v[1]["params"]["arguments"]["sender"], AGENT);
+    assert_eq!(up.request_count(), 1, "refused bodies reached the upstream");
+}
+
+#[test]
+fn non_ascii_agent_name_and_mcp_param_header_are_stamped() {
+    let up = recording_upstream();
+    let dir = scratch_dir("ident-nonascii");
+    let file = dir.join("id.json");
+    std::fs::write(&file, r#"{"agent":"zoë \"q\"","token":"tok-x"}"#).unwrap();
+    let url = up.url();
+    let p = Proxy::start(&["--upstream", &url, "--identity-file", file.to_str().unwrap()], &[]);
+    let body = call("chat_read", r#"{"sender":"mallory"}"#);
+    let resp =
+        exchange(&p, &post(&p, &[("Mcp-Param-Sender", "mallory"), ("Mcp-Method", "tools/call")], &body));
+    assert_eq!(resp.status, 200);
+    let (req, v) = last_json(&up, 1);
+    assert_eq!(v["params"]["arguments"]["sender"], "zoë \"q\"");
+    // Not plain ASCII: the 2026-07-28 Base64 sentinel.
+    let param = req.head.one("mcp-param-sender");
+    assert!(param.starts_with("=?base64?") && param.ends_with("?="), "{param}");
+    assert_eq!(req.head.one("mcp-method"), "tools/call");
+}
+
+#[test]
+fn custom_stamp_map() {
+    let up = recording_upstream();
+    let p = start_flags(&up, &["--no-default-stamps", "--stamp", "my_tool=author"]);
+    assert_eq!(exchange(&p, &post(&p, &[], &call("chat_send", r#"{"sender":"mallory"}"#))).status, 200);
+    let (_, v) = last_json(&up, 1);
+    assert_eq!(v["params"]["arguments"]["sender"], "mallory", "defaults dropped");
+    assert_eq!(exchange(&p, &post(&p, &[], &call("my_tool", "{}"))).status, 200);
+    let (_, v) = last_json(&up, 2);
+    assert_eq!(v["params"]["arguments"]["author"], AGENT);
+}
+
+/// Open a GET stream through the proxy and read its first event.
+fn open_stream(p: &Proxy) -> Client {
+    let mut c = Client::new(p.connect());
+    c.send(&request(
+        "GET",
+        "/mcp",
+        &format!("127.0.0.1:{}", p.port),
+        &[("Accept", "text/event-stream")],
+        b"",
+    ));
+    let (got, _) = c.read_until(b"data: 0", Duration::from_secs(5));
+    assert!(got.is_some(), "no first event on the GET stream");
+    c
+}
+
+/// The stream is still open: a later event arrives.
+#[track_caller]
+fn assert_stream_alive(c: &mut Client, n: usize) {
+    let (got, seen) = c.read_until(format!("data: {n}\r\n").as_bytes(), Duration::from_secs(5));
+    assert!(got.is_some(), "GET stream interrupted: {:?}", String::from_utf8_lossy(&seen));
+}
+
+fn write_identity(path: &Path, agent: &str, token: &str) {
+    std::fs::write(path, format!("{{\"agent\": \"{agent}\", \"token\": \"{token}\"}}\n")).unwrap();
+}
+
+/// Poll (bounded) until a tools/call is stamped with `agent` and `token`.
+#[track_caller]
+fn wait_identity(p: &Proxy, up: &Upstream, agent: &str, token: &str, limit: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        let before = up.request_count();
+        assert_eq!(exchange(p, &post(p, &[], &call("chat_send", r#"{"sender":"x"}"#))).status, 200);
+        let (req, v) = last_json(up, before + 1);
+        let seen_agent = v["params"]["arguments"]["sender"].as_str().unwrap_or("").to_string();
+        let seen_token = req.head.one("x-agent-token").to_string();
+        // Never half of one identity and half of another.
+        let auth = req.head.one("authorization").to_string();
+        assert_eq!(auth, format!("Bearer {seen_token}"));
+        if seen_agent == agent && seen_token == token {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "identity {agent} not applied within {limit:?} (still {seen_agent})"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn identity_file_rename_write_and_sighup_switch_the_next_call_while_a_stream_stays_open() {
+    let up = recording_upstream();
+    let dir = scratch_dir("ident-file");
+    let file = dir.join("identity.json");
+    write_identity(&file, "agent-one", "tok-one");
+    let url = up.url();
+    let p = Proxy::start(&["--upstream", &url, "--identity-file", file.to_str().unwrap()], &[]);
+    wait_identity(&p, &up, "agent-one", "tok-one", Duration::ZERO);
+    let mut stream = open_stream(&p);
+
+    // 1. Atomic rename, as editors and agentchattr-style writers do.
+    let tmp = dir.join("identity.json.tmp");
+    write_identity(&tmp, "agent-two", "tok-two");
+    std::fs::rename(&tmp, &file).unwrap();
+    let took = wait_identity(&p, &up, "agent-two", "tok-two", Duration::from_secs(2));
+    assert!(took < Duration::from_millis(1500), "rename noticed after {took:?}");
+    assert_stream_alive(&mut stream, 3);
+
+    // 2. In-place write (same inode).
+    std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&file)
+        .and_then(|mut f| f.write_all(br#"{"agent": "agent-three", "token": "tok-three"}"#))
+        .unwrap();
+    wait_identity(&p, &up, "agent-three", "tok-three", Duration::from_secs(2));
+    assert_stream_alive(&mut stream, 6);
+
+    // 3. SIGHUP: a write the poll cannot see (same size, inode and mtime)
+    // is picked up at once on the signal.
+    let meta = std::fs::metadata(&file).unwrap();
+    let mtime = meta.modified().unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    (&f).write_all(br#"{"agent": "agent-FOUR!", "token": "tok-FOUR!"}"#).unwrap();
+    f.set_modified(mtime).unwrap();
+    drop(f);
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), meta.len());
+    std::thread::sleep(Duration::from_millis(600));
+    wait_identity(&p, &up, "agent-three", "tok-three", Duration::ZERO);
+    p.signal("HUP");
+    wait_identity(&p, &up, "agent-FOUR!", "tok-FOUR!", Duration::from_secs(1));
+    assert_stream_alive(&mut stream, 9);
+
+    // A bad file keeps the old identity, and the token never reaches the log.
+    std::fs::write(&file, r#"{"agent": "x", "token": "tok-bad-SECRET"#).unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    wait_identity(&p, &up, "agent-FOUR!", "tok-FOUR!", Duration::ZERO);
+    let log = p.stderr_text();
+    assert!(log.contains("keeping the current identity"), "{log}");
+    for secret in ["tok-one", "tok-two", "tok-three", "tok-FOUR!", "tok-bad-SECRET"] {
+        assert!(!log.contains(secret), "token {secret} in the log");
+    }
+}
+
+#[test]
+fn control_stdin_switches_identity_and_eof_exits_zero() {
+    let up = recording_upstream();
+    let url = up.url();
+    let mut p = Proxy::start_with_stdin(
+        &["--upstream", &url, "--agent", AGENT, "--control-stdin"],
+        &[("MCP_PROXY_TOKEN", TOKEN)],
+        true,
+    );
+    wait_identity(&p, &up, AGENT, TOKEN, Duration::ZERO);
+    let mut stream = open_stream(&p);
+    let stdin = p.stdin().expect("piped stdin");
+    stdin.write_all(b"{\"agent\": \"renamed\", \"token\": \"tok-new\"}\n").unwrap();
+    stdin.flush().unwrap();
+    wait_identity(&p, &up, "renamed", "tok-new", Duration::from_secs(1));
+    // A bad line is ignored; a line split across writes still counts.
+    let stdin = p.stdin().expect("piped stdin");
+    stdin.write_all(b"{\"agent\": 5}\n{\"agent\": \"again\",").unwrap();
+    stdin.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    stdin.write_all(b" \"token\": \"tok-again\"}\n").unwrap();
+    stdin.flush().unwrap();
+    wait_identity(&p, &up, "again", "tok-again", Duration::from_secs(1));
+    assert_stream_alive(&mut stream, 3);
+    drop(p.take_stdin());
+    let status = p.wait_exit(Duration::from_secs(7)).expect("proxy exits at stdin EOF");
+    assert!(status.success(), "{status:?}");
+    assert!(!contains(p.stderr_text().as_bytes(), b"tok-again"));
+}
