@@ -142,6 +142,7 @@ fn agentchattr_shim_start_rename_rotate_stop_and_taken_port() {
         .arg("-c")
         .arg(DRIVER)
         .env("PYTHONPATH", support)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .env("MCP_IDENTITY_PROXY_BIN", BIN)
         .env("UPSTREAM_BASE", format!("http://{upstream}"))
         .env("TAKEN_PORT", taken_port.to_string())
