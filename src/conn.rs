@@ -334,10 +334,6 @@ impl Conn {
         &mut self.client
     }
 
-    pub fn upstream_stream(&mut self) -> Option<&mut TcpStream> {
-        self.upstream.as_mut().map(|u| &mut u.stream)
-    }
-
     /// Record readiness from an event on the client socket.
     pub fn client_event(&mut self, readable: bool, writable: bool, hup: bool) {
         self.client_ready.readable |= readable;
@@ -471,7 +467,13 @@ impl Conn {
         self.pass = 0;
         self.skip = 0;
         self.upstream_buf.clear();
-        self.phase = Phase::Reply { close, reason: CloseReason::BadRequest };
+        let reason = match status {
+            408 => CloseReason::HeadTimeout,
+            502 => CloseReason::UpstreamFailed,
+            504 => CloseReason::UpstreamTimeout,
+            _ => CloseReason::BadRequest,
+        };
+        self.phase = Phase::Reply { close, reason };
     }
 
     /// Move bytes until nothing more can be done now.
