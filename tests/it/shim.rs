@@ -1,9 +1,9 @@
 //! agentchattr drop-in: `tests/support/agentchattr_shim.py` drives the real
 //! binary the way agentchattr's wrapper drives its Python proxy (start on
-//! port 0, read the port, rename, rotate the token, stop; a fixed port that
-//! is taken makes `start()` return False). Runs with the system `python3`
-//! and its standard library only, against a std::net stub upstream that
-//! records the stamped sender and the token it received.
+//! port 0, read the port, rename, rotate the token, both at once, stop; a
+//! fixed port that is taken makes `start()` return False). Runs with the
+//! system `python3` and its standard library only, against a std::net stub
+//! upstream that records the stamped sender and the token it received.
 
 use crate::util::BIN;
 use serde_json::{json, Value};
@@ -125,6 +125,9 @@ proxy.token = "tok-two"
 out(event="renamed", agent=proxy.agent_name)
 status, seen = call(proxy, "mallory")
 out(event="call", status=status, seen=seen)
+proxy.set_identity("claude-prime-3", "tok-three")
+status, seen = call(proxy, "mallory")
+out(event="call", status=status, seen=seen)
 proxy.stop()
 out(event="stopped", returncode=proxy.returncode, port=proxy.port)
 
@@ -209,6 +212,11 @@ fn agentchattr_shim_start_rename_rotate_stop_and_taken_port() {
         call2["seen"],
         json!({"sender": "claude-prime-2", "authorization": "Bearer tok-two", "x_agent_token": "tok-two"})
     );
+    // set_identity(): name and token in one control line.
+    assert_eq!(
+        event("call", 2)["seen"],
+        json!({"sender": "claude-prime-3", "authorization": "Bearer tok-three", "x_agent_token": "tok-three"})
+    );
     let recorded = seen.lock().unwrap().clone();
     let calls: Vec<(&str, Option<&str>, Option<&str>)> =
         recorded.iter().map(|s| (s.path.as_str(), s.sender.as_deref(), s.authorization.as_deref())).collect();
@@ -216,7 +224,8 @@ fn agentchattr_shim_start_rename_rotate_stop_and_taken_port() {
         calls,
         [
             ("/mcp", Some("claude-prime"), Some("Bearer tok-one")),
-            ("/mcp", Some("claude-prime-2"), Some("Bearer tok-two"))
+            ("/mcp", Some("claude-prime-2"), Some("Bearer tok-two")),
+            ("/mcp", Some("claude-prime-3"), Some("Bearer tok-three")),
         ]
     );
     assert!(recorded.iter().all(|s| s.method == "POST"));

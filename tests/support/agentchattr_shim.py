@@ -101,6 +101,15 @@ class McpIdentityProxy:
             self._token = value
             self._push_identity()
 
+    def set_identity(self, agent_name: str, token: str):
+        """Rename and rotate in one control line, so no request can carry
+        the new name with the old token (two property assignments, as
+        agentchattr's wrapper does them, send two lines)."""
+        with self._lock:
+            self._agent_name = agent_name
+            self._token = token
+            self._push_identity()
+
     def start(self) -> bool:
         """Start the proxy; True once it listens. False when the fixed port
         is taken (the binary prints agentchattr's "in use" line, exit 3).
