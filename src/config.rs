@@ -126,51 +126,67 @@ impl fmt::Display for ConfigError {
 pub const USAGE: &str = r#"mcp-identity-proxy: a local identity proxy for one MCP agent.
 
 Relays MCP streamable HTTP (POST/GET/DELETE) and legacy SSE (GET /sse,
-POST /messages/) to one upstream server, replacing the client's credentials
-with the agent's token (Authorization: Bearer, X-Agent-Token) and sending
-exactly one Mcp-Session-Id line back, whatever the upstream's casing.
+POST /messages/) to one upstream server, path and query unchanged. Replaces
+whatever credentials the client sent with the agent's token (Authorization:
+Bearer, X-Agent-Token), stamps the agent's name into tools/call arguments
+(overwriting what the client sent; a body that cannot be stamped safely is
+refused with 400), and sends exactly one Mcp-Session-Id line back.
 
-USAGE:
+USAGE (the identity comes from one of three places):
+    MCP_PROXY_TOKEN=TOKEN mcp-identity-proxy --upstream URL --agent NAME [OPTIONS]
     mcp-identity-proxy --upstream URL --agent NAME --token-file PATH [OPTIONS]
+    mcp-identity-proxy --upstream URL --identity-file PATH [OPTIONS]
 
-REQUIRED:
-    --upstream URL          upstream MCP endpoint, http://HOST[:PORT][/PATH]
-                            (https is refused: no TLS in this binary)
-    --agent NAME            the agent's name (not needed with --identity-file)
-    --token-file PATH       file holding the agent's token (trailing newline
-                            trimmed); or set MCP_PROXY_TOKEN instead (not
-                            needed with --identity-file)
+    Point the client at http://127.0.0.1:PORT plus the upstream's path
+    (e.g. /mcp). Everything but the port line goes to stderr.
 
-IDENTITY:
-    --identity-file PATH    JSON {"agent": "NAME", "token": "TOKEN"}; re-read
-                            within a second of a change (rename or in-place
-                            write) and at once on SIGHUP. A bad file is logged
-                            and the previous identity kept.
-    --control-stdin         read the same JSON objects, one per line, from
-                            stdin; shut down gracefully at EOF (the proxy
-                            never outlives the wrapper that started it)
+UPSTREAM AND IDENTITY:
+    --upstream URL          http://HOST[:PORT][/PATH] (port 80 by default;
+                            HOST resolved once, at start; https is refused:
+                            no TLS in this binary)
+    --agent NAME            the agent's name: 1-256 bytes, no control
+                            characters
+    --token-file PATH       file holding the token (surrounding whitespace
+                            trimmed; visible ASCII, at most 4096 bytes);
+                            wins over MCP_PROXY_TOKEN. Never give the token
+                            in argv.
+    --identity-file PATH    instead of --agent and the token: a JSON file
+                            {"agent": "NAME", "token": "TOKEN"}, re-read
+                            within a second of a change (atomic rename or
+                            in-place write) and at once on SIGHUP. A bad
+                            file is logged (never the token) and the
+                            previous identity kept.
+    --control-stdin         read identity objects, one JSON per line with
+                            both fields, from stdin (a pipe or terminal);
+                            shut down gracefully at EOF, so the proxy never
+                            outlives the wrapper that started it
     --stamp TOOL=PARAM      stamp the agent name into argument PARAM of tool
                             TOOL (repeatable; adds to or overrides defaults)
     --no-default-stamps     drop the default map: 'sender' for chat_send,
                             chat_read, chat_resync, chat_decision,
                             chat_set_hat, chat_claim, chat_rules,
                             chat_summary, chat_propose_job; 'name' for
-                            chat_join
+                            chat_join (chat_claim's own 'name' is never
+                            touched)
 
-OPTIONS:
-    --listen ADDR:PORT      loopback address to listen on [default: 127.0.0.1:0]
-                            (port 0: the OS picks one)
-    --connect-timeout SECS  upstream connect timeout, then 504 [default: 5]
-    --response-timeout SECS request sent -> response head, then 504 [default: 300]
-    --idle-timeout SECS     no byte either way on an open exchange or stream,
-                            then the connection closes [default: 300]
+LISTENER AND LIMITS:
+    --listen ADDR:PORT      address to listen on; port 0: the OS picks one
+                            [default: 127.0.0.1:0]; localhost:PORT allowed;
+                            a non-loopback address needs --client-token-file
+    --client-token-file PATH
+                            secret clients must send as 'Authorization:
+                            Bearer <secret>' (401 otherwise; replaced
+                            upstream like any client credential)
     --allow-origin ORIGIN   also accept this browser Origin, e.g.
                             https://app.example (repeatable) [default: only
                             http(s) origins on localhost, 127.0.0.1, [::1]]
-    --client-token-file PATH
-                            secret clients must send as 'Authorization:
-                            Bearer <secret>' (replaced upstream); required to
-                            --listen on a non-loopback address
+    --connect-timeout SECS  upstream connect, then 504 [default: 5]
+    --response-timeout SECS
+                            request sent -> response head, then 504
+                            [default: 300]
+    --idle-timeout SECS     no byte either way on an open exchange or
+                            stream, then it closes [default: 300]
+                            (SECS may have a fraction: 0.5)
     -h, --help              print this help
     -V, --version           print the version
 
@@ -179,19 +195,29 @@ OUTPUT:
 
 ENVIRONMENT:
     MCP_PROXY_TOKEN         the token, when --token-file is not given
+                            (ignored with --identity-file)
     RUST_LOG                log filter on stderr (error, warn, info, debug,
                             trace) [default: warn]; info logs one line per
                             exchange. Tokens are never logged.
 
 EXIT STATUS:
-    0  clean shutdown (SIGINT, SIGTERM)
-    2  bad arguments or configuration
+    0  clean shutdown: SIGINT, SIGTERM, or stdin EOF with --control-stdin
+       (in-flight exchanges get up to 5 s)
+    1  the event loop failed
+    2  bad arguments or configuration (unreadable token or identity file,
+       unresolvable upstream host, --control-stdin on a file or /dev/null)
     3  cannot bind the listen address (a fixed port in use prints
        '  MCP proxy: port N in use (shared with another instance)')
 
 EXAMPLE:
-    mcp-identity-proxy --upstream http://127.0.0.1:8200/mcp \
-        --agent claude-prime --token-file ~/.agentchattr/claude.token
+    $ mcp-identity-proxy --upstream http://127.0.0.1:8200/mcp \
+          --agent claude-prime --token-file ~/.agentchattr/claude.token
+      MCP proxy: port 40123
+    $ claude mcp add --transport http chat http://127.0.0.1:40123/mcp
+
+    Live identity: write the new file next to the old one, then rename it:
+    $ printf '{"agent": "claude-2", "token": "%s"}\n' "$TOKEN" > id.json.new
+    $ mv id.json.new id.json
 "#;
 
 /// Parse argv (without the program name) and the environment.
@@ -265,11 +291,18 @@ where
     }
 
     let upstream = parse_upstream(&upstream.ok_or(ConfigError::Missing("--upstream"))?)?;
+    let flag_token_file = token_file.is_some();
     let flag_token = match token_file {
         Some(path) => Some(read_token_file(&path)?),
         None => env_token,
     };
     let identity = match &identity_file {
+        Some(_) if agent.is_some() || flag_token_file => {
+            return Err(ConfigError::Invalid {
+                flag: "--identity-file",
+                why: "it replaces --agent and --token-file: give one or the other",
+            })
+        }
         Some(path) => read_identity_file(path)?,
         None => {
             let agent = agent.ok_or(ConfigError::Missing("--agent (or --identity-file)"))?;
@@ -394,6 +427,13 @@ fn parse_upstream(v: &str) -> Result<Upstream, ConfigError> {
     let lookup_host = host.trim_start_matches('[').trim_end_matches(']');
     let addrs: Vec<SocketAddr> = match lookup_host.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, port)],
+        // No resolver needed (a FROM scratch image has no /etc/hosts).
+        Err(_) if lookup_host.eq_ignore_ascii_case("localhost") => {
+            vec![
+                SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)),
+            ]
+        }
         Err(_) => (lookup_host, port)
             .to_socket_addrs()
             .map_err(|_| ConfigError::Resolve(lookup_host.to_string()))?
@@ -507,6 +547,26 @@ mod tests {
         assert!(matches!(e, ConfigError::TokenFile(_, std::io::ErrorKind::NotFound)));
         let e = parse(args(&format!("{up} --idle-timeout -1")), Some("t".into())).unwrap_err();
         assert!(matches!(e, ConfigError::Invalid { flag: "--idle-timeout", .. }));
+    }
+
+    #[test]
+    fn identity_file_replaces_agent_and_token_flags() {
+        let dir = std::env::temp_dir().join(format!("cfg-ident-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("id.json");
+        std::fs::write(&file, r#"{"agent":"from-file","token":"tok-file"}"#).unwrap();
+        let f = file.to_str().unwrap();
+        let up = "--upstream http://localhost:9/mcp";
+        let c = parse(args(&format!("{up} --identity-file {f}")), Some("env-token".into())).unwrap();
+        assert_eq!((c.identity.agent.as_str(), c.identity.token.as_str()), ("from-file", "tok-file"));
+        assert_eq!(c.upstream.addrs[0], "127.0.0.1:9".parse().unwrap(), "localhost needs no resolver");
+        let e = parse(args(&format!("{up} --identity-file {f} --agent x")), None).unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { flag: "--identity-file", .. }));
+        std::fs::write(&file, r#"{"agent":"x","token":"tok-SECRET"#).unwrap();
+        let e = parse(args(&format!("{up} --identity-file {f}")), None).unwrap_err();
+        assert!(matches!(e, ConfigError::IdentityFile(..)));
+        assert!(!e.to_string().contains("tok-SECRET"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -321,22 +321,63 @@ impl Slab {
     }
 }
 
+/// Why `Proxy::bind` failed: the listen address (exit 3) or the setup
+/// around it (exit 2 for --control-stdin on a file, 1 otherwise).
+#[derive(Debug)]
+pub enum BindError {
+    /// The listener could not be bound.
+    Listen(io::Error),
+    /// `--control-stdin` needs a pipe, socket or terminal: epoll refuses
+    /// regular files and /dev/null.
+    ControlStdin(io::Error),
+    /// The poll instance or the signal pipe could not be set up.
+    Setup(io::Error),
+}
+
+impl std::fmt::Display for BindError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BindError::Listen(e) => write!(f, "cannot listen: {e}"),
+            BindError::ControlStdin(e) => {
+                write!(f, "--control-stdin: stdin must be a pipe, socket or terminal ({e})")
+            }
+            BindError::Setup(e) => write!(f, "cannot set up the event loop: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BindError {}
+
+impl From<BindError> for io::Error {
+    fn from(e: BindError) -> io::Error {
+        match e {
+            BindError::Listen(e) | BindError::ControlStdin(e) | BindError::Setup(e) => e,
+        }
+    }
+}
+
 impl Proxy {
     /// Bind the listener and install signal handlers.
-    pub fn bind(config: Config) -> io::Result<Proxy> {
-        let poll = Poll::new()?;
-        let mut listener = TcpListener::bind(config.listen)?;
-        let local_addr = listener.local_addr()?;
-        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
-        let mut signals = Signals::install()?;
-        poll.registry().register(&mut signals.receiver, SIGNALS, Interest::READABLE)?;
+    pub fn bind(config: Config) -> Result<Proxy, BindError> {
+        let poll = Poll::new().map_err(BindError::Setup)?;
+        let mut listener = TcpListener::bind(config.listen).map_err(BindError::Listen)?;
+        let local_addr = listener.local_addr().map_err(BindError::Listen)?;
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE).map_err(BindError::Listen)?;
+        let mut signals = Signals::install().map_err(BindError::Setup)?;
+        poll.registry()
+            .register(&mut signals.receiver, SIGNALS, Interest::READABLE)
+            .map_err(BindError::Setup)?;
         let live = Live::new(config.identity.clone());
         let watch = config.identity_file.as_ref().map(|path| {
             let mut w = IdentityWatch { path: path.clone(), seen: None, next_check: Instant::now() };
             w.seen = w.stamp();
             w
         });
-        let control = if config.control_stdin { Some(ControlStdin::open(&poll)?) } else { None };
+        let control = if config.control_stdin {
+            Some(ControlStdin::open(&poll).map_err(BindError::ControlStdin)?)
+        } else {
+            None
+        };
         let max_conns = connection_cap();
         debug!("accepting at most {max_conns} connections");
         Ok(Proxy {

@@ -2,7 +2,7 @@
 //! exit code (0 clean, 2 configuration, 3 bind).
 
 use mcp_identity_proxy::config::{self, ConfigError, TOKEN_ENV, USAGE};
-use mcp_identity_proxy::event_loop::Proxy;
+use mcp_identity_proxy::event_loop::{BindError, Proxy};
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -30,14 +30,22 @@ fn main() -> ExitCode {
     let port = config.listen.port();
     let proxy = match Proxy::bind(config) {
         Ok(p) => p,
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && port != 0 => {
+        Err(BindError::Listen(e)) if e.kind() == std::io::ErrorKind::AddrInUse && port != 0 => {
             println!("  MCP proxy: port {port} in use (shared with another instance)");
             let _ = std::io::stdout().flush();
             return ExitCode::from(3);
         }
-        Err(e) => {
-            eprintln!("mcp-identity-proxy: cannot listen: {e}");
+        Err(e @ BindError::Listen(_)) => {
+            eprintln!("mcp-identity-proxy: {e}");
             return ExitCode::from(3);
+        }
+        Err(e @ BindError::ControlStdin(_)) => {
+            eprintln!("mcp-identity-proxy: {e}");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("mcp-identity-proxy: {e}");
+            return ExitCode::from(1);
         }
     };
     println!("  MCP proxy: port {}", proxy.local_addr().port());
