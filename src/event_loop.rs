@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 const LISTENER: Token = Token(usize::MAX);
 const SIGNALS: Token = Token(usize::MAX - 1);
 const STDIN: Token = Token(usize::MAX - 2);
+const WAKER: Token = Token(usize::MAX - 3);
 
 /// Token of a connection's client (`side` 0) or upstream (`side` 1) socket.
 fn token(slot: usize, side: usize) -> Token {
@@ -40,6 +41,24 @@ pub struct Proxy {
     /// Connections accepted at most: `MAX_CONNECTIONS` or what the
     /// descriptor limit allows, so accept never runs into EMFILE.
     max_conns: usize,
+    stop: ShutdownHandle,
+}
+
+/// Asks a running `Proxy` to shut down gracefully, as SIGTERM does; for
+/// programs and tests that run the proxy in-process.
+#[derive(Clone)]
+pub struct ShutdownHandle {
+    waker: std::sync::Arc<mio::Waker>,
+    requested: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ShutdownHandle {
+    pub fn shutdown(&self) {
+        self.requested.store(true, Ordering::SeqCst);
+        if let Err(e) = self.waker.wake() {
+            warn!("cannot wake the event loop for shutdown: {e}");
+        }
+    }
 }
 
 /// Raise the soft descriptor limit to the hard one (as nginx's
@@ -378,6 +397,10 @@ impl Proxy {
         } else {
             None
         };
+        let stop = ShutdownHandle {
+            waker: std::sync::Arc::new(mio::Waker::new(poll.registry(), WAKER).map_err(BindError::Setup)?),
+            requested: Default::default(),
+        };
         let max_conns = connection_cap();
         debug!("accepting at most {max_conns} connections");
         Ok(Proxy {
@@ -390,11 +413,17 @@ impl Proxy {
             control,
             signals,
             max_conns,
+            stop,
         })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// A handle that stops `run` gracefully from another thread.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.stop.clone()
     }
 
     /// Serve until SIGINT/SIGTERM, then let in-flight exchanges finish for
@@ -449,6 +478,7 @@ impl Proxy {
             for event in events.iter() {
                 match event.token() {
                     LISTENER => accept_ready = true,
+                    WAKER => stop_requested |= self.stop.requested.load(Ordering::SeqCst),
                     STDIN => {
                         let Some(control) = self.control.as_mut() else { continue };
                         let (identities, eof) = control.read();

@@ -537,8 +537,10 @@ impl Reply {
 pub struct Demo {
     pub server: DemoServer,
     pub proxy_addr: SocketAddr,
-    /// `Proxy::run` on its own thread; it returns after SIGINT/SIGTERM.
+    /// `Proxy::run` on its own thread; it returns after SIGINT/SIGTERM or
+    /// `stop.shutdown()`.
     pub proxy_thread: JoinHandle<io::Result<()>>,
+    pub stop: mcp_identity_proxy::event_loop::ShutdownHandle,
 }
 
 impl Demo {
@@ -551,8 +553,9 @@ impl Demo {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         let proxy = Proxy::bind(config)?;
         let proxy_addr = proxy.local_addr();
+        let stop = proxy.shutdown_handle();
         let proxy_thread = thread::Builder::new().name("proxy".into()).spawn(move || proxy.run())?;
-        Ok(Demo { server, proxy_addr, proxy_thread })
+        Ok(Demo { server, proxy_addr, proxy_thread, stop })
     }
 
     pub fn proxy_url(&self) -> String {

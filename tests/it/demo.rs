@@ -49,6 +49,16 @@ fn demo_session_one_session_line_stamped_sender_injected_token() {
     let r = client.request("POST", Some(&t.session_id), &[], Some(&list)).expect("post after delete");
     assert_eq!(r.status().expect("status").0, 404);
     assert_eq!(r.json().expect("json")["error"]["message"], "Session not found");
+
+    // The in-process proxy stops on request, like on SIGTERM.
+    drop(client);
+    demo.stop.shutdown();
+    let started = std::time::Instant::now();
+    while !demo.proxy_thread.is_finished() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(7), "proxy did not stop");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(demo.proxy_thread.join().expect("proxy thread").is_ok());
 }
 
 #[test]

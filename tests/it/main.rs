@@ -1,5 +1,6 @@
 //! One integration-test binary (one link, shared helpers), ripgrep style.
-//! Every test drives the real `mcp-identity-proxy` binary over loopback.
+//! Every test drives the real proxy over loopback: the binary, or (demo.rs)
+//! the library in-process.
 
 mod cli;
 mod clients;
