@@ -63,7 +63,8 @@ fn scratch_dir(name: &str) -> PathBuf {
     let dir = base.join("bench-relay").join(format!("{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
+    // Absolute: nginx resolves relative paths against its -p prefix.
+    std::fs::canonicalize(&dir).unwrap_or(dir)
 }
 
 // ---------- processes ----------
