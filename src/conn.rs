@@ -738,11 +738,12 @@ impl Conn {
             self.reply_error(ctx.now, status, -32600, message, true);
             return;
         }
+        // Every POST with a JSON body is read whole to be stamped (whatever
+        // its path); chunked bodies are read whole to be de-chunked.
+        let json_post = req.is_method(b"POST") && is_json_content_type(req.headers.get(b"content-type"));
         let buffered = match req.framing {
             Framing::Chunked => true,
-            Framing::Length(_) => {
-                req.is_method(b"POST") && is_json_content_type(req.headers.get(b"content-type"))
-            }
+            Framing::Length(_) => json_post,
             _ => false,
         };
         if let Framing::Length(n) = req.framing {
@@ -765,8 +766,7 @@ impl Conn {
             Framing::Length(n) if !buffered => n,
             _ => 0,
         };
-        self.ex.stamp_candidate =
-            buffered && req.is_method(b"POST") && is_json_content_type(req.headers.get(b"content-type"));
+        self.ex.stamp_candidate = buffered && json_post;
         self.ex.headers = req.headers;
         self.phase = match req.framing {
             Framing::Chunked => Phase::ReadBody { tracker: Some(ChunkTracker::new()), remaining: 0 },
@@ -1278,7 +1278,9 @@ impl Conn {
                     InFraming::Chunked(t) => t.at_chunk_boundary(),
                     _ => true,
                 };
-                if input_done && out == OutMode::Same {
+                if input_done && out != OutMode::Raw {
+                    // Ours: the upstream's last chunk (if any) was dropped
+                    // with its framing.
                     self.to_client.extend_from_slice(b"0\r\n\r\n");
                 }
                 if input_done || (rw.is_done() && boundary) {
@@ -1294,6 +1296,10 @@ impl Conn {
                     self.scratch.extend_from_slice(&avail[..len]);
                     self.upstream_buf.consume(len);
                     self.emit_payload(out);
+                    if input_done {
+                        // A Content-Length body re-framed after a rewrite.
+                        self.to_client.extend_from_slice(b"0\r\n\r\n");
+                    }
                 }
                 _ if self.pass == 0 => self.upstream_buf.consume(len),
                 _ => self.skip = len,

@@ -115,3 +115,53 @@ fn messages_post_keeps_its_query_and_is_stamped() {
     let v: serde_json::Value = serde_json::from_slice(&req.body).unwrap();
     assert_eq!(v["params"]["arguments"]["sender"], "gemini");
 }
+
+#[test]
+fn content_length_event_stream_is_rewritten_and_reframed_with_a_last_chunk() {
+    // An upstream that sends its legacy stream with a Content-Length: the
+    // rewrite changes the length, so the proxy answers chunked and must
+    // end the body with the last chunk.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let up = Upstream::on(listener, move |_req: &Req, s: &mut TcpStream| {
+        let body = format!(
+            "event: endpoint\ndata: http://127.0.0.1:{port}/messages/?session_id=1\n\nevent: message\ndata: x\n\n"
+        );
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let _ = s.write_all(head.as_bytes());
+        let (a, b) = body.split_at(30);
+        let _ = s.write_all(a.as_bytes());
+        std::thread::sleep(Duration::from_millis(100));
+        let _ = s.write_all(b.as_bytes());
+        Next::KeepAlive
+    });
+    let p = start(&up);
+    let mut c = Client::new(p.connect());
+    c.send(&request(
+        "GET",
+        "/sse",
+        &format!("127.0.0.1:{}", p.port),
+        &[("Accept", "text/event-stream")],
+        b"",
+    ));
+    let resp = c.read_response("GET");
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.one("transfer-encoding"), "chunked");
+    assert!(!resp.has("content-length"));
+    assert_eq!(
+        String::from_utf8_lossy(&resp.body),
+        format!("event: endpoint\ndata: http://127.0.0.1:{}/messages/?session_id=1\n\nevent: message\ndata: x\n\n", p.port)
+    );
+    // The connection is still usable: the body really ended.
+    c.send(&request(
+        "GET",
+        "/sse",
+        &format!("127.0.0.1:{}", p.port),
+        &[("Accept", "text/event-stream")],
+        b"",
+    ));
+    assert_eq!(c.read_response("GET").status, 200);
+}
