@@ -88,6 +88,17 @@ pub fn may_be_complete(buf: &[u8], from: usize) -> bool {
     memchr::memmem::find(tail, b"\n\r\n").is_some() || memchr::memmem::find(tail, b"\n\n").is_some()
 }
 
+/// Two Transfer-Encoding lines mean either `chunked` applied twice or a
+/// coding besides chunked: both refused (RFC 9112 §6.1). Checked on the raw
+/// lines, since merging collapses identical values into one.
+fn refuse_repeated_transfer_encoding(lines: &[httparse::Header<'_>]) -> Result<(), ParseError> {
+    let count = lines.iter().filter(|h| h.name.eq_ignore_ascii_case("transfer-encoding")).count();
+    if count > 1 {
+        return Err(ParseError::Framing(FramingError::TransferNotChunked));
+    }
+    Ok(())
+}
+
 /// A parsed client request head.
 #[derive(Clone, Debug)]
 pub struct RequestHead {
@@ -138,6 +149,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, ParseError> {
         }
         headers.merge_line(h.name.as_bytes(), super::headers::trim_ows(h.value))?;
     }
+    refuse_repeated_transfer_encoding(req.headers)?;
     // RFC 9112 §3.2: a server MUST answer 400 to no Host (1.1) or several.
     if hosts > 1 || (hosts == 0 && !http10) {
         return Err(ParseError::Host);
@@ -208,6 +220,7 @@ pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Option<ResponseH
     for h in resp.headers.iter() {
         headers.merge_line(h.name.as_bytes(), super::headers::trim_ows(h.value))?;
     }
+    refuse_repeated_transfer_encoding(resp.headers)?;
     let framing = response_framing(&headers, status, head_request).map_err(ParseError::Framing)?;
     let advertised_length = match framing {
         Framing::None => headers.get(b"content-length").and_then(parse_digits),
@@ -293,6 +306,7 @@ mod tests {
         space_in_target: b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n" => 400;
         http2: b"GET / HTTP/2.0\r\nHost: a\r\n\r\n" => 400;
         te_on_http10: b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n" => 400;
+        te_chunked_on_two_lines: b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n" => 400;
     }
 
     #[test]
