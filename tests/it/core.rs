@@ -7,6 +7,10 @@ use std::net::{Shutdown, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::harness::{
+    assert_healthy, assert_jsonrpc_error, chunk, client, exchange, host, json_post, ok_upstream, OK_JSON,
+    PING,
+};
 use crate::upstream::{contains, request, response, Client, Head, Next, Req, Resp, Upstream};
 use crate::util::{token_file, Proxy};
 
@@ -14,8 +18,6 @@ const TOKEN: &str = "tok-7f3a9c-SECRET-d41d8";
 const AGENT: &str = "claude-prime";
 const SESSION: &str = "a1B2-c3_D4.e5~f6!7$8";
 
-const PING: &[u8] = br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#;
-const OK_JSON: &[u8] = br#"{"jsonrpc":"2.0","id":7,"result":{}}"#;
 const INITIALIZE: &[u8] = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"it","version":"1"}}}"#;
 const INIT_RESULT: &[u8] = br#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"stub","version":"1"}}}"#;
 const INITIALIZED: &[u8] = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
@@ -39,60 +41,9 @@ fn start_with(up: &Upstream, extra: &[&str]) -> Proxy {
     Proxy::start(&args, &[])
 }
 
-fn host(p: &Proxy) -> String {
-    format!("127.0.0.1:{}", p.port)
-}
-
-fn client(p: &Proxy) -> Client {
-    Client::new(p.connect())
-}
-
-/// One request on a new connection, one response.
-#[track_caller]
-fn exchange(p: &Proxy, bytes: &[u8]) -> Resp {
-    let method = std::str::from_utf8(bytes).unwrap_or("").split(' ').next().unwrap_or("").to_string();
-    let mut c = client(p);
-    c.send(bytes);
-    c.read_response(&method)
-}
-
 /// A JSON-RPC POST to `/mcp` with the usual client fields plus `extra`.
 fn post(p: &Proxy, extra: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-    let mut fields =
-        vec![("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
-    fields.extend_from_slice(extra);
-    request("POST", "/mcp", &host(p), &fields, body)
-}
-
-/// An upstream answering every request with 200 and `OK_JSON`.
-fn ok_upstream() -> Upstream {
-    Upstream::fixed(response("200 OK", &[("Content-Type", "application/json")], OK_JSON))
-}
-
-/// After a hostile exchange: a well-formed request on a new connection is
-/// relayed and answered.
-#[track_caller]
-fn assert_healthy(p: &Proxy, up: &Upstream) {
-    let before = up.request_count();
-    let resp = exchange(p, &post(p, &[], PING));
-    assert_eq!(resp.status, 200, "healthy request after a hostile one failed: {:?}", resp.raw_text());
-    assert_eq!(resp.body, OK_JSON);
-    assert_eq!(up.request_count(), before + 1);
-}
-
-/// A proxy-generated error: `status`, `content-type: application/json`, an
-/// id-less JSON-RPC error body.
-#[track_caller]
-fn assert_jsonrpc_error(resp: &Resp, status: u16) {
-    assert_eq!(resp.status, status, "response: {:?}", resp.raw_text());
-    let ct = resp.one("content-type");
-    assert!(ct.starts_with("application/json"), "content-type {ct:?} in {:?}", resp.raw_text());
-    let v: serde_json::Value = serde_json::from_slice(&resp.body)
-        .unwrap_or_else(|e| panic!("error body is not JSON ({e}): {:?}", resp.raw_text()));
-    assert_eq!(v["jsonrpc"], "2.0", "body {v}");
-    assert!(v.get("id").is_none(), "proxy error body carries an id: {v}");
-    assert!(v["error"]["code"].is_i64(), "error.code not an integer: {v}");
-    assert!(v["error"]["message"].is_string(), "error.message not a string: {v}");
+    json_post(&host(p), extra, body)
 }
 
 #[track_caller]
@@ -107,13 +58,6 @@ fn assert_lowercase_names(head: &Head, side: &str) {
 fn assert_credentials(req: &Req) {
     assert_eq!(req.head.all("authorization"), vec![format!("Bearer {TOKEN}")], "{}", req.raw_text());
     assert_eq!(req.head.all("x-agent-token"), vec![TOKEN], "{}", req.raw_text());
-}
-
-fn chunk(data: &[u8]) -> Vec<u8> {
-    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\r\n");
-    out
 }
 
 /// A free loopback port with nothing listening on it.

@@ -8,6 +8,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::harness::{exchange, host, json_post};
 use crate::upstream::{contains, request, response, Client, Next, Req, Upstream};
 use crate::util::{scratch_dir, token_file, Proxy};
 
@@ -46,17 +47,7 @@ fn recording_upstream() -> Upstream {
 }
 
 fn post(p: &Proxy, fields: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-    let mut all =
-        vec![("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
-    all.extend_from_slice(fields);
-    request("POST", "/mcp", &format!("127.0.0.1:{}", p.port), &all, body)
-}
-
-#[track_caller]
-fn exchange(p: &Proxy, bytes: &[u8]) -> crate::upstream::Resp {
-    let mut c = Client::new(p.connect());
-    c.send(bytes);
-    c.read_response("POST")
+    json_post(&host(p), fields, body)
 }
 
 /// The last request the upstream saw, parsed as JSON.

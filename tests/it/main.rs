@@ -6,6 +6,7 @@ mod cli;
 mod clients;
 mod core;
 mod demo;
+mod harness;
 mod hostile;
 mod identity;
 mod realenv;

@@ -1,0 +1,88 @@
+//! Helpers shared by the raw-wire suites (core.rs, hostile.rs): one request
+//! on a new connection, the usual JSON-RPC POST, a healthy-request check and
+//! the shape of a proxy-made error.
+
+use std::time::{Duration, Instant};
+
+use crate::upstream::{request, response, Client, Resp, Upstream};
+use crate::util::Proxy;
+
+pub const PING: &[u8] = br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#;
+pub const OK_JSON: &[u8] = br#"{"jsonrpc":"2.0","id":7,"result":{}}"#;
+
+/// The Host a well-behaved client sends to this proxy.
+pub fn host(p: &Proxy) -> String {
+    format!("127.0.0.1:{}", p.port)
+}
+
+pub fn client(p: &Proxy) -> Client {
+    Client::new(p.connect())
+}
+
+/// One request on a new connection, one response (the method is read from
+/// the request line, which may be followed by anything).
+#[track_caller]
+pub fn exchange(p: &Proxy, bytes: &[u8]) -> Resp {
+    let method = std::str::from_utf8(&bytes[..bytes.len().min(16)])
+        .unwrap_or("")
+        .split(' ')
+        .next()
+        .unwrap_or("")
+        .to_string();
+    let mut c = client(p);
+    c.send(bytes);
+    c.read_response(&method)
+}
+
+/// A JSON-RPC POST to `/mcp` with the usual client fields plus `extra`.
+pub fn json_post(host: &str, extra: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut fields =
+        vec![("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+    fields.extend_from_slice(extra);
+    request("POST", "/mcp", host, &fields, body)
+}
+
+pub fn ok_response() -> Vec<u8> {
+    response("200 OK", &[("Content-Type", "application/json")], OK_JSON)
+}
+
+/// An upstream answering every request with 200 and `OK_JSON`.
+pub fn ok_upstream() -> Upstream {
+    Upstream::fixed(ok_response())
+}
+
+/// After a hostile exchange: a well-formed request on a new connection is
+/// relayed and answered within 5 s.
+#[track_caller]
+pub fn assert_healthy(p: &Proxy, up: &Upstream) {
+    let before = up.request_count();
+    let t0 = Instant::now();
+    let resp = exchange(p, &json_post(&host(p), &[], PING));
+    assert_eq!(resp.status, 200, "healthy request after a hostile one failed: {:?}", resp.raw_text());
+    assert_eq!(resp.body, OK_JSON, "{:?}", resp.raw_text());
+    assert_eq!(up.request_count(), before + 1);
+    assert!(t0.elapsed() < Duration::from_secs(5), "healthy request took {:?}", t0.elapsed());
+}
+
+/// A proxy-generated error: `status`, `content-type: application/json`, an
+/// id-less JSON-RPC error body.
+#[track_caller]
+pub fn assert_jsonrpc_error(resp: &Resp, status: u16) {
+    assert_eq!(resp.status, status, "response: {:?}", resp.raw_text());
+    let ct = resp.one("content-type");
+    assert!(ct.starts_with("application/json"), "content-type {ct:?} in {:?}", resp.raw_text());
+    let v: serde_json::Value = serde_json::from_slice(&resp.body)
+        .unwrap_or_else(|e| panic!("error body is not JSON ({e}): {:?}", resp.raw_text()));
+    assert_eq!(v["jsonrpc"], "2.0", "body {v}");
+    assert!(v.get("id").is_none(), "proxy error body carries an id: {v}");
+    assert!(v["error"]["code"].is_i64(), "error.code not an integer: {v}");
+    assert!(v["error"]["message"].is_string(), "error.message not a string: {v}");
+}
+
+/// One chunk of a chunked body.
+pub fn chunk(data: &[u8]) -> Vec<u8> {
+    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+    out
+}
