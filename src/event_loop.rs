@@ -443,12 +443,14 @@ impl Proxy {
             let now = Instant::now();
             // The poll timeout is the earliest deadline (a linear scan is fine
             // at MAX_CONNECTIONS; measure before adding a timer wheel).
+            // Deadlines change only when a connection is driven, so the
+            // earliest one found here also tells, after the poll, whether
+            // any has passed.
+            let conn_wake = slab.entries.iter().flatten().filter_map(|c| c.deadline(&self.config)).min();
             let mut wake: Option<Instant> = shutdown_at.map(|t| t + SHUTDOWN_GRACE);
             let mut earliest = |t: Instant| wake = Some(wake.map_or(t, |w| w.min(t)));
-            for conn in slab.entries.iter().flatten() {
-                if let Some(d) = conn.deadline(&self.config) {
-                    earliest(d);
-                }
+            if let Some(d) = conn_wake {
+                earliest(d);
             }
             if let Some((_, since)) = pool.first() {
                 earliest(*since + POOL_IDLE_TIMEOUT);
@@ -586,10 +588,13 @@ impl Proxy {
                     }
                 }
             }
-            // Connections whose deadline passed.
-            for (i, c) in slab.entries.iter().enumerate() {
-                if c.as_ref().and_then(|c| c.deadline(&self.config)).is_some_and(|d| now >= d) {
-                    touched.push(i);
+            // Connections whose deadline passed (a second scan only when the
+            // earliest one has).
+            if conn_wake.is_some_and(|d| now >= d) {
+                for (i, c) in slab.entries.iter().enumerate() {
+                    if c.as_ref().and_then(|c| c.deadline(&self.config)).is_some_and(|d| now >= d) {
+                        touched.push(i);
+                    }
                 }
             }
             touched.sort_unstable();
