@@ -1,8 +1,36 @@
 //! `Buf`: a byte buffer with start/end cursors (sozu's verbs: `space`,
 //! `fill`, `data`, `consume`, `shift`). It starts at `IO_BUF_SIZE` and grows
 //! only on request, up to a fixed limit, so a connection's memory is bounded.
+//! Released buffers of the base size go to a small free list and are reused,
+//! so a stream that goes quiet between events costs no allocation and no
+//! zeroing when the next event comes (DESIGN.md §9).
 
-use crate::limits::IO_BUF_SIZE;
+use crate::limits::{BUF_POOL, IO_BUF_SIZE};
+use std::cell::RefCell;
+
+thread_local! {
+    /// Base-size buffers given back by quiet connections (one thread: the
+    /// event loop's).
+    static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A base-size buffer: from the free list, else a new one.
+fn take_buffer() -> Vec<u8> {
+    POOL.with(|p| p.borrow_mut().pop()).unwrap_or_else(|| vec![0; IO_BUF_SIZE])
+}
+
+/// Keep a base-size buffer for reuse (at most `BUF_POOL`); grown ones are
+/// freed, so a burst does not pin its large buffers.
+fn give_back(bytes: Vec<u8>) {
+    if bytes.len() == IO_BUF_SIZE {
+        POOL.with(|p| {
+            let mut pool = p.borrow_mut();
+            if pool.len() < BUF_POOL {
+                pool.push(bytes);
+            }
+        });
+    }
+}
 
 #[derive(Debug)]
 pub struct Buf {
@@ -36,7 +64,7 @@ impl Buf {
     /// that frees room. Empty when the buffer is full at its current size.
     pub fn space(&mut self) -> &mut [u8] {
         if self.bytes.is_empty() {
-            self.bytes.resize(IO_BUF_SIZE.min(self.limit), 0);
+            self.bytes = take_buffer();
         }
         if self.end == self.bytes.len() && self.start > 0 {
             self.shift();
@@ -89,7 +117,7 @@ impl Buf {
     /// quiet streams hold no buffer).
     pub fn release_if_empty(&mut self) {
         if self.is_empty() && !self.bytes.is_empty() {
-            self.bytes = Vec::new();
+            give_back(std::mem::take(&mut self.bytes));
             self.start = 0;
             self.end = 0;
         }
@@ -98,6 +126,12 @@ impl Buf {
     pub fn clear(&mut self) {
         self.start = 0;
         self.end = 0;
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        give_back(std::mem::take(&mut self.bytes));
     }
 }
 
@@ -129,6 +163,32 @@ mod tests {
         assert!(b.is_empty());
         b.release_if_empty();
         assert!(b.has_space());
+    }
+
+    fn pooled() -> usize {
+        POOL.with(|p| p.borrow().len())
+    }
+
+    #[test]
+    fn released_buffers_are_reused() {
+        let before = pooled();
+        let mut a = Buf::new(IO_BUF_SIZE);
+        a.space()[0] = 7;
+        let ptr = a.space().as_ptr();
+        a.release_if_empty();
+        assert_eq!(pooled(), before + 1);
+        let mut b = Buf::new(IO_BUF_SIZE);
+        assert_eq!(b.space().as_ptr(), ptr, "the freed buffer is taken again");
+        assert_eq!(b.space().len(), IO_BUF_SIZE);
+        assert_eq!(pooled(), before);
+        // A grown buffer is freed, not pooled; a dropped base one is pooled.
+        let mut c = Buf::new(IO_BUF_SIZE * 2);
+        c.space();
+        assert!(c.grow());
+        drop(c);
+        assert_eq!(pooled(), before);
+        drop(b);
+        assert_eq!(pooled(), before + 1);
     }
 
     #[test]

@@ -36,6 +36,10 @@ pub const MAX_JSON_DEPTH: usize = 128;
 /// `MAX_REQUEST_HEAD` only while a head does not fit.
 pub const IO_BUF_SIZE: usize = 16 * 1024;
 
+/// Base-size buffers kept on a free list for reuse (256 KiB at most): a
+/// quiet stream gives its buffers back, the next event takes one again.
+pub const BUF_POOL: usize = 16;
+
 /// Most reads or writes per socket per readiness event, so one busy
 /// connection cannot starve the others on the single thread.
 pub const MAX_IO_PER_EVENT: usize = 32;
