@@ -49,15 +49,14 @@ fn legacy_upstream(endpoint_for: fn(u16) -> String) -> Upstream {
     })
 }
 
+/// `GET /sse` as a legacy client sends it.
+fn get_sse(p: &Proxy) -> Vec<u8> {
+    request("GET", "/sse", &format!("127.0.0.1:{}", p.port), &[("Accept", "text/event-stream")], b"")
+}
+
 fn read_stream(p: &Proxy) -> (String, Option<Duration>, String) {
     let mut c = Client::new(p.connect());
-    c.send(&request(
-        "GET",
-        "/sse",
-        &format!("127.0.0.1:{}", p.port),
-        &[("Accept", "text/event-stream")],
-        b"",
-    ));
+    c.send(&get_sse(p));
     let start = Instant::now();
     let head = c.read_head();
     assert_eq!(head.status, 200);
@@ -140,13 +139,7 @@ fn content_length_event_stream_is_rewritten_and_reframed_with_a_last_chunk() {
     });
     let p = start(&up);
     let mut c = Client::new(p.connect());
-    c.send(&request(
-        "GET",
-        "/sse",
-        &format!("127.0.0.1:{}", p.port),
-        &[("Accept", "text/event-stream")],
-        b"",
-    ));
+    c.send(&get_sse(&p));
     let resp = c.read_response("GET");
     assert_eq!(resp.status, 200);
     assert_eq!(resp.one("transfer-encoding"), "chunked");
@@ -156,12 +149,6 @@ fn content_length_event_stream_is_rewritten_and_reframed_with_a_last_chunk() {
         format!("event: endpoint\ndata: http://127.0.0.1:{}/messages/?session_id=1\n\nevent: message\ndata: x\n\n", p.port)
     );
     // The connection is still usable: the body really ended.
-    c.send(&request(
-        "GET",
-        "/sse",
-        &format!("127.0.0.1:{}", p.port),
-        &[("Accept", "text/event-stream")],
-        b"",
-    ));
+    c.send(&get_sse(&p));
     assert_eq!(c.read_response("GET").status, 200);
 }
