@@ -212,8 +212,6 @@ struct Exchange {
     target: smallvec::SmallVec<[u8; 64]>,
     /// The Host the client used (for `Location` rewriting).
     client_host: smallvec::SmallVec<[u8; 32]>,
-    head_request: bool,
-    idempotent: bool,
     http10: bool,
     /// The rewritten request head for the upstream.
     head_out: Vec<u8>,
@@ -231,6 +229,14 @@ struct Exchange {
     stamp_candidate: bool,
     /// Splices that put the agent's name into the body.
     plan: crate::mcp::stamp::Plan,
+}
+
+impl Exchange {
+    /// May be sent again after a stale pooled connection failed (RFC 9110
+    /// §9.2.2).
+    fn idempotent(&self) -> bool {
+        matches!(self.method.as_slice(), b"GET" | b"HEAD" | b"OPTIONS" | b"DELETE" | b"PUT")
+    }
 }
 
 pub struct Conn {
@@ -722,8 +728,6 @@ impl Conn {
         ex.method = req.method.clone();
         ex.target = req.target.clone();
         ex.client_host = req.headers.get(b"host").map(smallvec::SmallVec::from_slice).unwrap_or_default();
-        ex.head_request = req.is_method(b"HEAD");
-        ex.idempotent = matches!(req.method.as_slice(), b"GET" | b"HEAD" | b"OPTIONS" | b"DELETE" | b"PUT");
         ex.http10 = req.http10;
         ex.start = Some(ctx.now);
         ex.status = 0;
@@ -963,7 +967,7 @@ impl Conn {
         if let Some(u) = self.upstream.take() {
             self.released = Some((u.stream, false));
         }
-        if stale && !self.ex.retried && self.ex.idempotent && self.ex.body_mode != BodyMode::Stream {
+        if stale && !self.ex.retried && self.ex.idempotent() && self.ex.body_mode != BodyMode::Stream {
             debug!("conn {}: pooled upstream connection was stale; reconnecting", self.id);
             self.ex.retried = true;
             self.upstream_buf.clear();
@@ -1086,7 +1090,7 @@ impl Conn {
             if self.upstream_buf.is_empty() {
                 break;
             }
-            match head::parse_response(self.upstream_buf.data(), self.ex.head_request) {
+            match head::parse_response(self.upstream_buf.data(), self.ex.method.as_slice() == b"HEAD") {
                 Ok(Some(resp)) if resp.is_interim() => {
                     // 100 Continue and 103 Early Hints are not relayed as
                     // final answers (R32); 101 cannot happen: Upgrade is
