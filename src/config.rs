@@ -43,6 +43,10 @@ pub struct Config {
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub idle_timeout: Duration,
+    /// A request's head and body must arrive within this of its first byte.
+    pub request_timeout: Duration,
+    /// An idle keep-alive client connection between requests is closed after this.
+    pub keepalive_timeout: Duration,
     /// Extra browser origins allowed besides the loopback ones (`--allow-origin`).
     pub allow_origins: Vec<String>,
     /// Secret clients must present as `Authorization: Bearer` (required
@@ -62,6 +66,8 @@ impl fmt::Debug for Config {
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("keepalive_timeout", &self.keepalive_timeout)
             .field("allow_origins", &self.allow_origins)
             .field("client_token", &self.client_token.as_ref().map(|_| "<redacted>"))
             .finish()
@@ -184,9 +190,16 @@ LISTENER AND LIMITS:
     --response-timeout SECS
                             request sent -> response head, then 504
                             [default: 300]
-    --idle-timeout SECS     no byte either way on an open exchange or
+    --idle-timeout SECS     no byte either way on an open response or
                             stream, then it closes [default: 300]
-                            (SECS may have a fraction: 0.5)
+    --request-timeout SECS  a request's head and body must arrive within
+                            SECS of its first byte (a byte does not extend
+                            it), else 408 and close [default: 10]
+    --keepalive-timeout SECS
+                            an idle client connection (before its first
+                            request or between requests) is closed
+                            [default: 75]
+                            (every SECS may have a fraction: 0.5)
     -h, --help              print this help
     -V, --version           print the version
 
@@ -232,6 +245,8 @@ where
     let mut connect_timeout = limits::CONNECT_TIMEOUT;
     let mut response_timeout = limits::RESPONSE_TIMEOUT;
     let mut idle_timeout = limits::IDLE_TIMEOUT;
+    let mut request_timeout = limits::REQUEST_TIMEOUT;
+    let mut keepalive_timeout = limits::KEEPALIVE_TIMEOUT;
     let mut allow_origins = Vec::new();
     let mut identity_file = None;
     let mut control_stdin = false;
@@ -265,6 +280,12 @@ where
                 response_timeout = parse_secs("--response-timeout", &value("--response-timeout")?)?
             }
             "--idle-timeout" => idle_timeout = parse_secs("--idle-timeout", &value("--idle-timeout")?)?,
+            "--request-timeout" => {
+                request_timeout = parse_secs("--request-timeout", &value("--request-timeout")?)?
+            }
+            "--keepalive-timeout" => {
+                keepalive_timeout = parse_secs("--keepalive-timeout", &value("--keepalive-timeout")?)?
+            }
             "--allow-origin" => {
                 let origin = value("--allow-origin")?;
                 let origin = origin.trim_end_matches('/');
@@ -338,6 +359,8 @@ where
         connect_timeout,
         response_timeout,
         idle_timeout,
+        request_timeout,
+        keepalive_timeout,
         allow_origins,
         client_token,
     })

@@ -24,3 +24,5 @@ pub mod http;
 pub mod io;
 pub mod limits;
 pub mod mcp;
+#[cfg(test)]
+mod test_rng;

@@ -64,12 +64,22 @@ pub const MAX_RELAY_BUF: usize = 256 * 1024;
 /// to reuse.
 pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Time allowed to receive a whole request head once its first byte has
-/// arrived (slowloris guard).
-pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default time for a whole request, head and body, counted from its first
+/// byte (`--request-timeout`); a byte does not extend it, so a client that
+/// drips a head or stalls its body is cut off (slowloris). Then 408 and
+/// close. nginx's `client_header_timeout` / HAProxy's `timeout
+/// http-request` play the same role; 10 s is ample for the 8 MiB body limit
+/// on loopback.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Time an idle keep-alive client connection is kept open.
-pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default time an idle client connection is kept open before its first
+/// request or between requests (`--keepalive-timeout`); nginx's
+/// `keepalive_timeout` default.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(75);
+
+/// Time a proxy-made answer (or the rest of a cut response) may take to
+/// reach a client that does not read it; then the connection is dropped.
+pub const ANSWER_FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Default upstream connect timeout (`--connect-timeout`); then 504.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -80,7 +90,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Default idle timeout of an open exchange: no byte either way
-/// (`--idle-timeout`). FastMCP pings every 15 s; Python clients give up
+/// (`--idle-timeout`): applies to open responses and streams only.
+/// FastMCP pings every 15 s; Python clients give up
 /// after 300 s.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 

@@ -120,6 +120,22 @@ impl ChunkTracker {
         self.state == State::Done
     }
 
+    /// Payload bytes the current chunk announces that have not been seen yet:
+    /// its size as far as the size line has been read (a lower bound while
+    /// digits still arrive, since more digits only make it larger), or what
+    /// remains of its data. A bounded reader refuses a body as soon as
+    /// `payload so far + announced` passes the bound, before reading it.
+    pub fn announced(&self) -> u64 {
+        match self.state {
+            State::Size { value }
+            | State::SizeWs { value }
+            | State::Ext { value }
+            | State::SizeLf { value } => value,
+            State::Data { remaining } => remaining,
+            _ => 0,
+        }
+    }
+
     fn piece_for(&self, b: u8) -> Piece {
         match self.state {
             State::Data { .. } => Piece::Data,
@@ -351,5 +367,29 @@ mod tests {
         assert!(done);
         let (data, ..) = walk(&[b"B\r\nhello world\r\n0\r\n\r\n"]).unwrap();
         assert_eq!(data, b"hello world");
+    }
+
+    #[test]
+    fn announced_size_is_known_before_any_data_byte() {
+        let mut t = ChunkTracker::new();
+        // 16 MiB announced; the tracker says so once the size line is read,
+        // with no data byte consumed.
+        let input = b"1000000\r\nxyz";
+        let step = t.step(input).unwrap().unwrap();
+        assert_eq!(step, Step { len: 9, piece: Piece::Framing });
+        assert_eq!(t.announced(), 16 * 1024 * 1024);
+        // Partial digits are a lower bound that only grows.
+        let mut t = ChunkTracker::new();
+        t.step(b"10").unwrap();
+        assert_eq!(t.announced(), 0x10);
+        t.step(b"00").unwrap();
+        assert_eq!(t.announced(), 0x1000);
+        // Data read so far is subtracted; a finished chunk announces nothing.
+        let mut t = ChunkTracker::new();
+        t.step(b"5\r\n").unwrap();
+        t.step(b"ab").unwrap();
+        assert_eq!(t.announced(), 3);
+        t.step(b"cde").unwrap();
+        assert_eq!(t.announced(), 0);
     }
 }

@@ -1342,23 +1342,7 @@ mod tests {
         assert_eq!(out, b"\"a\\u0001b\"");
     }
 
-    /// xorshift64*: a tiny deterministic generator, enough for these loops.
-    pub(crate) struct Rng(pub u64);
-
-    impl Rng {
-        pub fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        pub fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-        pub fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-            xs[self.below(xs.len())]
-        }
-    }
+    use crate::test_rng::Rng;
 
     const KEYS: &[&str] = &[
         "method",

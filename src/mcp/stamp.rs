@@ -623,23 +623,7 @@ mod tests {
         }
     }
 
-    /// xorshift64*, as in the json tests.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-        fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-            xs[self.below(xs.len())]
-        }
-    }
+    use crate::test_rng::Rng;
 
     const WS: &[&str] = &["", "", " ", "\n", "\t ", "\r\n"];
     /// Valid for serde_json too: no NaN, no lone surrogates, finite numbers.

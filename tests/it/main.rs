@@ -2,9 +2,11 @@
 //! Every test drives the real proxy over loopback: the binary, or (demo.rs)
 //! the library in-process.
 
+mod body_rule;
 mod cli;
 mod clients;
 mod core;
+mod deadlines;
 mod demo;
 mod harness;
 mod hostile;

@@ -7,15 +7,20 @@
 //! `ReadHead -> [ReadBody] -> Connect -> SendRequest -> ReadResponseHead ->
 //! Relay -> ReadHead | Closing`, plus `Reply` for proxy-generated answers.
 
+pub mod editor;
+#[cfg(test)]
+mod upstream_invariant;
+
 use crate::buf::Buf;
 use crate::config::Config;
+use crate::http::body::{BodyError, BodyReader};
 use crate::http::chunked::{ChunkTracker, Piece};
 use crate::http::framing::Framing;
 use crate::http::guard;
 use crate::http::head::{self, RequestHead, ResponseHead};
 use crate::io::{read_into, slices_after, write_vectored, Outcome};
 use crate::limits::{
-    CLIENT_IDLE_TIMEOUT, CONNECT_RETRIES, CONNECT_RETRY_DELAY, HEAD_TIMEOUT, IO_BUF_SIZE, MAX_IO_PER_EVENT,
+    ANSWER_FLUSH_TIMEOUT, CONNECT_RETRIES, CONNECT_RETRY_DELAY, IO_BUF_SIZE, MAX_IO_PER_EVENT,
     MAX_REQUEST_HEAD, MAX_STAMP_BODY, POOL_IDLE_TIMEOUT,
 };
 use crate::mcp::sse::EndpointRewriter;
@@ -63,7 +68,7 @@ pub enum CloseReason {
     ClientClosed,
     ClientError,
     ClientIdle,
-    HeadTimeout,
+    RequestTimeout,
     BadRequest,
     UpstreamFailed,
     UpstreamTruncated,
@@ -79,7 +84,7 @@ impl fmt::Display for CloseReason {
             CloseReason::ClientClosed => "client closed",
             CloseReason::ClientError => "client socket error",
             CloseReason::ClientIdle => "idle keep-alive timeout",
-            CloseReason::HeadTimeout => "request head or body too slow",
+            CloseReason::RequestTimeout => "request head or body not received in time",
             CloseReason::BadRequest => "bad request answered",
             CloseReason::UpstreamFailed => "upstream failed",
             CloseReason::UpstreamTruncated => "upstream closed mid-body",
@@ -111,17 +116,6 @@ struct UpstreamSock {
     received: bool,
 }
 
-/// The request body as it goes upstream.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum BodyMode {
-    #[default]
-    None,
-    /// Read whole into `Exchange::body` (chunked de-chunked, JSON POSTs).
-    Buffered,
-    /// Content-Length body relayed from `client_buf` as it arrives.
-    Stream,
-}
-
 /// How the response body is written to the client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum OutMode {
@@ -149,8 +143,7 @@ enum InFraming {
 enum Phase {
     ReadHead,
     ReadBody {
-        tracker: Option<ChunkTracker>,
-        remaining: u64,
+        reader: BodyReader,
     },
     Connect {
         attempt: u32,
@@ -159,7 +152,6 @@ enum Phase {
     },
     SendRequest {
         written: usize,
-        stream_remaining: u64,
     },
     ReadResponseHead {
         since: Instant,
@@ -215,18 +207,17 @@ struct Exchange {
     http10: bool,
     /// The rewritten request head for the upstream.
     head_out: Vec<u8>,
+    /// The whole request body (de-chunked), read before anything is sent.
     body: Vec<u8>,
-    body_mode: BodyMode,
+    /// The client delimited a body (Content-Length or chunked).
+    framed: bool,
     /// End-to-end request fields as they go upstream.
     headers: crate::http::headers::HeaderList,
-    stream_len: u64,
     start: Option<Instant>,
     status: u16,
     bytes_out: u64,
     /// A stale pooled connection was already replaced once.
     retried: bool,
-    /// A POST with a JSON body: scanned and stamped (R19-R21).
-    stamp_candidate: bool,
     /// Splices that put the agent's name into the body.
     plan: crate::mcp::stamp::Plan,
 }
@@ -263,7 +254,9 @@ pub struct Conn {
     /// The client connection closes once the current exchange is done.
     close_after: bool,
     last_activity: Instant,
-    head_started: Option<Instant>,
+    /// The first byte of the current request arrived then: its head and body
+    /// must be complete by this plus `--request-timeout`.
+    request_started: Option<Instant>,
     /// How far `client_buf` was scanned for the end of a head.
     scanned: usize,
     /// The upstream allows its connection to be reused after this response.
@@ -292,14 +285,6 @@ fn reason_phrase(status: u16) -> &'static str {
     }
 }
 
-fn is_json_content_type(v: Option<&[u8]>) -> bool {
-    let Some(v) = v else { return false };
-    let media = v.split(|b| *b == b';').next().unwrap_or(v);
-    let media = crate::http::headers::trim_ows(media);
-    media.eq_ignore_ascii_case(b"application/json")
-        || (media.len() > 5 && media[media.len() - 5..].eq_ignore_ascii_case(b"+json"))
-}
-
 impl Conn {
     pub fn new(id: u64, client: TcpStream, peer: SocketAddr, now: Instant) -> Conn {
         let _ = client.set_nodelay(true);
@@ -320,7 +305,7 @@ impl Conn {
             ex: Exchange::default(),
             close_after: false,
             last_activity: now,
-            head_started: None,
+            request_started: None,
             scanned: 0,
             upstream_reusable: false,
             upstream_idle_since: None,
@@ -398,11 +383,13 @@ impl Conn {
     /// The earliest instant at which `drive` must run even without events.
     pub fn deadline(&self, config: &Config) -> Option<Instant> {
         match &self.phase {
-            Phase::ReadHead => Some(match self.head_started {
-                Some(t) => t + HEAD_TIMEOUT,
-                None => self.last_activity + CLIENT_IDLE_TIMEOUT,
+            // A request under way must be whole by its deadline, however
+            // its bytes trickle in; before its first byte the connection is
+            // an idle keep-alive one.
+            Phase::ReadHead | Phase::ReadBody { .. } => Some(match self.request_started {
+                Some(t) => t + config.request_timeout,
+                None => self.last_activity + config.keepalive_timeout,
             }),
-            Phase::ReadBody { .. } => Some(self.last_activity + HEAD_TIMEOUT),
             Phase::Connect { retry_at: Some(t), .. } => Some(*t),
             Phase::Connect { since, .. } => Some(*since + config.connect_timeout),
             Phase::SendRequest { .. } | Phase::ReadResponseHead { .. } => {
@@ -413,7 +400,7 @@ impl Conn {
                 Some(since + config.response_timeout)
             }
             Phase::Relay { .. } => Some(self.last_activity + config.idle_timeout),
-            Phase::Reply { .. } => Some(self.last_activity + HEAD_TIMEOUT),
+            Phase::Reply { .. } => Some(self.last_activity + ANSWER_FLUSH_TIMEOUT),
             Phase::Linger { until, .. } => Some(*until),
             Phase::Closed(_) => None,
         }
@@ -474,7 +461,7 @@ impl Conn {
         self.skip = 0;
         self.upstream_buf.clear();
         let reason = match status {
-            408 => CloseReason::HeadTimeout,
+            408 => CloseReason::RequestTimeout,
             502 => CloseReason::UpstreamFailed,
             504 => CloseReason::UpstreamTimeout,
             _ => CloseReason::BadRequest,
@@ -518,7 +505,7 @@ impl Conn {
     fn on_deadline(&mut self, ctx: &Ctx) {
         let now = ctx.now;
         match mem::replace(&mut self.phase, Phase::ReadHead) {
-            Phase::ReadHead if self.head_started.is_none() => {
+            Phase::ReadHead if self.request_started.is_none() => {
                 self.phase = Phase::ReadHead;
                 self.close(CloseReason::ClientIdle);
             }
@@ -677,7 +664,7 @@ impl Conn {
         if n > 0 {
             progressed = true;
             self.last_activity = ctx.now;
-            self.head_started.get_or_insert(ctx.now);
+            self.request_started.get_or_insert(ctx.now);
             if head::may_be_complete(self.client_buf.data(), self.scanned)
                 || self.client_buf.len() >= MAX_REQUEST_HEAD
             {
@@ -707,7 +694,6 @@ impl Conn {
             Ok(Some(req)) => {
                 self.client_buf.consume(req.len);
                 self.scanned = 0;
-                self.head_started = None;
                 self.start_exchange(req, ctx);
                 true
             }
@@ -734,6 +720,7 @@ impl Conn {
         ex.bytes_out = 0;
         ex.retried = false;
         ex.body.clear();
+        ex.framed = req.framing != Framing::None;
         if !req.keep_alive || ctx.shutting_down {
             self.close_after = true;
         }
@@ -742,16 +729,8 @@ impl Conn {
             self.reply_error(ctx.now, status, -32600, message, true);
             return;
         }
-        // Every POST with a JSON body is read whole to be stamped (whatever
-        // its path); chunked bodies are read whole to be de-chunked.
-        let json_post = req.is_method(b"POST") && is_json_content_type(req.headers.get(b"content-type"));
-        let buffered = match req.framing {
-            Framing::Chunked => true,
-            Framing::Length(_) => json_post,
-            _ => false,
-        };
         if let Framing::Length(n) = req.framing {
-            // R33: refused before a byte of it is read.
+            // Refused before a byte of it is read.
             if n > MAX_STAMP_BODY as u64 {
                 warn!("conn {}: request body of {n} bytes refused", self.id);
                 self.reply_error(ctx.now, 413, -32600, "request body too large", true);
@@ -761,127 +740,64 @@ impl Conn {
         if req.expect_continue && req.framing != Framing::None {
             self.to_client.extend_from_slice(CONTINUE);
         }
-        self.ex.body_mode = match (req.framing, buffered) {
-            (Framing::None, _) => BodyMode::None,
-            (_, true) => BodyMode::Buffered,
-            _ => BodyMode::Stream,
-        };
-        self.ex.stream_len = match req.framing {
-            Framing::Length(n) if !buffered => n,
-            _ => 0,
-        };
-        self.ex.stamp_candidate = buffered && json_post;
         self.ex.headers = req.headers;
-        self.phase = match req.framing {
-            Framing::Chunked => Phase::ReadBody { tracker: Some(ChunkTracker::new()), remaining: 0 },
-            Framing::Length(n) if buffered => Phase::ReadBody { tracker: None, remaining: n },
-            _ => {
-                self.finish_request_head(ctx);
-                return;
-            }
-        };
+        // Every body is read whole before anything goes upstream, so that
+        // all of it is scanned (`editor::plan_request` states the rule).
+        match BodyReader::new(req.framing, MAX_STAMP_BODY) {
+            Some(reader) => self.phase = Phase::ReadBody { reader },
+            None => self.finish_request_head(ctx),
+        }
     }
 
-    /// Stamp the body, apply the current identity and write the upstream
-    /// request head into `ex.head_out`, then go to Connect. Identity, token
-    /// and stamp come from one `ctx`, so no request mixes two identities.
-    /// Framing is derived here, never copied: a stale Content-Length cannot
-    /// be sent.
+    /// The request is whole: scan and stamp its body, apply the current
+    /// identity and write the upstream head, then go to Connect.
     fn finish_request_head(&mut self, ctx: &Ctx) {
+        self.request_started = None;
         let ex = &mut self.ex;
-        ex.plan = crate::mcp::stamp::Plan::default();
-        if ex.stamp_candidate {
-            match crate::mcp::stamp::plan(&ex.body, ctx.agent, &ctx.config.stamps) {
-                Ok(plan) => ex.plan = plan,
-                Err(e) => {
-                    // Fail closed (R21): never forwarded unstamped.
-                    warn!("conn {}: JSON body refused: {e}", self.id);
-                    self.reply_error(ctx.now, 400, e.jsonrpc_code(), &e.to_string(), false);
-                    return;
-                }
-            }
-            // R22: an argument mirrored into `Mcp-Param-<key>` (protocol
-            // 2026-07-28) must carry the stamped value too.
-            for key in ex.plan.stamped_keys() {
-                let name = [b"mcp-param-".as_slice(), key.as_bytes()].concat();
-                if ex.headers.get(&name).is_some() {
-                    let _ = ex.headers.set(&name, &crate::mcp::stamp::mcp_param_value(ctx.agent));
-                }
+        let req = editor::Outgoing { method: &ex.method, target: &ex.target, framed: ex.framed };
+        let who = editor::Credentials { agent: ctx.agent, bearer: ctx.bearer, token: ctx.token };
+        let route =
+            editor::Route { authority: ctx.config.upstream.authority.as_bytes(), stamps: &ctx.config.stamps };
+        match editor::plan_request(&req, &mut ex.headers, &ex.body, &who, &route, &mut ex.head_out) {
+            Ok(plan) => ex.plan = plan,
+            Err(e) => {
+                // Fail closed: never forwarded unstamped.
+                warn!("conn {}: request body refused: {e}", self.id);
+                self.reply_error(ctx.now, 400, e.jsonrpc_code(), &e.to_string(), false);
+                return;
             }
         }
-        headers_for_upstream(&mut ex.headers, ctx);
-        ex.head_out.clear();
-        ex.head_out.extend_from_slice(&ex.method);
-        ex.head_out.push(b' ');
-        ex.head_out.extend_from_slice(&ex.target);
-        ex.head_out.extend_from_slice(b" HTTP/1.1\r\n");
-        ex.headers.write_to(&mut ex.head_out);
-        let length = match ex.body_mode {
-            BodyMode::Buffered => Some(ex.plan.new_len(ex.body.len()) as u64),
-            BodyMode::Stream => Some(ex.stream_len),
-            // RFC 9110 §8.6: send a length when the method defines content.
-            BodyMode::None if matches!(ex.method.as_slice(), b"POST" | b"PUT" | b"PATCH") => Some(0),
-            BodyMode::None => None,
-        };
-        if let Some(n) = length {
-            let _ = write!(ex.head_out, "content-length: {n}\r\n");
-        }
-        ex.head_out.extend_from_slice(b"\r\n");
         self.phase = Phase::Connect { attempt: 0, retry_at: None, since: ctx.now };
     }
 
     fn read_body(&mut self, ctx: &Ctx) -> bool {
-        let Phase::ReadBody { tracker, remaining } = &mut self.phase else {
+        let Phase::ReadBody { reader } = &mut self.phase else {
             return false;
         };
         let mut progressed = false;
-        let mut failure: Option<(u16, &'static str)> = None;
-        loop {
-            let data = self.client_buf.data();
-            if data.is_empty() {
-                break;
-            }
-            let n = match tracker {
-                Some(t) if t.is_done() => break,
-                Some(t) => match t.step(data) {
-                    Ok(Some(step)) => {
-                        if step.piece == Piece::Data {
-                            self.ex.body.extend_from_slice(&data[..step.len]);
-                        }
-                        step.len
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        warn!("conn {}: bad chunked request body: {e}", self.id);
-                        failure = Some((400, "malformed chunked body"));
-                        break;
-                    }
-                },
-                None if *remaining == 0 => break,
-                None => {
-                    let n = (*remaining).min(data.len() as u64) as usize;
-                    self.ex.body.extend_from_slice(&data[..n]);
-                    *remaining -= n as u64;
-                    n
+        if !self.client_buf.is_empty() {
+            match reader.feed(self.client_buf.data(), &mut self.ex.body) {
+                Ok(n) => {
+                    self.client_buf.consume(n);
+                    progressed = n > 0;
                 }
-            };
-            self.client_buf.consume(n);
-            progressed = true;
-            if self.ex.body.len() > MAX_STAMP_BODY {
-                warn!("conn {}: chunked request body over {MAX_STAMP_BODY} bytes refused", self.id);
-                failure = Some((413, "request body too large"));
-                break;
+                Err(e) => {
+                    let (status, message) = match e {
+                        BodyError::Malformed(e) => {
+                            warn!("conn {}: bad chunked request body: {e}", self.id);
+                            (400, "malformed chunked body")
+                        }
+                        BodyError::TooLarge => {
+                            warn!("conn {}: request body over {MAX_STAMP_BODY} bytes refused", self.id);
+                            (413, "request body too large")
+                        }
+                    };
+                    self.reply_error(ctx.now, status, -32600, message, true);
+                    return true;
+                }
             }
         }
-        let done = match tracker {
-            Some(t) => t.is_done(),
-            None => *remaining == 0,
-        };
-        if let Some((status, message)) = failure {
-            self.reply_error(ctx.now, status, -32600, message, true);
-            return true;
-        }
-        if done {
+        if reader.is_done() {
             self.finish_request_head(ctx);
             return true;
         }
@@ -937,7 +853,7 @@ impl Conn {
             }
         }
         self.last_activity = ctx.now;
-        self.phase = Phase::SendRequest { written: 0, stream_remaining: self.ex.stream_len };
+        self.phase = Phase::SendRequest { written: 0 };
         true
     }
 
@@ -967,7 +883,7 @@ impl Conn {
         if let Some(u) = self.upstream.take() {
             self.released = Some((u.stream, false));
         }
-        if stale && !self.ex.retried && self.ex.idempotent() && self.ex.body_mode != BodyMode::Stream {
+        if stale && !self.ex.retried && self.ex.idempotent() {
             debug!("conn {}: pooled upstream connection was stale; reconnecting", self.id);
             self.ex.retried = true;
             self.upstream_buf.clear();
@@ -979,7 +895,7 @@ impl Conn {
     }
 
     fn send_request(&mut self, ctx: &Ctx) -> bool {
-        let Phase::SendRequest { written, stream_remaining } = &mut self.phase else {
+        let Phase::SendRequest { written } = &mut self.phase else {
             return false;
         };
         let Some(u) = self.upstream.as_mut() else {
@@ -987,64 +903,34 @@ impl Conn {
         };
         let mut progressed = false;
         let mut lost = false;
-        let total = {
-            // [head, body before splice, splice, body after, ...]: one vectored
-            // write, the body never copied (DESIGN.md §6).
-            let mut parts: smallvec::SmallVec<[&[u8]; 8]> = smallvec::smallvec![self.ex.head_out.as_slice()];
-            if self.ex.body_mode == BodyMode::Buffered {
-                let body = self.ex.body.as_slice();
-                let mut at = 0;
-                for splice in self.ex.plan.splices() {
-                    parts.push(body.get(at..splice.start).unwrap_or_default());
-                    parts.push(&splice.insert);
-                    at = splice.end;
-                }
-                parts.push(body.get(at..).unwrap_or_default());
-            }
-            let total: usize = parts.iter().map(|p| p.len()).sum();
-            while *written < total && u.ready.writable {
-                let slices = slices_after::<8>(&parts, *written);
-                let (n, outcome) = write_vectored(&mut u.stream, &slices);
-                *written += n;
-                progressed |= n > 0;
-                match outcome {
-                    Outcome::Open => {}
-                    Outcome::WouldBlock => u.ready.writable = false,
-                    Outcome::Closed | Outcome::Error(_) => {
-                        lost = true;
-                        break;
-                    }
-                }
-            }
-            total
-        };
-        // A Content-Length body relayed as it arrives.
-        while !lost && *written >= total && *stream_remaining > 0 && u.ready.writable {
-            if self.client_buf.is_empty() {
-                let (n, gone) = fill_from(&mut self.client, &mut self.client_ready, &mut self.client_buf);
-                if gone && n == 0 {
-                    self.ex.status = 499;
-                    self.log_exchange(ctx.now);
-                    self.close(CloseReason::ClientClosed);
-                    return true;
-                }
-                if n == 0 {
-                    break;
-                }
-                progressed = true;
-            }
-            let data = self.client_buf.data();
-            let chunk = &data[..(*stream_remaining).min(data.len() as u64) as usize];
-            let (n, outcome) = write_vectored(&mut u.stream, &[std::io::IoSlice::new(chunk)]);
-            self.client_buf.consume(n);
-            *stream_remaining -= n as u64;
+        // [head, body before splice, splice, body after, ...]: one vectored
+        // write; the body is never copied.
+        let mut parts: smallvec::SmallVec<[&[u8]; 8]> = smallvec::smallvec![self.ex.head_out.as_slice()];
+        let body = self.ex.body.as_slice();
+        let mut at = 0;
+        for splice in self.ex.plan.splices() {
+            parts.push(body.get(at..splice.start).unwrap_or_default());
+            parts.push(&splice.insert);
+            at = splice.end;
+        }
+        parts.push(body.get(at..).unwrap_or_default());
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        while *written < total && u.ready.writable {
+            let slices = slices_after::<8>(&parts, *written);
+            let (n, outcome) = write_vectored(&mut u.stream, &slices);
+            *written += n;
             progressed |= n > 0;
             match outcome {
                 Outcome::Open => {}
                 Outcome::WouldBlock => u.ready.writable = false,
-                Outcome::Closed | Outcome::Error(_) => lost = true,
+                Outcome::Closed | Outcome::Error(_) => {
+                    lost = true;
+                    break;
+                }
             }
         }
+        let done = *written >= total;
+        drop(parts);
         if lost {
             self.upstream_lost_before_response(ctx);
             return true;
@@ -1052,7 +938,7 @@ impl Conn {
         if progressed {
             self.last_activity = ctx.now;
         }
-        if *written >= total && *stream_remaining == 0 {
+        if done {
             self.phase = Phase::ReadResponseHead { since: ctx.now };
             return true;
         }
@@ -1388,7 +1274,8 @@ impl Conn {
     fn next_exchange(&mut self, now: Instant) -> bool {
         self.phase = Phase::ReadHead;
         self.scanned = 0;
-        self.head_started = if self.client_buf.is_empty() { None } else { Some(now) };
+        // Pipelined bytes already here start the next request's clock.
+        self.request_started = if self.client_buf.is_empty() { None } else { Some(now) };
         self.last_activity = now;
         true
     }
@@ -1490,37 +1377,4 @@ fn admission(req: &RequestHead, ctx: &Ctx) -> Option<(u16, &'static str)> {
         }
     }
     None
-}
-
-/// Replace the client's credentials and Host (R18, R24). `set` replaces, so
-/// whatever the client sent under these names cannot survive.
-fn headers_for_upstream(headers: &mut crate::http::headers::HeaderList, ctx: &Ctx) {
-    let _ = headers.set(b"host", ctx.config.upstream.authority.as_bytes());
-    // The Origin was checked above; the upstream sees the proxy's request.
-    headers.remove(b"origin");
-    // Identity coding only: SSE lines must stay readable (R8, R25).
-    headers.remove(b"accept-encoding");
-    if headers.set(b"authorization", ctx.bearer).is_err() || headers.set(b"x-agent-token", ctx.token).is_err()
-    {
-        // Tokens are checked at load time; this cannot happen, but a request
-        // must never go out with the client's credentials.
-        headers.remove(b"authorization");
-        headers.remove(b"x-agent-token");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn json_content_types() {
-        for ok in [&b"application/json"[..], b"Application/JSON; charset=utf-8", b"application/vnd.x+json"] {
-            assert!(is_json_content_type(Some(ok)));
-        }
-        for no in [&b"text/plain"[..], b"application/jsonx", b"json"] {
-            assert!(!is_json_content_type(Some(no)));
-        }
-        assert!(!is_json_content_type(None));
-    }
 }
