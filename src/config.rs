@@ -8,7 +8,7 @@ use crate::mcp::identity::{self, Identity, IdentityError};
 use crate::mcp::stamp::{parse_stamp_arg, StampMap};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Environment variable holding the token when `--token-file` is absent.
@@ -32,9 +32,12 @@ pub struct Config {
     pub upstream: Upstream,
     pub listen: SocketAddr,
     /// The identity at start (agent name and token; the token is never
-    /// logged). `--identity-file` and `--control-stdin` replace it live.
+    /// logged): the identity file's when it exists at start, else the
+    /// flags'. `--identity-file` and `--control-stdin` replace it live.
     pub identity: Identity,
     /// `{"agent": "...", "token": "..."}`, re-read on change and on SIGHUP.
+    /// Given with `--agent` and a token it may not exist yet: it is waited
+    /// for and rules once it appears and is valid.
     pub identity_file: Option<PathBuf>,
     /// Identity objects, one per line, on stdin; EOF shuts down.
     pub control_stdin: bool,
@@ -96,6 +99,12 @@ pub enum ConfigError {
     InvalidAgent(IdentityError),
     /// The identity file at start: unreadable or invalid (never its contents).
     IdentityFile(PathBuf, String),
+    /// `--identity-file` with only half of a flag identity: `given` is the
+    /// flag present, `missing` what the starting identity still lacks.
+    PartialIdentity {
+        given: &'static str,
+        missing: &'static str,
+    },
     Https,
     Resolve(String),
 }
@@ -124,6 +133,11 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::InvalidAgent(e) => write!(f, "invalid --agent: {e}"),
             ConfigError::IdentityFile(p, why) => write!(f, "identity file {}: {why}", p.display()),
+            ConfigError::PartialIdentity { given, missing } => write!(
+                f,
+                "--identity-file with {given} needs {missing} too: the flags give the starting identity \
+                 until the file exists (or give --identity-file alone)"
+            ),
             ConfigError::Resolve(host) => write!(f, "--upstream: cannot resolve host '{host}'"),
         }
     }
@@ -138,10 +152,12 @@ Bearer, X-Agent-Token), stamps the agent's name into tools/call arguments
 (overwriting what the client sent; a body that cannot be stamped safely is
 refused with 400), and sends exactly one Mcp-Session-Id line back.
 
-USAGE (the identity comes from one of three places):
+USAGE (the identity comes from the flags, an identity file, or both):
     MCP_PROXY_TOKEN=TOKEN mcp-identity-proxy --upstream URL --agent NAME [OPTIONS]
     mcp-identity-proxy --upstream URL --agent NAME --token-file PATH [OPTIONS]
     mcp-identity-proxy --upstream URL --identity-file PATH [OPTIONS]
+    mcp-identity-proxy --upstream URL --agent NAME --token-file PATH \
+        --identity-file PATH [OPTIONS]
 
     Point the client at http://127.0.0.1:PORT plus the upstream's path
     (e.g. /mcp). Everything but the port line goes to stderr.
@@ -156,12 +172,21 @@ UPSTREAM AND IDENTITY:
                             trimmed; visible ASCII, at most 4096 bytes);
                             wins over MCP_PROXY_TOKEN. Never give the token
                             in argv.
-    --identity-file PATH    instead of --agent and the token: a JSON file
-                            {"agent": "NAME", "token": "TOKEN"}, re-read
-                            within a second of a change (atomic rename or
-                            in-place write) and at once on SIGHUP. A bad
-                            file is logged (never the token) and the
-                            previous identity kept.
+    --identity-file PATH    a JSON file {"agent": "NAME", "token": "TOKEN"},
+                            re-read within a second of a change (atomic
+                            rename, in-place write, or the file created)
+                            and at once on SIGHUP. Given alone, it must
+                            exist and be valid at start. Given with --agent
+                            and a token (--token-file or MCP_PROXY_TOKEN),
+                            the flags give the starting identity: a file
+                            that exists at start must be valid (else exit
+                            2) and rules from the start; a file that does
+                            not exist yet is waited for (logged at info)
+                            and rules as soon as it appears and is valid.
+                            --agent without a token, or --token-file
+                            without --agent, is refused (exit 2). Later, a
+                            bad file is logged (never the token) and the
+                            current identity kept.
     --control-stdin         read identity objects, one JSON per line with
                             both fields, from stdin (a pipe or terminal);
                             shut down gracefully at EOF, so the proxy never
@@ -208,7 +233,7 @@ OUTPUT:
 
 ENVIRONMENT:
     MCP_PROXY_TOKEN         the token, when --token-file is not given
-                            (ignored with --identity-file)
+                            (ignored with --identity-file and no --agent)
     RUST_LOG                log filter on stderr (error, warn, info, debug,
                             trace) [default: warn]; info logs one line per
                             exchange. Tokens are never logged.
@@ -217,7 +242,8 @@ EXIT STATUS:
     0  clean shutdown: SIGINT, SIGTERM, or stdin EOF with --control-stdin
        (in-flight exchanges get up to 5 s)
     1  the event loop failed
-    2  bad arguments or configuration (unreadable token or identity file,
+    2  bad arguments or configuration (unreadable token file, identity
+       file unreadable or invalid at start, or missing when given alone,
        unresolvable upstream host, --control-stdin on a file or /dev/null)
     3  cannot bind the listen address (a fixed port in use prints
        '  MCP proxy: port N in use (shared with another instance)')
@@ -318,20 +344,40 @@ where
         None => env_token,
     };
     let identity = match &identity_file {
-        Some(_) if agent.is_some() || flag_token_file => {
-            return Err(ConfigError::Invalid {
-                flag: "--identity-file",
-                why: "it replaces --agent and --token-file: give one or the other",
-            })
-        }
-        Some(path) => read_identity_file(path)?,
         None => {
             let agent = agent.ok_or(ConfigError::Missing("--agent (or --identity-file)"))?;
-            identity::validate_agent(&agent).map_err(ConfigError::InvalidAgent)?;
-            let token = flag_token.ok_or(ConfigError::Missing("--token-file or MCP_PROXY_TOKEN"))?;
-            let token = token.trim().to_string();
-            check_token(&token)?;
-            Identity { agent, token }
+            flag_identity(agent, flag_token)?
+        }
+        Some(path) => {
+            // With `--identity-file`, the flags are a starting identity only
+            // when both halves are given; `MCP_PROXY_TOKEN` without `--agent`
+            // is ignored, so a wrapper's environment cannot make it half.
+            let from_flags = match (agent, flag_token) {
+                (Some(agent), token @ Some(_)) => Some(flag_identity(agent, token)?),
+                (Some(_), None) => {
+                    return Err(ConfigError::PartialIdentity {
+                        given: "--agent",
+                        missing: "a token (--token-file or MCP_PROXY_TOKEN)",
+                    })
+                }
+                (None, _) if flag_token_file => {
+                    return Err(ConfigError::PartialIdentity { given: "--token-file", missing: "--agent" })
+                }
+                (None, _) => None,
+            };
+            match (open_identity_file(path)?, from_flags) {
+                // A file that exists at start must be valid, and rules.
+                (Some(file), _) => read_identity_from(path, file)?,
+                // Missing, and the flags say who we are until it appears
+                // (the event loop logs that it waits for it).
+                (None, Some(flags)) => flags,
+                (None, None) => {
+                    return Err(ConfigError::IdentityFile(
+                        path.clone(),
+                        std::io::ErrorKind::NotFound.to_string(),
+                    ))
+                }
+            }
         }
     };
     let mut stamps = if default_stamps { StampMap::agentchattr() } else { StampMap::empty() };
@@ -378,12 +424,37 @@ pub fn check_token(token: &str) -> Result<(), ConfigError> {
 /// Read and parse an identity file (bounded size). Errors name the path and
 /// the reason, never the contents.
 pub fn read_identity_file(path: &PathBuf) -> Result<Identity, ConfigError> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| ConfigError::IdentityFile(path.clone(), e.kind().to_string()))?;
+    read_identity_from(path, file)
+}
+
+/// The identity file opened, or `None` when it does not exist (yet). One
+/// open, so a file created meanwhile is either seen whole or not at all.
+fn open_identity_file(path: &Path) -> Result<Option<std::fs::File>, ConfigError> {
+    match std::fs::File::open(path) {
+        Ok(file) => Ok(Some(file)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ConfigError::IdentityFile(path.to_path_buf(), e.kind().to_string())),
+    }
+}
+
+fn read_identity_from(path: &Path, file: std::fs::File) -> Result<Identity, ConfigError> {
     use std::io::Read;
-    let err = |why: String| ConfigError::IdentityFile(path.clone(), why);
-    let file = std::fs::File::open(path).map_err(|e| err(e.kind().to_string()))?;
+    let err = |why: String| ConfigError::IdentityFile(path.to_path_buf(), why);
     let mut bytes = Vec::new();
     file.take(limits::MAX_SECRET_FILE).read_to_end(&mut bytes).map_err(|e| err(e.kind().to_string()))?;
     identity::parse(&bytes).map_err(|e| err(e.to_string()))
+}
+
+/// `--agent` and the token (from `--token-file` or `MCP_PROXY_TOKEN`),
+/// each checked as it will be sent.
+fn flag_identity(agent: String, token: Option<String>) -> Result<Identity, ConfigError> {
+    identity::validate_agent(&agent).map_err(ConfigError::InvalidAgent)?;
+    let token = token.ok_or(ConfigError::Missing("--token-file or MCP_PROXY_TOKEN"))?;
+    let token = token.trim().to_string();
+    check_token(&token)?;
+    Ok(Identity { agent, token })
 }
 
 fn read_token_file(path: &PathBuf) -> Result<String, ConfigError> {
@@ -572,23 +643,141 @@ mod tests {
         assert!(matches!(e, ConfigError::Invalid { flag: "--idle-timeout", .. }));
     }
 
-    #[test]
-    fn identity_file_replaces_agent_and_token_flags() {
-        let dir = std::env::temp_dir().join(format!("cfg-ident-{}", std::process::id()));
+    /// A fresh scratch directory for one test (tests run in parallel in
+    /// one process).
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("cfg-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn agent_token(c: &Config) -> (&str, &str) {
+        (c.identity.agent.as_str(), c.identity.token.as_str())
+    }
+
+    const UP: &str = "--upstream http://localhost:9/mcp";
+
+    #[test]
+    fn identity_file_alone_gives_the_identity_and_the_env_token_is_ignored() {
+        let dir = scratch("ident-alone");
         let file = dir.join("id.json");
         std::fs::write(&file, r#"{"agent":"from-file","token":"tok-file"}"#).unwrap();
         let f = file.to_str().unwrap();
-        let up = "--upstream http://localhost:9/mcp";
-        let c = parse(args(&format!("{up} --identity-file {f}")), Some("env-token".into())).unwrap();
-        assert_eq!((c.identity.agent.as_str(), c.identity.token.as_str()), ("from-file", "tok-file"));
+        let c = parse(args(&format!("{UP} --identity-file {f}")), Some("env-token".into())).unwrap();
+        assert_eq!(agent_token(&c), ("from-file", "tok-file"));
         assert_eq!(c.upstream.addrs[0], "127.0.0.1:9".parse().unwrap(), "localhost needs no resolver");
-        let e = parse(args(&format!("{up} --identity-file {f} --agent x")), None).unwrap_err();
-        assert!(matches!(e, ConfigError::Invalid { flag: "--identity-file", .. }));
         std::fs::write(&file, r#"{"agent":"x","token":"tok-SECRET"#).unwrap();
-        let e = parse(args(&format!("{up} --identity-file {f}")), None).unwrap_err();
+        let e = parse(args(&format!("{UP} --identity-file {f}")), None).unwrap_err();
         assert!(matches!(e, ConfigError::IdentityFile(..)));
         assert!(!e.to_string().contains("tok-SECRET"), "{e}");
+        // Alone, a missing file is an error: there is no identity to start with.
+        let missing = dir.join("missing.json");
+        let e = parse(args(&format!("{UP} --identity-file {}", missing.display())), Some("t".into()));
+        let e = e.unwrap_err();
+        assert!(matches!(&e, ConfigError::IdentityFile(p, _) if *p == missing), "{e:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn flags_with_an_existing_identity_file_start_from_the_file() {
+        let dir = scratch("ident-flags-file");
+        let file = dir.join("id.json");
+        std::fs::write(&file, r#"{"agent":"from-file","token":"tok-file"}"#).unwrap();
+        let tf = dir.join("token");
+        std::fs::write(&tf, "tok-flag\n").unwrap();
+        let (f, t) = (file.to_str().unwrap(), tf.to_str().unwrap());
+        for (argv, env) in [
+            (format!("{UP} --agent flag-agent --token-file {t} --identity-file {f}"), None),
+            (format!("{UP} --identity-file {f} --agent flag-agent"), Some("tok-env".to_string())),
+        ] {
+            let c = parse(args(&argv), env).unwrap();
+            assert_eq!(agent_token(&c), ("from-file", "tok-file"), "{argv}");
+            assert_eq!(c.identity_file.as_deref(), Some(file.as_path()));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn flags_with_a_missing_identity_file_start_from_the_flags() {
+        let dir = scratch("ident-flags-missing");
+        let tf = dir.join("token");
+        std::fs::write(&tf, "tok-flag\n").unwrap();
+        let t = tf.to_str().unwrap();
+        // Neither the file nor its directory need exist yet.
+        for missing in [dir.join("id.json"), dir.join("later").join("id.json")] {
+            let m = missing.to_str().unwrap();
+            let c =
+                parse(args(&format!("{UP} --agent flag-agent --token-file {t} --identity-file {m}")), None)
+                    .unwrap();
+            assert_eq!(agent_token(&c), ("flag-agent", "tok-flag"));
+            assert_eq!(c.identity_file.as_deref(), Some(missing.as_path()));
+            let c =
+                parse(args(&format!("{UP} --agent flag-agent --identity-file {m}")), Some("tok-env".into()))
+                    .unwrap();
+            assert_eq!(agent_token(&c), ("flag-agent", "tok-env"));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn flags_with_an_invalid_identity_file_are_refused_naming_the_path_never_the_token() {
+        let dir = scratch("ident-flags-invalid");
+        let file = dir.join("id.json");
+        let tf = dir.join("token");
+        std::fs::write(&tf, "tok-flag-SECRET\n").unwrap();
+        let (f, t) = (file.to_str().unwrap(), tf.to_str().unwrap());
+        for bad in [
+            r#"{"agent":"x","token":"tok-file-SECRET"#,
+            r#"{"agent":"x"}"#,
+            r#"{"agent":"x","token":"tok file SECRET"}"#,
+            "",
+        ] {
+            std::fs::write(&file, bad).unwrap();
+            let e = parse(args(&format!("{UP} --agent a --token-file {t} --identity-file {f}")), None)
+                .unwrap_err();
+            assert!(matches!(&e, ConfigError::IdentityFile(p, _) if *p == file), "{bad}: {e:?}");
+            let line = e.to_string();
+            assert!(line.contains(f), "{line}");
+            assert!(!line.contains("SECRET"), "{line}");
+        }
+        // A directory exists but is no identity file.
+        let e =
+            parse(args(&format!("{UP} --agent a --token-file {t} --identity-file {}", dir.display())), None)
+                .unwrap_err();
+        assert!(matches!(e, ConfigError::IdentityFile(..)), "{e:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn half_a_flag_identity_with_an_identity_file_is_refused() {
+        let dir = scratch("ident-flags-half");
+        let file = dir.join("id.json");
+        std::fs::write(&file, r#"{"agent":"from-file","token":"tok-file"}"#).unwrap();
+        let tf = dir.join("token");
+        std::fs::write(&tf, "tok-flag\n").unwrap();
+        let (f, t) = (file.to_str().unwrap(), tf.to_str().unwrap());
+        let missing = dir.join("missing.json");
+        let m = missing.to_str().unwrap();
+        for path in [f, m] {
+            let e = parse(args(&format!("{UP} --agent a --identity-file {path}")), None).unwrap_err();
+            assert_eq!(
+                e,
+                ConfigError::PartialIdentity {
+                    given: "--agent",
+                    missing: "a token (--token-file or MCP_PROXY_TOKEN)"
+                }
+            );
+            let e = parse(args(&format!("{UP} --token-file {t} --identity-file {path}")), None).unwrap_err();
+            assert_eq!(e, ConfigError::PartialIdentity { given: "--token-file", missing: "--agent" });
+            assert!(e.to_string().contains("needs --agent"), "{e}");
+            // The flags are checked even when the file rules.
+            let e = parse(args(&format!("{UP} --agent a --identity-file {path}")), Some(" ".into()));
+            assert_eq!(e.unwrap_err(), ConfigError::EmptyToken);
+        }
+        // MCP_PROXY_TOKEN without --agent is ignored, as with the file alone.
+        let e = parse(args(&format!("{UP} --identity-file {m}")), Some("tok-env".into())).unwrap_err();
+        assert!(matches!(e, ConfigError::IdentityFile(..)), "{e:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

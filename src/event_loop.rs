@@ -388,8 +388,16 @@ impl Proxy {
             .map_err(BindError::Setup)?;
         let live = Live::new(config.identity.clone());
         let watch = config.identity_file.as_ref().map(|path| {
-            let mut w = IdentityWatch { path: path.clone(), seen: None, next_check: Instant::now() };
-            w.seen = w.stamp();
+            // Nothing seen yet: the first check (at once) reads the file if it
+            // exists, so one created or changed since `config::parse` counts.
+            let w = IdentityWatch { path: path.clone(), seen: None, next_check: Instant::now() };
+            if w.stamp().is_none() {
+                info!(
+                    "identity file {} does not exist yet: waiting for it; until then agent {:?} from the flags",
+                    path.display(),
+                    config.identity.agent
+                );
+            }
             w
         });
         let control = if config.control_stdin {

@@ -147,6 +147,39 @@ fn flag_without_value_exits_2() {
 }
 
 #[test]
+fn invalid_identity_file_with_flags_exits_2_naming_the_file_never_the_token() {
+    let file = scratch_dir("cli").join("identity.json");
+    std::fs::write(&file, r#"{"agent": "x", "token": "file-tok-SECRET"#).unwrap();
+    let f = file.to_str().unwrap();
+    let t = tf();
+    for (args, envs) in [
+        (vec!["--upstream", UP, "--agent", "a", "--token-file", t.as_str(), "--identity-file", f], vec![]),
+        (vec!["--upstream", UP, "--agent", "a", "--identity-file", f], vec![("MCP_PROXY_TOKEN", TOKEN)]),
+    ] {
+        let err = assert_bad_arguments(&args, &envs);
+        assert!(err.contains(f), "the line does not name the file: {err:?}");
+        assert!(err.contains("JSON"), "the line does not say what is wrong: {err:?}");
+        assert!(!err.contains(TOKEN) && !err.contains("SECRET"), "a token in {err:?}");
+    }
+}
+
+#[test]
+fn half_a_flag_identity_with_identity_file_exits_2_saying_what_is_missing() {
+    let dir = scratch_dir("cli");
+    let file = dir.join("identity.json");
+    std::fs::write(&file, r#"{"agent": "x", "token": "file-tok-SECRET"}"#).unwrap();
+    let missing = dir.join("later.json");
+    let t = tf();
+    for f in [file.to_str().unwrap(), missing.to_str().unwrap()] {
+        let err = assert_bad_arguments(&["--upstream", UP, "--agent", "a", "--identity-file", f], &[]);
+        assert!(err.contains("MCP_PROXY_TOKEN"), "{err:?}");
+        let err = assert_bad_arguments(&["--upstream", UP, "--token-file", &t, "--identity-file", f], &[]);
+        assert!(err.contains("needs --agent"), "{err:?}");
+        assert!(!err.contains(TOKEN) && !err.contains("SECRET"), "a token in {err:?}");
+    }
+}
+
+#[test]
 fn taken_fixed_port_prints_in_use_line_and_exits_3() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
@@ -191,6 +224,23 @@ fn help_exits_0_and_mentions_every_flag() {
         "--version",
     ] {
         assert!(text.contains(flag), "--help does not mention {flag}: {text}");
+    }
+}
+
+#[test]
+fn help_states_how_identity_file_and_flags_combine() {
+    let out = run(&["--help"], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    for rule in [
+        "Given alone, it must exist and be valid at start.",
+        "Given with --agent and a token (--token-file or MCP_PROXY_TOKEN), the flags give the starting identity",
+        "a file that exists at start must be valid (else exit 2) and rules from the start",
+        "a file that does not exist yet is waited for (logged at info) and rules as soon as it appears and is valid",
+        "--agent without a token, or --token-file without --agent, is refused (exit 2)",
+    ] {
+        assert!(flat.contains(rule), "--help does not say {rule:?}:\n{text}");
     }
 }
 

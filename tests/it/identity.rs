@@ -1,6 +1,7 @@
 //! The Identity issue's integration tests: stamping through the real binary
 //! against a recording upstream, fail-closed refusals, and live identity
-//! changes (identity file rename, in-place write, SIGHUP, control stdin)
+//! changes (identity file rename, in-place write, SIGHUP, control stdin,
+//! an identity file given with the flags, existing or created later)
 //! while a GET stream stays open. See issue 3, PROTOCOL.md R18-R23.
 
 use std::io::Write;
@@ -315,4 +316,65 @@ fn control_stdin_switches_identity_and_eof_exits_zero() {
     let status = p.wait_exit(Duration::from_secs(7)).expect("proxy exits at stdin EOF");
     assert!(status.success(), "{status:?}");
     assert!(!contains(p.stderr_text().as_bytes(), b"tok-again"));
+}
+
+/// Poll (bounded) until the proxy's stderr holds `needle`.
+#[track_caller]
+fn wait_log(p: &Proxy, needle: &str, limit: Duration) -> String {
+    let start = Instant::now();
+    loop {
+        let log = p.stderr_text();
+        if log.contains(needle) {
+            return log;
+        }
+        assert!(start.elapsed() < limit, "no {needle:?} in the log within {limit:?}:\n{log}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn identity_file_given_with_flags_rules_from_the_start_when_it_exists() {
+    let up = recording_upstream();
+    let dir = scratch_dir("ident-flags-file");
+    let file = dir.join("identity.json");
+    write_identity(&file, "file-agent", "tok-file-1");
+    let p = start_flags(&up, &["--identity-file", file.to_str().unwrap()]);
+    // The very first call already carries the file's identity.
+    wait_identity(&p, &up, "file-agent", "tok-file-1", Duration::ZERO);
+    // Its later changes apply as with the file alone.
+    let tmp = dir.join("identity.json.tmp");
+    write_identity(&tmp, "file-agent-2", "tok-file-2");
+    std::fs::rename(&tmp, &file).unwrap();
+    wait_identity(&p, &up, "file-agent-2", "tok-file-2", Duration::from_secs(3));
+    let log = p.stderr_text();
+    for secret in [TOKEN, "tok-file-1", "tok-file-2"] {
+        assert!(!log.contains(secret), "token {secret} in the log");
+    }
+}
+
+#[test]
+fn missing_identity_file_given_with_flags_is_waited_for_and_rules_once_valid() {
+    let up = recording_upstream();
+    let dir = scratch_dir("ident-flags-missing");
+    let file = dir.join("identity.json");
+    let p = start_flags(&up, &["--identity-file", file.to_str().unwrap()]);
+    wait_log(&p, "does not exist yet", Duration::from_secs(5));
+    wait_identity(&p, &up, AGENT, TOKEN, Duration::ZERO);
+    let mut stream = open_stream(&p);
+
+    // An invalid file appearing keeps the flags' identity.
+    std::fs::write(&file, r#"{"agent": "half", "token": "tok-half-SECRET"#).unwrap();
+    wait_log(&p, "keeping the current identity", Duration::from_secs(5));
+    wait_identity(&p, &up, AGENT, TOKEN, Duration::ZERO);
+
+    // A valid one rules from then on.
+    let tmp = dir.join("identity.json.tmp");
+    write_identity(&tmp, "file-agent", "tok-file");
+    std::fs::rename(&tmp, &file).unwrap();
+    wait_identity(&p, &up, "file-agent", "tok-file", Duration::from_secs(3));
+    assert_stream_alive(&mut stream, 3);
+    let log = p.stderr_text();
+    for secret in [TOKEN, "tok-half-SECRET", "tok-file"] {
+        assert!(!log.contains(secret), "token {secret} in the log:\n{log}");
+    }
 }
