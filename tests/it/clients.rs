@@ -2,7 +2,8 @@
 //!
 //! Upstream: `tests/support/fastmcp_server.py` (FastMCP from the Python SDK 1.x, or MCPServer from 2.x),
 //! requiring `Authorization: Bearer TOKEN`, DNS-rebinding protection on. Clients: the Python SDK 1.x and 2.x,
-//! the TypeScript SDK on Node's fetch (scripts in `tests/support/`, JSON on stdout) and rmcp (in process).
+//! the TypeScript SDK on Node's fetch (scripts in `tests/support/`) and rmcp (`tests/rmcp_client/`), each
+//! printing its observations as JSON on stdout.
 //! Each client sends spoofed credentials (`Authorization: Bearer spoof`, `X-Agent-Token: spoof`) and a
 //! spoofed identity (`sender: "mallory"`); through the proxy the server must see exactly one
 //! `Bearer TOKEN`, one `X-Agent-Token: TOKEN` and the agent's name.
@@ -10,9 +11,9 @@
 //! The `*_direct_*` tests run the same scripts against the server without the proxy (with the real token):
 //! when a `*_through_proxy` test fails and its direct twin passes, the proxy is at fault.
 //!
-//! The pinned SDKs are installed on first use by `realenv` (under `target/realenv/`); these tests never skip.
+//! The pinned SDKs are installed (and the rmcp client built) on first use by `realenv` (under
+//! `target/realenv/`); these tests never skip.
 
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
@@ -488,85 +489,45 @@ fn typescript_sdk_client_through_proxy() {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// rmcp (the Rust SDK Codex uses), in process, with its default reqwest client (one connection per request).
+// rmcp (the Rust SDK Codex uses), with its default reqwest client (one connection per request): the program in
+// `tests/rmcp_client/`, built on first use by `realenv`, JSON on stdout like the scripts.
 
-/// What rmcp saw: server name, tools, and the text JSON of each call.
-struct RmcpRun {
-    server: String,
-    protocol: String,
-    tools: Vec<String>,
-    calls: HashMap<&'static str, Value>,
+fn run_rmcp(url_args: &[String]) -> ScriptRun {
+    realenv::run_json("rmcp-test-client", realenv::rmcp_client_command(&strs(url_args)), SCRIPT_LIMIT)
 }
 
-fn run_rmcp(url: &str, bearer: &str, x_agent_token: &str) -> Result<RmcpRun, String> {
-    use rmcp::model::CallToolRequestParams;
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    use rmcp::transport::StreamableHttpClientTransport;
-    use rmcp::ServiceExt;
+/// The four calls the client makes, in order.
+const RMCP_CALLS: [&str; 4] = ["chat_send", "chat_join", "chat_read", "chat_who"];
 
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-    rt.block_on(async {
-        let mut headers = HashMap::new();
-        headers.insert(
-            http::HeaderName::from_static("x-agent-token"),
-            http::HeaderValue::from_str(x_agent_token).map_err(|e| e.to_string())?,
-        );
-        let config = StreamableHttpClientTransportConfig::with_uri(url.to_string())
-            .auth_header(bearer.to_string())
-            .custom_headers(headers);
-        let transport = StreamableHttpClientTransport::from_config(config);
-        let client = tokio::time::timeout(Duration::from_secs(20), ().serve(transport))
-            .await
-            .map_err(|_| "rmcp handshake timed out".to_string())?
-            .map_err(|e| format!("rmcp handshake: {e:?}"))?;
-        let info = client.peer_info().ok_or("rmcp: no server info after the handshake")?;
-        let server = info.server_info.as_ref().map(|s| s.name.clone()).unwrap_or_default();
-        let protocol = info.protocol_version.to_string();
-        let tools = client.list_all_tools().await.map_err(|e| format!("rmcp tools/list: {e:?}"))?;
-        let tools = tools.iter().map(|t| t.name.to_string()).collect();
-        let mut calls = HashMap::new();
-        let args = |v: Value| v.as_object().cloned().unwrap();
-        let plan: [(&'static str, Value); 4] = [
-            ("chat_send", json!({"sender": SPOOF_SENDER, "message": "hello from rmcp"})),
-            ("chat_join", json!({"name": SPOOF_SENDER})),
-            ("chat_read", json!({"sender": SPOOF_SENDER})),
-            ("chat_who", json!({})),
-        ];
-        for (name, a) in plan {
-            let result = client
-                .call_tool(CallToolRequestParams::new(name).with_arguments(args(a)))
-                .await
-                .map_err(|e| format!("rmcp tools/call {name}: {e:?}"))?;
-            let text = result
-                .content
-                .first()
-                .and_then(|c| c.as_text())
-                .map(|t| t.text.clone())
-                .ok_or_else(|| format!("rmcp tools/call {name}: no text content: {result:?}"))?;
-            calls.insert(name, serde_json::from_str(&text).unwrap_or(Value::String(text)));
-        }
-        tokio::time::timeout(Duration::from_secs(10), client.cancel())
-            .await
-            .map_err(|_| "rmcp close timed out".to_string())?
-            .map_err(|e| format!("rmcp close: {e:?}"))?;
-        Ok(RmcpRun { server, protocol, tools, calls })
-    })
-}
-
-fn check_rmcp(c: &mut Checks, run: &RmcpRun, sender: &str, up: &Upstream) {
-    c.check(run.server == "agentchattr-test", format!("server name {:?}", run.server));
-    c.check(!run.protocol.is_empty(), "no protocol version");
+fn check_rmcp(c: &mut Checks, out: &Value, sender: &str, up: &Upstream) {
+    if let Some(err) = out["error"].as_str() {
+        c.check(false, format!("the client failed: {err}"));
+        return;
+    }
+    c.eq("closed", &out["closed"], &json!(true));
+    c.eq("server name", &out["server"], &json!("agentchattr-test"));
+    c.check(out["protocol_version"].as_str().is_some_and(|p| !p.is_empty()), "no protocol version");
+    let tools: Vec<&str> =
+        out["tools"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     for t in ["chat_send", "chat_read", "chat_join", "chat_who", "slow_progress"] {
-        c.check(run.tools.iter().any(|x| x == t), format!("tools/list lacks {t}: {:?}", run.tools));
+        c.check(tools.contains(&t), format!("tools/list lacks {t}: {tools:?}"));
     }
+    let calls = &out["calls"];
+    let made: Vec<&str> =
+        calls.as_object().map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
+    c.check(
+        made.len() == RMCP_CALLS.len() && RMCP_CALLS.iter().all(|t| made.contains(t)),
+        format!("calls made: {made:?}, want {RMCP_CALLS:?}"),
+    );
     for (tool, key) in [("chat_send", "sender"), ("chat_read", "sender"), ("chat_join", "name")] {
-        c.eq(&format!("{tool}.{key} seen by the server"), &run.calls[tool][key], &json!(sender));
+        c.eq(&format!("{tool}.{key} seen by the server"), &calls[tool][key], &json!(sender));
     }
-    c.check(run.calls["chat_who"].get("sender").is_none(), "chat_who must not be stamped");
-    c.eq("chat_send.message", &run.calls["chat_send"]["message"], &json!("hello from rmcp"));
-    let session = run.calls["chat_send"]["mcp_session_id"].clone();
+    c.check(calls["chat_who"].get("sender").is_none(), "chat_who must not be stamped");
+    c.eq("chat_send.message", &calls["chat_send"]["message"], &json!("hello from rmcp"));
+    let session = calls["chat_send"]["mcp_session_id"].clone();
     c.check(session.as_array().is_some_and(|a| a.len() == 1), format!("Mcp-Session-Id lines seen {session}"));
-    for (tool, call) in &run.calls {
+    for tool in RMCP_CALLS {
+        let call = &calls[tool];
         c.eq(
             &format!("{tool}: Authorization lines seen"),
             &call["authorization"],
@@ -578,39 +539,14 @@ fn check_rmcp(c: &mut Checks, run: &RmcpRun, sender: &str, up: &Upstream) {
     }
 }
 
-fn rmcp_evidence(
-    run: &Result<RmcpRun, String>,
-    proxy: Option<&Proxy>,
-    up: &Upstream,
-) -> Vec<(&'static str, String)> {
-    let mut ev = vec![(
-        "rmcp",
-        match run {
-            Ok(r) => format!(
-                "server {} protocol {} tools {:?}\ncalls {:#?}",
-                r.server, r.protocol, r.tools, r.calls
-            ),
-            Err(e) => e.clone(),
-        },
-    )];
-    if let Some(p) = proxy {
-        ev.push(("proxy stderr", p.stderr_text()));
-    }
-    ev.push(("upstream stderr", up.stderr_text()));
-    ev
-}
-
 #[test]
 fn rmcp_client_direct_to_fastmcp() {
     let started = Instant::now();
     let up = Upstream::start(realenv::py1(), "streamable-http", TOKEN);
-    let run = run_rmcp(&up.url("/mcp"), TOKEN, TOKEN);
+    let run = run_rmcp(&direct_args(&up.url("/mcp")));
     let mut c = Checks::default();
-    match &run {
-        Ok(r) => check_rmcp(&mut c, r, SPOOF_SENDER, &up),
-        Err(e) => c.check(false, e.clone()),
-    }
-    c.finish("rmcp_client_direct_to_fastmcp", &rmcp_evidence(&run, None, &up));
+    check_rmcp(&mut c, &run.json, SPOOF_SENDER, &up);
+    c.finish("rmcp_client_direct_to_fastmcp", &evidence(&run, None, &up));
     timed("rmcp_client_direct_to_fastmcp", started);
 }
 
@@ -619,13 +555,10 @@ fn rmcp_client_through_proxy() {
     let started = Instant::now();
     let up = Upstream::start(realenv::py1(), "streamable-http", TOKEN);
     let proxy = start_proxy(&up.url("/mcp"));
-    let run = run_rmcp(&proxy.url("/mcp"), "spoof", "spoof");
+    let run = run_rmcp(&spoofed_args(&proxy.url("/mcp")));
     let mut c = Checks::default();
-    match &run {
-        Ok(r) => check_rmcp(&mut c, r, AGENT, &up),
-        Err(e) => c.check(false, e.clone()),
-    }
-    c.finish("rmcp_client_through_proxy", &rmcp_evidence(&run, Some(&proxy), &up));
+    check_rmcp(&mut c, &run.json, AGENT, &up);
+    c.finish("rmcp_client_through_proxy", &evidence(&run, Some(&proxy), &up));
     timed("rmcp_client_through_proxy", started);
 }
 

@@ -1,13 +1,17 @@
-//! Real-client environment: pinned Python MCP SDKs and the TypeScript MCP SDK, installed on first use under
-//! `target/realenv/` (or `$MCP_REALENV_DIR`), plus launchers for the FastMCP upstream and the client scripts in
-//! `tests/support/`.
+//! Real-client environment: pinned Python MCP SDKs, the TypeScript MCP SDK and the rmcp client, installed on
+//! first use under `target/realenv/` (or `$MCP_REALENV_DIR`), plus launchers for the FastMCP upstream and the
+//! client programs in `tests/support/` and `tests/rmcp_client/`.
 //!
 //! - `py1`: a venv with `tests/support/requirements-py1.txt` (mcp 1.x: FastMCP and the 1.x client).
 //! - `py2`: a venv with `tests/support/requirements-py2.txt` (mcp 2.x: MCPServer and the 2026-07-28 client).
 //! - `node`: `npm ci` of `tests/support/package.json` + `package-lock.json` (@modelcontextprotocol/sdk 1.32.x).
+//! - `rmcp-client`: `cargo build --locked` of `tests/rmcp_client/` (rmcp 3.11.0, pinned by its Cargo.lock), a
+//!   crate of its own so that the root package links none of rmcp, tokio and reqwest.
 //!
 //! Each component is installed once: a marker file holds the pinned inputs (requirements or lock file, and the
-//! interpreter version); a different marker means reinstall. An exclusive `flock` per component keeps parallel
+//! interpreter version); a different marker means reinstall. The rmcp client's binary is kept under a name
+//! derived from its inputs (sources, Cargo.toml, Cargo.lock, cargo version) instead, so work trees sharing one
+//! `$MCP_REALENV_DIR` never run each other's build. An exclusive `flock` per component keeps parallel
 //! tests and test binaries from racing. A failed install (e.g. offline) panics with the installer's output.
 //! Nothing here ever skips a test: with or without `CI` set, a test that needs a component gets it or fails.
 #![allow(dead_code)]
@@ -87,8 +91,8 @@ fn run_step(what: &str, cmd: &mut Command) -> String {
         };
         panic!(
             "realenv: {what} failed ({}) after {:.1}s.\n\
-             The real-client tests install pinned packages from PyPI / the npm registry on first use;\n\
-             check network access to the registries (an offline machine cannot run them).\n\
+             The real-client tests install pinned packages from PyPI, the npm registry and crates.io on\n\
+             first use; check network access to the registries (an offline machine cannot run them).\n\
              command: {cmd:?}\n--- last lines of output ---\n{tail}",
             out.status,
             started.elapsed().as_secs_f64()
@@ -177,6 +181,77 @@ fn install_node() -> PathBuf {
     );
     fs::write(&marker, &expected).unwrap_or_else(|e| panic!("realenv: write {}: {e}", marker.display()));
     modules
+}
+
+/// The rmcp test client (`tests/rmcp_client/`), built on first use; see [`install_rmcp_client`].
+pub fn rmcp_client() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(install_rmcp_client)
+}
+
+/// `tests/rmcp_client/` in the source tree.
+fn rmcp_client_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("rmcp_client")
+}
+
+/// FNV-1a, 64 bits: a hash that stays the same across Rust releases (std's `DefaultHasher` need not), to name
+/// the cached binary after its inputs.
+fn fnv1a(bytes: &[u8], mut h: u64) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Build (once per set of inputs) the rmcp client with `cargo build --locked` into
+/// `<realenv>/rmcp-client/target`, copy the binary to `<realenv>/rmcp-client/bin/<hash of inputs>/`, return it.
+/// The dev profile: the crate sets it to build fast, and the client's speed does not matter.
+fn install_rmcp_client() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let src = rmcp_client_dir();
+    let mut inputs = vec![src.join("Cargo.toml"), src.join("Cargo.lock")];
+    let mut sources: Vec<PathBuf> = fs::read_dir(src.join("src"))
+        .unwrap_or_else(|e| panic!("realenv: read {}: {e}", src.join("src").display()))
+        .map(|entry| entry.expect("read_dir entry").path())
+        .collect();
+    sources.sort();
+    inputs.extend(sources);
+    let mut hash = fnv1a(tool_version(&cargo, "--version").as_bytes(), 0xcbf2_9ce4_8422_2325);
+    for path in &inputs {
+        let bytes = fs::read(path).unwrap_or_else(|e| panic!("realenv: read {}: {e}", path.display()));
+        hash = fnv1a(path.file_name().unwrap_or_default().as_encoded_bytes(), hash);
+        hash = fnv1a(&bytes, hash);
+    }
+
+    let dir = root().join("rmcp-client");
+    let bin_dir = dir.join("bin").join(format!("{hash:016x}"));
+    let exe = bin_dir.join(format!("rmcp-test-client{}", std::env::consts::EXE_SUFFIX));
+    if exe.exists() {
+        return exe;
+    }
+    fs::create_dir_all(&bin_dir).unwrap_or_else(|e| panic!("realenv: mkdir {}: {e}", bin_dir.display()));
+    let _lock = lock_file(&dir.join("build.lock"));
+    if exe.exists() {
+        return exe;
+    }
+    let target = dir.join("target");
+    eprintln!("realenv: building the rmcp client ({}) into {}", src.display(), target.display());
+    run_step(
+        "cargo build --locked (tests/rmcp_client)",
+        Command::new(&cargo)
+            .args(["build", "--locked", "--manifest-path"])
+            .arg(src.join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&target),
+    );
+    let built = target.join("debug").join(exe.file_name().expect("exe has a file name"));
+    // Copy then rename: a concurrent reader that checks `exe.exists()` without the lock sees all or nothing.
+    let partial = bin_dir.join("partial");
+    fs::copy(&built, &partial)
+        .unwrap_or_else(|e| panic!("realenv: copy {} to {}: {e}", built.display(), partial.display()));
+    fs::rename(&partial, &exe).unwrap_or_else(|e| panic!("realenv: rename to {}: {e}", exe.display()));
+    exe
 }
 
 /// Collects a child's pipe into a shared buffer.
@@ -329,6 +404,13 @@ pub fn node_script(script: &str, args: &[&str]) -> Command {
     let modules = node_modules();
     let mut cmd = Command::new("node");
     cmd.arg(support_dir().join(script)).args(args).env("NODE_PATH", modules);
+    cmd
+}
+
+/// The rmcp test client with `args`.
+pub fn rmcp_client_command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(rmcp_client());
+    cmd.args(args);
     cmd
 }
 
