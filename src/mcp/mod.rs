@@ -1,8 +1,9 @@
 //! Pure MCP layer: JSON span scanning, identity stamping, SSE endpoint
-//! rewriting, identity parsing, JSON-RPC message reading and error bodies. No I/O, no
-//! clock.
+//! rewriting, identity parsing, JSON-RPC message reading and error bodies,
+//! the `initialize` answer. No I/O, no clock.
 
 pub mod identity;
+pub mod initialize;
 pub mod json;
 pub mod rpc;
 pub mod sse;
