@@ -129,3 +129,25 @@ pub const MAX_AGENT_LEN: usize = 256;
 /// Longest token, in bytes; it goes into two request headers (agentchattr
 /// tokens are 32 hex digits).
 pub const MAX_TOKEN_LEN: usize = 4096;
+
+/// Most MCP sessions the proxy records for transparent re-initialisation
+/// after an upstream restart (a few agents, each with one or two sessions);
+/// past it the least recently used is forgotten, which only means that
+/// session gets the server's 404 as it would without the proxy.
+pub const MAX_SESSIONS: usize = 64;
+
+/// Longest `Mcp-Session-Id` recorded, in bytes. Servers use a UUID (32 to
+/// 36 bytes); a longer id is relayed as usual but not tracked.
+pub const MAX_SESSION_ID_LEN: usize = 128;
+
+/// Largest `initialize` request body recorded for replay. Real clients send
+/// 200 to 600 bytes; a larger one is forwarded but its session not tracked.
+pub const MAX_RECORDED_INITIALIZE: usize = 4 * 1024;
+
+/// A recorded session not used for this long is forgotten (an agent's
+/// working day; the server has long dropped it by then).
+pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Least time between two re-initialisations of one session: a server that
+/// answers 404 to everything must not cause a storm of `initialize`s.
+pub const REOPEN_INTERVAL: Duration = Duration::from_secs(1);

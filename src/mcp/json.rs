@@ -239,6 +239,35 @@ pub fn for_each_member<E: From<ScanError>>(
     Ok(())
 }
 
+/// Calls `f(element)` for each element of `array`, an array value this
+/// module returned for `body`, in order.
+pub fn for_each_element<E: From<ScanError>>(
+    body: &[u8],
+    array: &Value,
+    mut f: impl FnMut(Value) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut cur = Cursor { b: body, pos: array.start };
+    cur.expect(b'[')?;
+    cur.ws();
+    if cur.peek() == Some(b']') {
+        return Ok(());
+    }
+    loop {
+        // Validated where it sits, as in `for_each_member`.
+        let v = cur.value(1)?;
+        f(v)?;
+        cur.ws();
+        match cur.peek() {
+            Some(b',') => {
+                cur.pos += 1;
+                cur.ws();
+            }
+            Some(b']') => return Ok(()),
+            _ => return Err(cur.err().into()),
+        }
+    }
+}
+
 /// Finds the member of `object` whose decoded key is `key`.
 pub fn find_member(body: &[u8], object: &Value, key: &str) -> Result<Lookup, ScanError> {
     let mut found = Lookup::default();
@@ -1132,6 +1161,26 @@ mod tests {
         assert_eq!(f, n, "fast and naive disagree on {:?}", String::from_utf8_lossy(b));
         // parse_value accepts exactly the same bodies.
         assert_eq!(parse_value(b).is_ok(), n.is_ok(), "{:?}", String::from_utf8_lossy(b));
+        // The walks over the top value's elements or members give the
+        // naive tree's spans.
+        if let (Ok(top), Ok(tree)) = (parse_value(b), naive::parse(b)) {
+            let want: Vec<Value> = tree.members.iter().map(|(_, n)| n.value).collect();
+            let mut got = Vec::new();
+            match top.kind {
+                Kind::Array => for_each_element(b, &top, |v| {
+                    got.push(v);
+                    Ok::<(), ScanError>(())
+                })
+                .unwrap(),
+                Kind::Object { .. } => for_each_member(b, &top, |_, v| {
+                    got.push(v);
+                    Ok::<(), ScanError>(())
+                })
+                .unwrap(),
+                _ => {}
+            }
+            assert_eq!(got, want, "{:?}", String::from_utf8_lossy(b));
+        }
         f
     }
 

@@ -1,7 +1,11 @@
 //! Pure MCP layer: JSON span scanning, identity stamping, SSE endpoint
-//! rewriting, identity parsing. No I/O, no clock.
+//! rewriting, identity parsing, JSON-RPC message reading and error bodies,
+//! the `initialize` answer, the session table. No I/O, no clock.
 
 pub mod identity;
+pub mod initialize;
 pub mod json;
+pub mod rpc;
+pub mod session;
 pub mod sse;
 pub mod stamp;

@@ -1,0 +1,163 @@
+//! Defends the JSON-RPC body readers and the proxy's error body: no panic on any body; the error body written for any input is JSON serde_json reads, with one error per request (and per batch element that is not a message) carrying the id serde_json reads there, in order, and none for notifications and responses; the `initialize` answer's protocolVersion agrees with serde_json on JSON bodies and is the same when the body arrives as an SSE stream.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use mcp_identity_proxy::mcp::initialize::{protocol_version, Answer, Format};
+use mcp_identity_proxy::mcp::json;
+use mcp_identity_proxy::mcp::rpc::{self, SERVER_ERROR};
+use serde_json::Value;
+
+const MESSAGE: &str = "upstream unavailable";
+/// The `initialize` request ids tried: MCP ids are strings or integers.
+const REQUEST_IDS: [&[u8]; 4] = [b"1", b"7", br#""1""#, br#""init""#];
+
+/// The ids serde_json reads for the errors owed to `input`, in order.
+fn expected_ids(input: &Value) -> Vec<Value> {
+    let owed = |m: &Value| match m.as_object() {
+        None => Some(Value::Null),
+        Some(o) if o.contains_key("method") => o.get("id").map(|id| match id {
+            Value::String(_) | Value::Number(_) => id.clone(),
+            _ => Value::Null,
+        }),
+        Some(_) => None,
+    };
+    match input {
+        Value::Array(items) if items.is_empty() => vec![Value::Null],
+        Value::Array(items) => items.iter().filter_map(owed).collect(),
+        other => owed(other).into_iter().collect(),
+    }
+}
+
+/// Whether an error's id is the one owed. Numbers at 1e300 and beyond are
+/// answered with null (JSON readers disagree on them); near that bound the
+/// two sides' rounding may differ, so either is accepted there.
+fn id_matches(got: &Value, want: &Value) -> bool {
+    match want.as_f64() {
+        Some(f) if f.abs() >= 1e301 => got.is_null(),
+        Some(f) if f.abs() >= 1e299 => got.is_null() || got == want,
+        _ => got == want,
+    }
+}
+
+/// serde_json's reading of the answer to the request `id`.
+fn expected_version(input: &Value, id: &Value) -> Answer {
+    let messages: Vec<&Value> = match input {
+        Value::Array(items) => items.iter().collect(),
+        other => vec![other],
+    };
+    for m in messages.iter().filter_map(|m| m.as_object()) {
+        if m.contains_key("method") || m.get("id") != Some(id) {
+            continue;
+        }
+        return match m.get("result").and_then(|r| r.get("protocolVersion")).and_then(Value::as_str) {
+            Some(v) => Answer::Version(v.to_owned()),
+            None => Answer::NoVersion,
+        };
+    }
+    Answer::NotFound
+}
+
+/// `body` as the data of a `message` event, after an event that is not the
+/// answer; line endings and the spacing after `data:` chosen by `k`.
+fn as_sse(body: &[u8], id: &[u8], k: u8) -> Vec<u8> {
+    let eol: &[u8] = if k & 0x10 != 0 { b"\r\n" } else { b"\n" };
+    let mut out = Vec::new();
+    if k & 0x20 != 0 {
+        out.extend_from_slice(b"\xEF\xBB\xBF: comment");
+        out.extend_from_slice(eol);
+        out.extend_from_slice(b"event: message");
+        out.extend_from_slice(eol);
+        out.extend_from_slice(b"data: {\"method\":\"ping\",\"id\":");
+        out.extend_from_slice(id);
+        out.extend_from_slice(b"}");
+        out.extend_from_slice(eol);
+        out.extend_from_slice(eol);
+    }
+    if k & 0x40 != 0 {
+        out.extend_from_slice(b"event: message");
+        out.extend_from_slice(eol);
+    }
+    for line in body.split(|&c| c == b'\n') {
+        let tight = k & 0x80 != 0 && line.first() != Some(&b' ');
+        out.extend_from_slice(if tight { b"data:" } else { b"data: " });
+        out.extend_from_slice(line);
+        out.extend_from_slice(eol);
+    }
+    out.extend_from_slice(eol);
+    out
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&k, body)) = data.split_first() else {
+        return;
+    };
+    let parsed = rpc::parse(body);
+    let serde: Option<Value> = serde_json::from_slice(body).ok();
+    // Compared with serde_json only where both read the body (they differ
+    // on NaN, lone surrogates and the nesting limit).
+    let both = serde.as_ref().filter(|_| parsed.is_ok());
+
+    // The error body.
+    let mut out = Vec::new();
+    let n = rpc::write_error(&mut out, parsed.as_ref().ok(), SERVER_ERROR, MESSAGE);
+    assert_eq!(n > 0, parsed.as_ref().map_or(true, |p| p.expects_answer()));
+    if n == 0 {
+        assert!(out.is_empty());
+    } else {
+        assert!(json::parse_value(&out).is_ok(), "the strict scanner reads it");
+        let v: Value = serde_json::from_slice(&out).expect("serde_json reads every error body");
+        let errors: Vec<&Value> = match &v {
+            Value::Array(items) => {
+                assert!(parsed.as_ref().is_ok_and(|p| p.is_batch()));
+                items.iter().collect()
+            }
+            other => vec![other],
+        };
+        assert_eq!(errors.len(), n);
+        for e in &errors {
+            assert_eq!(e["jsonrpc"], "2.0");
+            assert_eq!(e["error"]["code"], SERVER_ERROR);
+            assert_eq!(e["error"]["message"], MESSAGE);
+        }
+        if parsed.is_err() {
+            assert!(errors[0]["id"].is_null());
+        }
+        if let Some(input) = both {
+            let want = expected_ids(input);
+            assert_eq!(errors.len(), want.len(), "one error per request");
+            for (e, w) in errors.iter().zip(&want) {
+                assert!(id_matches(&e["id"], w), "id {} for {w}", e["id"]);
+            }
+        }
+    }
+    if let (Ok(p), Some(input)) = (&parsed, both) {
+        for m in p.messages() {
+            if let Some(name) = m.method() {
+                assert!(m.is_method(&name));
+            }
+        }
+        let methods: Vec<Option<&str>> = match input {
+            Value::Array(items) => items.iter().map(|m| m.get("method").and_then(Value::as_str)).collect(),
+            other => vec![other.get("method").and_then(Value::as_str)],
+        };
+        let got: Vec<_> = p.messages().iter().map(|m| m.method()).collect();
+        assert_eq!(got.iter().map(|m| m.as_deref()).collect::<Vec<_>>(), methods);
+    }
+
+    // The initialize answer.
+    let id = REQUEST_IDS[usize::from(k) % REQUEST_IDS.len()];
+    let from_json = protocol_version(body, Format::Json, id);
+    if let Some(input) = both {
+        let id: Value = serde_json::from_slice(id).expect("a fixed id");
+        assert_eq!(from_json, expected_version(input, &id));
+    }
+    // The same body as an SSE event's data: LF-joined lines are the body
+    // itself, unless it holds a CR (a line end in SSE).
+    if !body.contains(&b'\r') {
+        let sse = as_sse(body, id, k);
+        assert_eq!(protocol_version(&sse, Format::EventStream, id), from_json);
+    }
+    // Any bytes as a stream, with any id text: no panic.
+    let _ = protocol_version(body, Format::EventStream, id);
+    let _ = protocol_version(id, Format::Json, body);
+});
