@@ -6,9 +6,9 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use crate::harness::{assert_healthy, chunk, client, host, ok_upstream};
-use crate::upstream::{request, Resp, Upstream};
-use crate::util::{token_file, Proxy};
+use crate::support::exchange::{assert_healthy, chunk, client, host, ok_upstream};
+use crate::support::proxy_process::{token_file, Proxy};
+use crate::support::wire::{request, Resp, Upstream};
 
 const AGENT: &str = "claude-prime";
 const TOKEN: &str = "tok-BODYRULE-77";

@@ -6,8 +6,8 @@ use std::net::TcpListener;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::upstream::{request, response, Client, Next, Upstream};
-use crate::util::{scratch_dir, token_file, Proxy, BIN};
+use crate::support::proxy_process::{scratch_dir, token_file, Proxy, BIN};
+use crate::support::wire::{request, response, Client, Next, Upstream};
 
 const TOKEN: &str = "cli-tok-9b8c7d-SECRET";
 

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::realenv::{self, ScriptRun, Upstream};
-use crate::util::{token_file, Proxy};
+use crate::support::proxy_process::{token_file, Proxy};
+use crate::support::realenv::{self, ScriptRun, Upstream};
 
 /// The agent name the proxy stamps.
 const AGENT: &str = "claude-prime";
@@ -870,7 +870,7 @@ fn identity_file_change_mid_session_seen_by_next_tool_call() {
     let started = Instant::now();
     // The upstream accepts both tokens (as agentchattr accepts any registered instance's token).
     let up = Upstream::start(realenv::py1(), "streamable-http", &format!("{TOKEN},{TOKEN_2}"));
-    let dir = crate::util::scratch_dir("identity-switch");
+    let dir = crate::support::proxy_process::scratch_dir("identity-switch");
     let identity = dir.join("identity.json");
     std::fs::write(&identity, json!({"agent": AGENT, "token": TOKEN}).to_string()).unwrap();
     let proxy =

@@ -7,12 +7,12 @@ use std::net::{Shutdown, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::harness::{
+use crate::support::exchange::{
     assert_healthy, assert_jsonrpc_error, chunk, client, exchange, host, json_post, ok_upstream, OK_JSON,
     PING,
 };
-use crate::upstream::{contains, request, response, Client, Head, Next, Req, Resp, Upstream};
-use crate::util::{token_file, Proxy};
+use crate::support::proxy_process::{token_file, Proxy};
+use crate::support::wire::{contains, request, response, Client, Head, Next, Req, Resp, Upstream};
 
 const TOKEN: &str = "tok-7f3a9c-SECRET-d41d8";
 const AGENT: &str = "claude-prime";

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::harness::{client, exchange, host, json_post, ok_upstream, OK_JSON, PING};
-use crate::upstream::{request, Client, Next, Upstream};
-use crate::util::{token_file, Proxy};
+use crate::support::exchange::{client, exchange, host, json_post, ok_upstream, OK_JSON, PING};
+use crate::support::proxy_process::{token_file, Proxy};
+use crate::support::wire::{request, Client, Next, Upstream};
 
 const REQUEST_TIMEOUT: u64 = 2;
 

@@ -13,12 +13,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::harness::{
+use crate::support::exchange::{
     assert_healthy, assert_jsonrpc_error, chunk, client, exchange, host, json_post as post, ok_response,
     ok_upstream, OK_JSON, PING,
 };
-use crate::upstream::{contains, request, response, Client, Next, Resp, Upstream};
-use crate::util::{scratch_dir, token_file, Proxy, BIN};
+use crate::support::proxy_process::{scratch_dir, token_file, Proxy, BIN};
+use crate::support::wire::{contains, request, response, Client, Next, Resp, Upstream};
 
 const TOKEN: &str = "tok-HOSTILE-5e1f0c9a-SECRET";
 const CLIENT_SECRET: &str = "client-secret-9b7d3e21-CLIENTSIDE";
@@ -1021,7 +1021,7 @@ fn upstream_closing_mid_body_closes_the_client_without_completing_it() {
         let got = c.unread().to_vec();
         if head.has("transfer-encoding") {
             assert!(
-                crate::upstream::decode_chunked(&got).is_none(),
+                crate::support::wire::decode_chunked(&got).is_none(),
                 "{what}: truncated body presented as complete: {:?}",
                 String::from_utf8_lossy(&got)
             );

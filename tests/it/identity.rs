@@ -9,9 +9,9 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::harness::{exchange, host, json_post};
-use crate::upstream::{contains, request, response, Client, Next, Req, Upstream};
-use crate::util::{scratch_dir, token_file, Proxy};
+use crate::support::exchange::{exchange, host, json_post};
+use crate::support::proxy_process::{scratch_dir, token_file, Proxy};
+use crate::support::wire::{contains, request, response, Client, Next, Req, Upstream};
 
 const TOKEN: &str = "tok-1111-SECRET";
 const AGENT: &str = "claude-prime";

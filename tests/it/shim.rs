@@ -5,7 +5,7 @@
 //! system `python3` and its standard library only, against a std::net stub
 //! upstream that records the stamped sender and the token it received.
 
-use crate::util::BIN;
+use crate::support::proxy_process::BIN;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -7,8 +7,8 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::upstream::{decode_chunked, request, response, Client, Next, Req, Upstream};
-use crate::util::{token_file, Proxy};
+use crate::support::proxy_process::{token_file, Proxy};
+use crate::support::wire::{decode_chunked, request, response, Client, Next, Req, Upstream};
 
 const TOKEN: &str = "tok-sse-SECRET";
 

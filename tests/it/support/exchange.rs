@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::upstream::{request, response, Client, Resp, Upstream};
-use crate::util::Proxy;
+use crate::support::proxy_process::Proxy;
+use crate::support::wire::{request, response, Client, Resp, Upstream};
 
 pub const PING: &[u8] = br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#;
 pub const OK_JSON: &[u8] = br#"{"jsonrpc":"2.0","id":7,"result":{}}"#;

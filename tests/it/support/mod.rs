@@ -1,0 +1,6 @@
+//! Test-only helpers shared by every suite.
+
+pub mod exchange;
+pub mod proxy_process;
+pub mod realenv;
+pub mod wire;
