@@ -7,8 +7,8 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use crate::support::exchange::{assert_healthy, chunk, client, host, ok_upstream};
-use crate::support::proxy_process::{token_file, Proxy};
-use crate::support::wire::{request, Resp, Upstream};
+use crate::support::proxy_process::{token_file, ProxyProcess};
+use crate::support::wire::{request, Resp, StubUpstream};
 
 const AGENT: &str = "claude-prime";
 const TOKEN: &str = "tok-BODYRULE-77";
@@ -16,13 +16,16 @@ const SPOOF: &[u8] =
     br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"mallory","message":"hi"}}}"#;
 
 #[track_caller]
-fn start(up: &Upstream) -> Proxy {
+fn start(up: &StubUpstream) -> ProxyProcess {
     let tf = token_file(TOKEN);
-    Proxy::start(&["--upstream", &up.url(), "--agent", AGENT, "--token-file", tf.to_str().unwrap()], &[])
+    ProxyProcess::start(
+        &["--upstream", &up.url(), "--agent", AGENT, "--token-file", tf.to_str().unwrap()],
+        &[],
+    )
 }
 
 #[track_caller]
-fn send(p: &Proxy, raw: &[u8]) -> Resp {
+fn send(p: &ProxyProcess, raw: &[u8]) -> Resp {
     let mut c = client(p);
     c.send(raw);
     c.read_response("POST")

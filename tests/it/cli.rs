@@ -6,8 +6,8 @@ use std::net::TcpListener;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::proxy_process::{scratch_dir, token_file, Proxy, BIN};
-use crate::support::wire::{request, response, Client, Next, Upstream};
+use crate::support::proxy_process::{scratch_dir, token_file, ProxyProcess, BIN};
+use crate::support::wire::{request, response, Next, RawClient, StubUpstream};
 
 const TOKEN: &str = "cli-tok-9b8c7d-SECRET";
 
@@ -202,7 +202,10 @@ fn free_fixed_port_is_used_and_printed() {
     };
     let t = tf();
     let listen = format!("127.0.0.1:{port}");
-    let p = Proxy::start(&["--upstream", UP, "--agent", "a", "--token-file", &t, "--listen", &listen], &[]);
+    let p = ProxyProcess::start(
+        &["--upstream", UP, "--agent", "a", "--token-file", &t, "--listen", &listen],
+        &[],
+    );
     assert_eq!(p.port, port);
 }
 
@@ -255,7 +258,7 @@ fn version_exits_0_and_prints_the_version() {
 #[test]
 fn fractional_timeouts_are_accepted() {
     let t = tf();
-    Proxy::start(
+    ProxyProcess::start(
         &[
             "--upstream",
             UP,
@@ -277,7 +280,7 @@ fn fractional_timeouts_are_accepted() {
 #[track_caller]
 fn assert_signal_exits_0(sig: &str) {
     let t = tf();
-    let mut p = Proxy::start(&["--upstream", UP, "--agent", "a", "--token-file", &t], &[]);
+    let mut p = ProxyProcess::start(&["--upstream", UP, "--agent", "a", "--token-file", &t], &[]);
     let t0 = Instant::now();
     p.signal(sig);
     let status = p.wait_exit(Duration::from_secs(6)).unwrap_or_else(|| panic!("no exit 6 s after SIG{sig}"));
@@ -297,15 +300,15 @@ fn sigint_exits_0() {
 
 #[test]
 fn sigterm_lets_an_in_flight_exchange_finish() {
-    let up = Upstream::start(|_, s| {
+    let up = StubUpstream::start(|_, s| {
         std::thread::sleep(Duration::from_millis(800));
         let _ = s.write_all(&response("200 OK", &[("Content-Type", "text/plain")], b"finished"));
         Next::KeepAlive
     });
     let t = tf();
     let url = up.url();
-    let mut p = Proxy::start(&["--upstream", &url, "--agent", "a", "--token-file", &t], &[]);
-    let mut c = Client::new(p.connect());
+    let mut p = ProxyProcess::start(&["--upstream", &url, "--agent", "a", "--token-file", &t], &[]);
+    let mut c = RawClient::new(p.connect());
     c.send(&request("GET", "/slow", &format!("127.0.0.1:{}", p.port), &[], b""));
     up.wait_requests(1, Duration::from_secs(5));
     p.signal("TERM");
@@ -318,13 +321,15 @@ fn sigterm_lets_an_in_flight_exchange_finish() {
 
 #[test]
 fn token_never_appears_in_logs_at_trace() {
-    let up = Upstream::fixed(response("200 OK", &[("Content-Type", "application/json")], b"{}"));
+    let up = StubUpstream::fixed(response("200 OK", &[("Content-Type", "application/json")], b"{}"));
     let t = tf();
     let url = up.url();
-    let mut p =
-        Proxy::start(&["--upstream", &url, "--agent", "a", "--token-file", &t], &[("RUST_LOG", "trace")]);
+    let mut p = ProxyProcess::start(
+        &["--upstream", &url, "--agent", "a", "--token-file", &t],
+        &[("RUST_LOG", "trace")],
+    );
     let h = format!("127.0.0.1:{}", p.port);
-    let mut c = Client::new(p.connect());
+    let mut c = RawClient::new(p.connect());
     for (method, body) in
         [("POST", &br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#[..]), ("GET", b""), ("DELETE", b"")]
     {
@@ -338,7 +343,7 @@ fn token_never_appears_in_logs_at_trace() {
         assert_eq!(c.read_response(method).status, 200);
     }
     // A request the proxy rejects, and one whose upstream is gone.
-    let mut bad = Client::new(p.connect());
+    let mut bad = RawClient::new(p.connect());
     bad.send(b"GET /mcp HTTP/1.1\r\n\r\n");
     let _ = bad.read_response("GET");
     p.signal("TERM");
@@ -354,9 +359,11 @@ fn token_never_appears_in_logs_when_upstream_is_unreachable() {
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let url = format!("http://127.0.0.1:{port}/mcp");
     let t = tf();
-    let mut p =
-        Proxy::start(&["--upstream", &url, "--agent", "a", "--token-file", &t], &[("RUST_LOG", "trace")]);
-    let mut c = Client::new(p.connect());
+    let mut p = ProxyProcess::start(
+        &["--upstream", &url, "--agent", "a", "--token-file", &t],
+        &[("RUST_LOG", "trace")],
+    );
+    let mut c = RawClient::new(p.connect());
     c.send(&request(
         "POST",
         "/mcp",

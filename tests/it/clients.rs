@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::proxy_process::{token_file, Proxy};
-use crate::support::realenv::{self, ScriptRun, Upstream};
+use crate::support::proxy_process::{token_file, ProxyProcess};
+use crate::support::realenv::{self, FastMcp, ScriptRun};
 
 /// The agent name the proxy stamps.
 const AGENT: &str = "claude-prime";
@@ -89,9 +89,12 @@ fn pretty(v: &Value) -> String {
 
 /// Start the proxy in front of `upstream_url` with the test agent and token.
 #[track_caller]
-fn start_proxy(upstream_url: &str) -> Proxy {
+fn start_proxy(upstream_url: &str) -> ProxyProcess {
     let tf = token_file(TOKEN);
-    Proxy::start(&["--upstream", upstream_url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()], &[])
+    ProxyProcess::start(
+        &["--upstream", upstream_url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()],
+        &[],
+    )
 }
 
 fn timed(name: &str, started: Instant) {
@@ -122,7 +125,7 @@ struct Expect {
 }
 
 impl Expect {
-    fn direct(up: &Upstream, message: &'static str) -> Expect {
+    fn direct(up: &FastMcp, message: &'static str) -> Expect {
         Expect {
             sender: SPOOF_SENDER.into(),
             authorization: format!("Bearer {TOKEN}"),
@@ -135,7 +138,7 @@ impl Expect {
         }
     }
 
-    fn proxied(up: &Upstream, message: &'static str) -> Expect {
+    fn proxied(up: &FastMcp, message: &'static str) -> Expect {
         Expect { sender: AGENT.into(), ..Expect::direct(up, message) }
     }
 }
@@ -298,7 +301,7 @@ fn check_lifecycle(c: &mut Checks, out: &Value, exp: &Expect) {
     }
 }
 
-fn evidence(run: &ScriptRun, proxy: Option<&Proxy>, up: &Upstream) -> Vec<(&'static str, String)> {
+fn evidence(run: &ScriptRun, proxy: Option<&ProxyProcess>, up: &FastMcp) -> Vec<(&'static str, String)> {
     let mut ev = vec![("client JSON", pretty(&run.json)), ("client stderr", run.stderr.clone())];
     if let Some(p) = proxy {
         ev.push(("proxy stderr", p.stderr_text()));
@@ -318,7 +321,7 @@ fn run_py1(url_args: &[String]) -> ScriptRun {
 #[test]
 fn python_sdk_1x_client_direct_to_fastmcp() {
     let started = Instant::now();
-    let up = Upstream::start(realenv::py1(), "streamable-http", TOKEN);
+    let up = FastMcp::start(realenv::py1(), "streamable-http", TOKEN);
     let run = run_py1(&direct_args(&up.url("/mcp")));
     let mut c = Checks::default();
     check_lifecycle(&mut c, &run.json, &Expect::direct(&up, "hello from py1"));
@@ -329,7 +332,7 @@ fn python_sdk_1x_client_direct_to_fastmcp() {
 #[test]
 fn python_sdk_1x_client_through_proxy() {
     let started = Instant::now();
-    let up = Upstream::start(realenv::py1(), "streamable-http", TOKEN);
+    let up = FastMcp::start(realenv::py1(), "streamable-http", TOKEN);
     let proxy = start_proxy(&up.url("/mcp"));
     let run = run_py1(&spoofed_args(&proxy.url("/mcp")));
     let mut c = Checks::default();
@@ -368,7 +371,7 @@ fn check_stateless(c: &mut Checks, out: &Value) {
 #[test]
 fn python_sdk_2x_client_direct_to_mcpserver_stateless() {
     let started = Instant::now();
-    let up = Upstream::start(realenv::py2(), "streamable-http", TOKEN);
+    let up = FastMcp::start(realenv::py2(), "streamable-http", TOKEN);
     let run = run_py2(&direct_args(&up.url("/mcp")));
     let mut c = Checks::default();
     let exp =
@@ -382,7 +385,7 @@ fn python_sdk_2x_client_direct_to_mcpserver_stateless() {
 #[test]
 fn python_sdk_2x_client_stateless_through_proxy() {
     let started = Instant::now();
-    let up = Upstream::start(realenv::py2(), "streamable-http", TOKEN);
+    let up = FastMcp::start(realenv::py2(), "streamable-http", TOKEN);
     let proxy = start_proxy(&up.url("/mcp"));
     let run = run_py2(&spoofed_args(&proxy.url("/mcp")));
     let mut c = Checks::default();
@@ -399,7 +402,7 @@ fn python_sdk_2x_client_stateless_through_proxy() {
 #[test]
 fn python_sdk_2x_client_falls_back_to_initialize_on_fastmcp_1x_through_proxy() {
     let started = Instant::now();
-    let up = Upstream::start(realenv::py1(), "streamable-http", TOKEN);
+    let up = FastMcp::start(realenv::py1(), "streamable-http", TOKEN);
     let proxy = start_proxy(&up.url("/mcp"));
     let run = run_py2(&spoofed_args(&proxy.url("/mcp")));
     let mut c = Checks::default();
@@ -466,7 +469,7 @@ fn check_ts_extras(c: &mut Checks, out: &Value) {
 #[test]
 fn typescript_sdk_client_direct_to_fastmcp() {
     let started = Instant::now();
-    let up = Upstream::start(realenv::py1(), "streamable-http", TOKEN);
+    let up = FastMcp::start(realenv::py1(), "streamable-http", TOKEN);
     let run = run_ts(&direct_args(&up.url("/mcp")));
     let mut c = Checks::default();
     check_lifecycle(&mut c, &run.json, &Expect::direct(&up, "hello from ts"));
@@ -478,7 +481,7 @@ fn typescript_sdk_client_direct_to_fastmcp() {
 #[test]
 fn typescript_sdk_client_through_proxy() {
     let started = Instant::now();
-    let up = Upstream::start(realenv::py1(), "streamable-http", TOKEN);
+    let up = FastMcp::start(realenv::py1(), "streamable-http", TOKEN);
     let proxy = start_proxy(&up.url("/mcp"));
     let run = run_ts(&spoofed_args(&proxy.url("/mcp")));
     let mut c = Checks::default();
@@ -499,7 +502,7 @@ fn run_rmcp(url_args: &[String]) -> ScriptRun {
 /// The four calls the client makes, in order.
 const RMCP_CALLS: [&str; 4] = ["chat_send", "chat_join", "chat_read", "chat_who"];
 
-fn check_rmcp(c: &mut Checks, out: &Value, sender: &str, up: &Upstream) {
+fn check_rmcp(c: &mut Checks, out: &Value, sender: &str, up: &FastMcp) {
     if let Some(err) = out["error"].as_str() {
         c.check(false, format!("the client failed: {err}"));
         return;
@@ -542,7 +545,7 @@ fn check_rmcp(c: &mut Checks, out: &Value, sender: &str, up: &Upstream) {
 #[test]
 fn rmcp_client_direct_to_fastmcp() {
     let started = Instant::now();
-    let up = Upstream::start(realenv::py1(), "streamable-http", TOKEN);
+    let up = FastMcp::start(realenv::py1(), "streamable-http", TOKEN);
     let run = run_rmcp(&direct_args(&up.url("/mcp")));
     let mut c = Checks::default();
     check_rmcp(&mut c, &run.json, SPOOF_SENDER, &up);
@@ -553,7 +556,7 @@ fn rmcp_client_direct_to_fastmcp() {
 #[test]
 fn rmcp_client_through_proxy() {
     let started = Instant::now();
-    let up = Upstream::start(realenv::py1(), "streamable-http", TOKEN);
+    let up = FastMcp::start(realenv::py1(), "streamable-http", TOKEN);
     let proxy = start_proxy(&up.url("/mcp"));
     let run = run_rmcp(&spoofed_args(&proxy.url("/mcp")));
     let mut c = Checks::default();
@@ -772,7 +775,7 @@ fn check_legacy_sse(c: &mut Checks, out: &Value) {
 #[test]
 fn python_sdk_sse_client_direct_to_fastmcp() {
     let started = Instant::now();
-    let up = Upstream::start(realenv::py1(), "sse", TOKEN);
+    let up = FastMcp::start(realenv::py1(), "sse", TOKEN);
     let run = run_py1(&legacy_args(direct_args(&up.url("/sse"))));
     let mut c = Checks::default();
     check_lifecycle(&mut c, &run.json, &legacy_expect(Expect::direct(&up, "hello from py1")));
@@ -784,7 +787,7 @@ fn python_sdk_sse_client_direct_to_fastmcp() {
 #[test]
 fn python_sdk_sse_client_through_proxy() {
     let started = Instant::now();
-    let up = Upstream::start(realenv::py1(), "sse", TOKEN);
+    let up = FastMcp::start(realenv::py1(), "sse", TOKEN);
     let proxy = start_proxy(&up.url("/sse"));
     let run = run_py1(&legacy_args(spoofed_args(&proxy.url("/sse"))));
     let mut c = Checks::default();
@@ -797,7 +800,7 @@ fn python_sdk_sse_client_through_proxy() {
 #[test]
 fn typescript_sdk_sse_client_direct_to_fastmcp() {
     let started = Instant::now();
-    let up = Upstream::start(realenv::py1(), "sse", TOKEN);
+    let up = FastMcp::start(realenv::py1(), "sse", TOKEN);
     let run = run_ts(&legacy_args(direct_args(&up.url("/sse"))));
     let mut c = Checks::default();
     check_lifecycle(&mut c, &run.json, &legacy_expect(Expect::direct(&up, "hello from ts")));
@@ -810,7 +813,7 @@ fn typescript_sdk_sse_client_direct_to_fastmcp() {
 #[test]
 fn typescript_sdk_sse_client_through_proxy() {
     let started = Instant::now();
-    let up = Upstream::start(realenv::py1(), "sse", TOKEN);
+    let up = FastMcp::start(realenv::py1(), "sse", TOKEN);
     let proxy = start_proxy(&up.url("/sse"));
     let run = run_ts(&legacy_args(spoofed_args(&proxy.url("/sse"))));
     let mut c = Checks::default();
@@ -827,7 +830,7 @@ fn typescript_sdk_sse_client_through_proxy() {
 #[test]
 fn sse_absolute_endpoint_rewritten_for_python_and_typescript_clients() {
     let started = Instant::now();
-    let up = Upstream::start_with(realenv::py1(), &["--transport", "sse", "--absolute-endpoint"], TOKEN);
+    let up = FastMcp::start_with(realenv::py1(), &["--transport", "sse", "--absolute-endpoint"], TOKEN);
     let mut c = Checks::default();
     let mut ev: Vec<(&str, String)> = Vec::new();
 
@@ -869,12 +872,14 @@ const TOKEN_2: &str = "9a1d3c5e7f2b4d6a8c0e1f3a5b7d9c2e";
 fn identity_file_change_mid_session_seen_by_next_tool_call() {
     let started = Instant::now();
     // The upstream accepts both tokens (as agentchattr accepts any registered instance's token).
-    let up = Upstream::start(realenv::py1(), "streamable-http", &format!("{TOKEN},{TOKEN_2}"));
+    let up = FastMcp::start(realenv::py1(), "streamable-http", &format!("{TOKEN},{TOKEN_2}"));
     let dir = crate::support::proxy_process::scratch_dir("identity-switch");
     let identity = dir.join("identity.json");
     std::fs::write(&identity, json!({"agent": AGENT, "token": TOKEN}).to_string()).unwrap();
-    let proxy =
-        Proxy::start(&["--upstream", &up.url("/mcp"), "--identity-file", identity.to_str().unwrap()], &[]);
+    let proxy = ProxyProcess::start(
+        &["--upstream", &up.url("/mcp"), "--identity-file", identity.to_str().unwrap()],
+        &[],
+    );
     let mut args = spoofed_args(&proxy.url("/mcp"));
     args.extend([
         "--switch-identity".to_string(),

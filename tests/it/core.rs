@@ -11,8 +11,8 @@ use crate::support::exchange::{
     assert_healthy, assert_jsonrpc_error, chunk, client, exchange, host, json_post, ok_upstream, OK_JSON,
     PING,
 };
-use crate::support::proxy_process::{token_file, Proxy};
-use crate::support::wire::{contains, request, response, Client, Head, Next, Req, Resp, Upstream};
+use crate::support::proxy_process::{token_file, ProxyProcess};
+use crate::support::wire::{contains, request, response, Head, Next, RawClient, Req, Resp, StubUpstream};
 
 const TOKEN: &str = "tok-7f3a9c-SECRET-d41d8";
 const AGENT: &str = "claude-prime";
@@ -28,21 +28,21 @@ const TOOLS_RESULT: &[u8] =
 // ---------------------------------------------------------------- helpers
 
 #[track_caller]
-fn start(up: &Upstream) -> Proxy {
+fn start(up: &StubUpstream) -> ProxyProcess {
     start_with(up, &[])
 }
 
 #[track_caller]
-fn start_with(up: &Upstream, extra: &[&str]) -> Proxy {
+fn start_with(up: &StubUpstream, extra: &[&str]) -> ProxyProcess {
     let tf = token_file(TOKEN);
     let url = up.url();
     let mut args = vec!["--upstream", url.as_str(), "--agent", AGENT, "--token-file", tf.to_str().unwrap()];
     args.extend_from_slice(extra);
-    Proxy::start(&args, &[])
+    ProxyProcess::start(&args, &[])
 }
 
 /// A JSON-RPC POST to `/mcp` with the usual client fields plus `extra`.
-fn post(p: &Proxy, extra: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+fn post(p: &ProxyProcess, extra: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
     json_post(&host(p), extra, body)
 }
 
@@ -73,7 +73,7 @@ fn dead_port() -> u16 {
 fn initialize_with_upstream_session_lines(session_lines: &[(&str, &str)]) -> (Resp, Req) {
     let mut fields = vec![("Content-Type", "application/json")];
     fields.extend_from_slice(session_lines);
-    let up = Upstream::fixed(response("200 OK", &fields, INIT_RESULT));
+    let up = StubUpstream::fixed(response("200 OK", &fields, INIT_RESULT));
     let p = start(&up);
     let resp = exchange(&p, &post(&p, &[], INITIALIZE));
     (resp, up.only_request())
@@ -142,7 +142,7 @@ fn follow_up_post_reaches_upstream_with_exactly_one_session_header() {
 #[test]
 fn delete_success_is_relayed_with_body_and_session_header() {
     let body = br#"{"deleted":true}"#;
-    let up = Upstream::fixed(response(
+    let up = StubUpstream::fixed(response(
         "200 OK",
         &[("Content-Type", "application/json"), ("Mcp-Session-Id", SESSION)],
         body,
@@ -172,7 +172,7 @@ fn delete_success_is_relayed_with_body_and_session_header() {
 fn delete_404_is_relayed_with_its_body() {
     let body =
         br#"{"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Session not found"}}"#;
-    let up = Upstream::fixed(response("404 Not Found", &[("Content-Type", "application/json")], body));
+    let up = StubUpstream::fixed(response("404 Not Found", &[("Content-Type", "application/json")], body));
     let p = start(&up);
     let resp = exchange(&p, &request("DELETE", "/mcp", &host(&p), &[("Mcp-Session-Id", SESSION)], b""));
     assert_eq!(resp.status, 404, "{:?}", resp.raw_text());
@@ -183,7 +183,7 @@ fn delete_404_is_relayed_with_its_body() {
 
 #[test]
 fn initialize_initialized_tools_list_lifecycle_works_on_one_connection() {
-    let up = Upstream::start(|req, s| {
+    let up = StubUpstream::start(|req, s| {
         let body = String::from_utf8_lossy(&req.body);
         let out = if body.contains(r#""method":"initialize""#) {
             response(
@@ -278,7 +278,8 @@ fn client_credentials_are_replaced_by_exactly_one_token_pair() {
 fn token_from_environment_is_used_when_no_token_file_is_given() {
     let up = ok_upstream();
     let url = up.url();
-    let p = Proxy::start(&["--upstream", &url, "--agent", AGENT], &[("MCP_PROXY_TOKEN", "env-token-123")]);
+    let p =
+        ProxyProcess::start(&["--upstream", &url, "--agent", AGENT], &[("MCP_PROXY_TOKEN", "env-token-123")]);
     assert_eq!(exchange(&p, &post(&p, &[], PING)).status, 200);
     let req = up.only_request();
     assert_eq!(req.head.all("authorization"), vec!["Bearer env-token-123"]);
@@ -419,7 +420,7 @@ fn conflicting_session_id_lines_from_client_get_400() {
 
 #[test]
 fn field_names_are_written_lowercase_both_ways() {
-    let up = Upstream::fixed(response(
+    let up = StubUpstream::fixed(response(
         "200 OK",
         &[("Content-Type", "application/json"), ("X-Upstream-Thing", "2"), ("Cache-Control", "no-store")],
         OK_JSON,
@@ -473,7 +474,7 @@ fn hop_by_hop_request_fields_are_stripped_including_those_named_in_connection() 
 
 #[test]
 fn hop_by_hop_response_fields_are_stripped_including_those_named_in_connection() {
-    let up = Upstream::fixed(response(
+    let up = StubUpstream::fixed(response(
         "200 OK",
         &[
             ("Content-Type", "application/json"),
@@ -516,7 +517,7 @@ fn hop_by_hop_response_fields_are_stripped_including_those_named_in_connection()
 
 #[test]
 fn three_sequential_requests_share_one_client_connection() {
-    let up = Upstream::start(|req, s| {
+    let up = StubUpstream::start(|req, s| {
         let _ = s.write_all(&response("200 OK", &[("Content-Type", "text/plain")], req.target.as_bytes()));
         Next::KeepAlive
     });
@@ -533,7 +534,7 @@ fn three_sequential_requests_share_one_client_connection() {
 
 #[test]
 fn pipelined_requests_are_answered_in_order() {
-    let up = Upstream::start(|req, s| {
+    let up = StubUpstream::start(|req, s| {
         if req.target == "/a" {
             std::thread::sleep(Duration::from_millis(300));
         }
@@ -562,7 +563,7 @@ fn pipelined_requests_are_answered_in_order() {
 #[test]
 fn content_length_body_is_relayed_with_its_length() {
     let body: Vec<u8> = (0..256 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
-    let up = Upstream::fixed(response("200 OK", &[("Content-Type", "application/octet-stream")], &body));
+    let up = StubUpstream::fixed(response("200 OK", &[("Content-Type", "application/octet-stream")], &body));
     let p = start(&up);
     let mut c = client(&p);
     for _ in 0..2 {
@@ -577,7 +578,7 @@ fn content_length_body_is_relayed_with_its_length() {
 
 #[test]
 fn chunked_upstream_body_is_relayed_and_trailers_dropped() {
-    let up = Upstream::fixed(
+    let up = StubUpstream::fixed(
         &b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n\
 5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Checksum: abc123\r\n\r\n"[..],
     );
@@ -600,7 +601,7 @@ fn close_delimited_upstream_body_is_reframed_as_chunked() {
     let body: Vec<u8> = (0..100 * 1024).map(|i| b'A' + (i % 26) as u8).collect();
     let mut raw = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n".to_vec();
     raw.extend_from_slice(&body);
-    let up = Upstream::fixed_then_close(raw);
+    let up = StubUpstream::fixed_then_close(raw);
     let p = start(&up);
     let mut c = client(&p);
     c.send(&request("GET", "/close", &host(&p), &[], b""));
@@ -620,7 +621,7 @@ fn close_delimited_upstream_body_is_reframed_as_chunked() {
 /// The close-delimited upstream answers every request the same way, each on a
 /// new upstream connection; a second exchange must work too.
 #[track_caller]
-fn assert_healthy_on_new_upstream_connection(p: &Proxy, up: &Upstream) {
+fn assert_healthy_on_new_upstream_connection(p: &ProxyProcess, up: &StubUpstream) {
     let mut c = client(p);
     c.send(&request("GET", "/again", &host(p), &[], b""));
     let resp = c.read_response("GET");
@@ -637,7 +638,7 @@ impl Resp {
 
 #[test]
 fn head_response_has_no_body_and_connection_stays_usable() {
-    let up = Upstream::start(|req, s| {
+    let up = StubUpstream::start(|req, s| {
         let out = if req.method == "HEAD" {
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 42\r\n\r\n".to_vec()
         } else {
@@ -660,7 +661,7 @@ fn head_response_has_no_body_and_connection_stays_usable() {
 
 #[test]
 fn no_content_and_not_modified_have_no_body_and_connection_stays_usable() {
-    let up = Upstream::start(|req, s| {
+    let up = StubUpstream::start(|req, s| {
         let out: Vec<u8> = match req.target.as_str() {
             "/204" => format!("HTTP/1.1 204 No Content\r\nMcp-Session-Id: {SESSION}\r\n\r\n").into_bytes(),
             "/304" => b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\n\r\n".to_vec(),
@@ -689,7 +690,7 @@ fn no_content_and_not_modified_have_no_body_and_connection_stays_usable() {
 
 #[test]
 fn conflicting_content_lengths_from_upstream_give_502() {
-    let up = Upstream::fixed(&b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"[..]);
+    let up = StubUpstream::fixed(&b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"[..]);
     let p = start(&up);
     assert_jsonrpc_error(&exchange(&p, &post(&p, &[], PING)), 502);
 }
@@ -698,7 +699,7 @@ fn conflicting_content_lengths_from_upstream_give_502() {
 
 #[test]
 fn upstream_statuses_are_relayed_with_headers_and_body() {
-    let up = Upstream::start(|req, s| {
+    let up = StubUpstream::start(|req, s| {
         let code = req.target.trim_start_matches("/s/");
         let out = match code {
             "202" => b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n".to_vec(),
@@ -759,7 +760,10 @@ fn refused_upstream_gives_json_502_within_three_seconds() {
     let port = dead_port();
     let url = format!("http://127.0.0.1:{port}/mcp");
     let tf = token_file(TOKEN);
-    let p = Proxy::start(&["--upstream", &url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()], &[]);
+    let p = ProxyProcess::start(
+        &["--upstream", &url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()],
+        &[],
+    );
     let t0 = Instant::now();
     let resp = exchange(&p, &post(&p, &[], PING));
     let took = t0.elapsed();
@@ -773,15 +777,18 @@ fn refused_connect_is_retried_and_succeeds_when_upstream_comes_up() {
     let port = dead_port();
     let url = format!("http://127.0.0.1:{port}/mcp");
     let tf = token_file(TOKEN);
-    let p = Proxy::start(&["--upstream", &url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()], &[]);
-    let upstream: Arc<Mutex<Option<Upstream>>> = Arc::new(Mutex::new(None));
+    let p = ProxyProcess::start(
+        &["--upstream", &url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()],
+        &[],
+    );
+    let upstream: Arc<Mutex<Option<StubUpstream>>> = Arc::new(Mutex::new(None));
     let slot = upstream.clone();
     let mut c = client(&p);
     c.send(&post(&p, &[], PING));
     let t = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(250));
         let l = TcpListener::bind(("127.0.0.1", port)).expect("rebind the dead port");
-        *slot.lock().unwrap() = Some(Upstream::on(l, |_, s| {
+        *slot.lock().unwrap() = Some(StubUpstream::on(l, |_, s| {
             let _ = s.write_all(&response("200 OK", &[("Content-Type", "application/json")], OK_JSON));
             Next::KeepAlive
         }));
@@ -794,7 +801,7 @@ fn refused_connect_is_retried_and_succeeds_when_upstream_comes_up() {
 
 #[test]
 fn silent_upstream_gives_json_504_after_response_timeout() {
-    let up = Upstream::silent();
+    let up = StubUpstream::silent();
     let p = start_with(&up, &["--response-timeout", "0.5"]);
     let t0 = Instant::now();
     let resp = exchange(&p, &post(&p, &[], PING));
@@ -806,7 +813,7 @@ fn silent_upstream_gives_json_504_after_response_timeout() {
 
 #[test]
 fn location_pointing_at_upstream_is_rewritten_to_the_client_host() {
-    let up = Upstream::start(|req, s| {
+    let up = StubUpstream::start(|req, s| {
         let location = if req.target == "/external" {
             "https://example.com/elsewhere".to_string()
         } else {
@@ -881,7 +888,7 @@ const SSE_HEAD: &[u8] =
 
 #[test]
 fn sse_first_event_reaches_client_before_upstream_sends_the_second() {
-    let up = Upstream::start(|_, s| {
+    let up = StubUpstream::start(|_, s| {
         let mut first = SSE_HEAD.to_vec();
         first.extend(chunk(b"event: message\r\ndata: first-event\r\n\r\n"));
         let _ = s.write_all(&first);
@@ -911,7 +918,7 @@ fn sse_first_event_reaches_client_before_upstream_sends_the_second() {
 
 #[test]
 fn sse_response_head_reaches_client_before_any_event() {
-    let up = Upstream::start(|_, s| {
+    let up = StubUpstream::start(|_, s| {
         let _ = s.write_all(SSE_HEAD);
         std::thread::sleep(Duration::from_millis(1500));
         let mut rest = chunk(b": ping\r\n\r\n");
@@ -937,7 +944,7 @@ fn sse_response_head_reaches_client_before_any_event() {
 
 #[test]
 fn sse_close_delimited_stream_is_streamed_and_reframed_as_chunked() {
-    let up = Upstream::start(|_, s| {
+    let up = StubUpstream::start(|_, s| {
         let _ =
             s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: first-event\n\n");
         std::thread::sleep(Duration::from_secs(1));
@@ -962,7 +969,7 @@ fn sse_close_delimited_stream_is_streamed_and_reframed_as_chunked() {
 fn client_disconnect_mid_stream_closes_upstream_within_one_second() {
     let closed_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
     let slot = closed_at.clone();
-    let up = Upstream::start(move |_, s| {
+    let up = StubUpstream::start(move |_, s| {
         if s.write_all(SSE_HEAD).is_err() {
             return Next::Close;
         }
@@ -981,7 +988,7 @@ fn client_disconnect_mid_stream_closes_upstream_within_one_second() {
     });
     let p = start(&up);
     let stream = p.connect();
-    let mut c = Client::new(stream.try_clone().unwrap());
+    let mut c = RawClient::new(stream.try_clone().unwrap());
     c.send(&request("GET", "/mcp", &host(&p), &[("Accept", "text/event-stream")], b""));
     assert_eq!(c.read_head().status, 200);
     let (seen, got) = c.read_until(b"tick-1", Duration::from_secs(2));
@@ -1149,7 +1156,7 @@ fn smuggled_request_after_cl_te_conflict_never_reaches_upstream() {
 
 #[test]
 fn sixteen_concurrent_posts_are_not_blocked_by_an_open_get_stream() {
-    let up = Upstream::start(|req, s| {
+    let up = StubUpstream::start(|req, s| {
         if req.method == "GET" {
             let _ = s.write_all(SSE_HEAD);
             std::thread::sleep(Duration::from_secs(4));
@@ -1184,7 +1191,7 @@ fn sixteen_concurrent_posts_are_not_blocked_by_an_open_get_stream() {
 
 #[test]
 fn interim_responses_from_upstream_are_not_relayed_as_final() {
-    let up = Upstream::fixed({
+    let up = StubUpstream::fixed({
         let mut out = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n".to_vec();
         out.extend(response("200 OK", &[("Content-Type", "application/json")], OK_JSON));
         out
@@ -1207,14 +1214,14 @@ fn interim_responses_from_upstream_are_not_relayed_as_final() {
 
 #[test]
 fn garbage_upstream_response_gives_502() {
-    let up = Upstream::fixed_then_close(&b"this is not http\r\n\r\n"[..]);
+    let up = StubUpstream::fixed_then_close(&b"this is not http\r\n\r\n"[..]);
     let p = start(&up);
     assert_jsonrpc_error(&exchange(&p, &post(&p, &[], PING)), 502);
 }
 
 #[test]
 fn upstream_closing_without_response_gives_502_and_post_is_not_replayed() {
-    let up = Upstream::start(|_, _| Next::Close);
+    let up = StubUpstream::start(|_, _| Next::Close);
     let p = start(&up);
     let resp = exchange(&p, &post(&p, &[], PING));
     assert_jsonrpc_error(&resp, 502);
@@ -1224,7 +1231,7 @@ fn upstream_closing_without_response_gives_502_and_post_is_not_replayed() {
 
 #[test]
 fn truncated_upstream_body_closes_the_client_connection() {
-    let up = Upstream::fixed_then_close(
+    let up = StubUpstream::fixed_then_close(
         &b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\nonly ten.."[..],
     );
     let p = start(&up);
@@ -1238,7 +1245,7 @@ fn truncated_upstream_body_closes_the_client_connection() {
 
 #[test]
 fn http10_client_gets_body_without_chunked_framing() {
-    let up = Upstream::fixed_then_close(
+    let up = StubUpstream::fixed_then_close(
         &b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nold client body"[..],
     );
     let p = start(&up);
@@ -1283,7 +1290,7 @@ fn request_body_over_8_mib_gets_413_without_reaching_upstream() {
 
 #[test]
 fn silent_open_stream_is_closed_after_idle_timeout() {
-    let up = Upstream::start(|_, s| {
+    let up = StubUpstream::start(|_, s| {
         let mut out = SSE_HEAD.to_vec();
         out.extend(chunk(b"data: hello\n\n"));
         let _ = s.write_all(&out);
@@ -1349,7 +1356,7 @@ fn pipelined_malformed_request_after_a_good_one_gets_its_own_400() {
 
 #[test]
 fn upstream_response_with_content_length_and_chunked_is_never_relayed_with_both() {
-    let up = Upstream::fixed_then_close(
+    let up = StubUpstream::fixed_then_close(
         &b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"[..],
     );
     let p = start(&up);
@@ -1365,7 +1372,7 @@ fn upstream_response_with_content_length_and_chunked_is_never_relayed_with_both(
 
 #[test]
 fn upstream_chunk_size_overflow_does_not_wedge_the_proxy() {
-    let up = Upstream::start(|req, s| {
+    let up = StubUpstream::start(|req, s| {
         let out = if req.target == "/bad" {
             b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffffffff\r\nxx\r\n0\r\n\r\n".to_vec()
         } else {
@@ -1418,7 +1425,7 @@ fn upstream_closing_idle_keep_alive_connections_does_not_fail_the_next_request()
     // The upstream answers with a plain Content-Length response and then closes
     // (as uvicorn does after its keep-alive timeout); a pooled connection that
     // the upstream has closed must not be used for the next request.
-    let up = Upstream::start(|_, s| {
+    let up = StubUpstream::start(|_, s| {
         let _ = s.write_all(&response("200 OK", &[("Content-Type", "application/json")], OK_JSON));
         Next::Close
     });
@@ -1433,7 +1440,7 @@ fn upstream_closing_idle_keep_alive_connections_does_not_fail_the_next_request()
 
 #[test]
 fn upstream_connection_close_response_is_not_reused() {
-    let up = Upstream::start(|_, s| {
+    let up = StubUpstream::start(|_, s| {
         let _ = s.write_all(&response(
             "200 OK",
             &[("Content-Type", "application/json"), ("Connection", "close")],
@@ -1456,7 +1463,7 @@ fn upstream_connection_close_response_is_not_reused() {
 #[test]
 fn a_client_that_stops_reading_does_not_block_others() {
     let big: Vec<u8> = vec![b'z'; 8 * 1024 * 1024];
-    let up = Upstream::start(move |req, s| {
+    let up = StubUpstream::start(move |req, s| {
         let out = if req.target == "/big" {
             response("200 OK", &[("Content-Type", "application/octet-stream")], &big)
         } else {
@@ -1526,7 +1533,7 @@ fn chunked_request_arriving_one_byte_at_a_time_is_dechunked() {
 
 #[test]
 fn upstream_response_arriving_one_byte_at_a_time_is_relayed() {
-    let up = Upstream::start(|req, s| {
+    let up = StubUpstream::start(|req, s| {
         let out: Vec<u8> = if req.target == "/chunked" {
             let mut out = format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nMcp-Session-Id: {SESSION}\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -1562,14 +1569,14 @@ fn upstream_response_arriving_one_byte_at_a_time_is_relayed() {
 #[test]
 fn oversized_upstream_response_head_gives_502() {
     let big = "h".repeat(70 * 1024);
-    let up = Upstream::fixed_then_close(response("200 OK", &[("X-Huge", &big)], OK_JSON));
+    let up = StubUpstream::fixed_then_close(response("200 OK", &[("X-Huge", &big)], OK_JSON));
     let p = start(&up);
     assert_jsonrpc_error(&exchange(&p, &post(&p, &[], PING)), 502);
 }
 
 #[test]
 fn conflicting_content_types_from_upstream_give_502() {
-    let up = Upstream::fixed(response(
+    let up = StubUpstream::fixed(response(
         "200 OK",
         &[("Content-Type", "application/json"), ("content-type", "text/event-stream")],
         OK_JSON,

@@ -11,24 +11,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::exchange::{client, exchange, host, json_post, ok_upstream, OK_JSON, PING};
-use crate::support::proxy_process::{token_file, Proxy};
-use crate::support::wire::{request, Client, Next, Upstream};
+use crate::support::proxy_process::{token_file, ProxyProcess};
+use crate::support::wire::{request, Next, RawClient, StubUpstream};
 
 const REQUEST_TIMEOUT: u64 = 2;
 
 #[track_caller]
-fn start(up: &Upstream, extra: &[&str]) -> Proxy {
+fn start(up: &StubUpstream, extra: &[&str]) -> ProxyProcess {
     let tf = token_file("tok-DEADLINES-1");
     let url = up.url();
     let mut args = vec!["--upstream", url.as_str(), "--agent", "a", "--token-file", tf.to_str().unwrap()];
     args.extend_from_slice(extra);
-    Proxy::start(&args, &[])
+    ProxyProcess::start(&args, &[])
 }
 
 /// The proxy answers 408 with a JSON-RPC error and closes, within the
 /// request deadline plus one second of `first_byte`.
 #[track_caller]
-fn assert_cut_off_with_408(c: &mut Client, first_byte: Instant, what: &str) {
+fn assert_cut_off_with_408(c: &mut RawClient, first_byte: Instant, what: &str) {
     let limit = Duration::from_secs(REQUEST_TIMEOUT + 1);
     let closed = c.closed_within(limit.saturating_sub(first_byte.elapsed()) + Duration::from_millis(50));
     let elapsed = first_byte.elapsed();
@@ -56,7 +56,7 @@ fn slow_clients_are_cut_off_at_the_request_deadline_while_others_are_served() {
                 while !stop.load(Ordering::Relaxed) {
                     let s = TcpStream::connect(addr).expect("connect");
                     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                    let mut c = Client::new(s);
+                    let mut c = RawClient::new(s);
                     c.send(&json_post(&h, &[], PING));
                     let resp = c.read_response("POST");
                     if resp.status == 200 && resp.body == OK_JSON {
@@ -98,7 +98,7 @@ fn slow_clients_are_cut_off_at_the_request_deadline_while_others_are_served() {
             std::thread::sleep(Duration::from_millis(200));
         }
     });
-    let mut drip = Client::new(drip);
+    let mut drip = RawClient::new(drip);
 
     assert_cut_off_with_408(&mut half, t_half, "half a head");
     assert_cut_off_with_408(&mut stalled, t_stalled, "stalled body");
@@ -153,7 +153,7 @@ fn idle_keep_alive_connection_closes_after_keepalive_timeout_without_an_answer()
 #[test]
 fn quiet_open_stream_outlives_the_request_and_keepalive_timeouts() {
     // The upstream opens an SSE stream, stays quiet for 3 s, then sends an event.
-    let up = Upstream::start(|_, s| {
+    let up = StubUpstream::start(|_, s| {
         let _ = s.write_all(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
         );

@@ -17,8 +17,8 @@ use crate::support::exchange::{
     assert_healthy, assert_jsonrpc_error, chunk, client, exchange, host, json_post as post, ok_response,
     ok_upstream, OK_JSON, PING,
 };
-use crate::support::proxy_process::{scratch_dir, token_file, Proxy, BIN};
-use crate::support::wire::{contains, request, response, Client, Next, Resp, Upstream};
+use crate::support::proxy_process::{scratch_dir, token_file, ProxyProcess, BIN};
+use crate::support::wire::{contains, request, response, Next, RawClient, Resp, StubUpstream};
 
 const TOKEN: &str = "tok-HOSTILE-5e1f0c9a-SECRET";
 const CLIENT_SECRET: &str = "client-secret-9b7d3e21-CLIENTSIDE";
@@ -30,16 +30,16 @@ const SSE_HEAD: &[u8] =
 // ---------------------------------------------------------------- helpers
 
 #[track_caller]
-fn start_with(up: &Upstream, extra: &[&str], envs: &[(&str, &str)]) -> Proxy {
+fn start_with(up: &StubUpstream, extra: &[&str], envs: &[(&str, &str)]) -> ProxyProcess {
     let tf = token_file(TOKEN);
     let url = up.url();
     let mut args = vec!["--upstream", url.as_str(), "--agent", AGENT, "--token-file", tf.to_str().unwrap()];
     args.extend_from_slice(extra);
-    Proxy::start(&args, envs)
+    ProxyProcess::start(&args, envs)
 }
 
 #[track_caller]
-fn start(up: &Upstream) -> Proxy {
+fn start(up: &StubUpstream) -> ProxyProcess {
     start_with(up, &[], &[])
 }
 
@@ -61,7 +61,7 @@ fn write_ignoring_errors(s: &mut TcpStream, bytes: &[u8]) -> usize {
 /// Send `raw`, expect a JSON error with `status`, nothing upstream, a closed
 /// connection (for 4xx that end the connection), then a healthy request.
 #[track_caller]
-fn assert_refused(p: &Proxy, up: &Upstream, raw: &[u8], status: u16, must_close: bool) -> Resp {
+fn assert_refused(p: &ProxyProcess, up: &StubUpstream, raw: &[u8], status: u16, must_close: bool) -> Resp {
     let (reqs, conns) = (up.request_count(), up.connections());
     let mut c = client(p);
     write_ignoring_errors(&mut c.stream, raw);
@@ -106,7 +106,7 @@ fn fd_count(pid: u32) -> usize {
 }
 
 #[track_caller]
-fn assert_alive(p: &Proxy) {
+fn assert_alive(p: &ProxyProcess) {
     let (state, _) = proc_stat(p.pid());
     assert!(state != 'Z' && state != 'X', "proxy died (state {state}); stderr:\n{}", p.stderr_text());
 }
@@ -511,7 +511,7 @@ fn proxy_at_its_descriptor_limit_neither_crashes_nor_spins_and_recovers() {
         cpu1 - cpu0,
         tail(&p.stderr_text(), 20)
     );
-    let mut first = Client::new(conns[0].try_clone().unwrap());
+    let mut first = RawClient::new(conns[0].try_clone().unwrap());
     first.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     first.send(&post(&host(&p), &[], PING));
     let resp = first.read_response("POST");
@@ -565,7 +565,7 @@ fn pipelined_garbage_after_a_valid_request_gets_400_and_the_connection_closes() 
 fn client_that_stops_reading_a_fast_sse_stream_keeps_proxy_memory_bounded() {
     let pushed = Arc::new(AtomicUsize::new(0));
     let pu = pushed.clone();
-    let up = Upstream::start(move |req, s| {
+    let up = StubUpstream::start(move |req, s| {
         if req.target != "/firehose" {
             let _ = s.write_all(&ok_response());
             return Next::KeepAlive;
@@ -793,7 +793,7 @@ fn exposed_listener_requires_the_client_secret_and_replaces_it_upstream() {
         vec![("Proxy-Authorization", format!("Bearer {CLIENT_SECRET}"))],
     ];
     let good = [("Authorization", format!("Bearer {CLIENT_SECRET}"))];
-    let healthy = |p: &Proxy| {
+    let healthy = |p: &ProxyProcess| {
         let fields: Vec<(&str, &str)> = good.iter().map(|(n, v)| (*n, v.as_str())).collect();
         let before = up.request_count();
         let resp = exchange(p, &post(&h, &fields, PING));
@@ -839,10 +839,10 @@ fn exposed_listener_requires_the_client_secret_and_replaces_it_upstream() {
 
 /// An upstream that answers `/fault` with `fault` and records whether the
 /// proxy then closed that upstream connection; everything else gets 200.
-fn faulty_upstream(fault: Vec<u8>) -> (Upstream, Arc<Mutex<Vec<bool>>>) {
+fn faulty_upstream(fault: Vec<u8>) -> (StubUpstream, Arc<Mutex<Vec<bool>>>) {
     let dropped = Arc::new(Mutex::new(Vec::new()));
     let d = dropped.clone();
-    let up = Upstream::start(move |req, s| {
+    let up = StubUpstream::start(move |req, s| {
         if req.target != "/fault" {
             let _ = s.write_all(&ok_response());
             return Next::KeepAlive;
@@ -1002,7 +1002,7 @@ fn upstream_closing_mid_body_closes_the_client_without_completing_it() {
         }),
     ];
     for (what, partial) in cases {
-        let up = Upstream::start(move |req, s| {
+        let up = StubUpstream::start(move |req, s| {
             if req.target == "/cut" {
                 let _ = s.write_all(&partial);
                 std::thread::sleep(Duration::from_millis(100));
@@ -1043,7 +1043,7 @@ fn extra_bytes_after_an_upstream_response_never_reach_the_next_request() {
     fault.extend_from_slice(
         b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 8\r\n\r\nSMUGGLED",
     );
-    let up = Upstream::start(move |req, s| {
+    let up = StubUpstream::start(move |req, s| {
         if req.target == "/extra" {
             let _ = s.write_all(&fault);
         } else {
@@ -1074,7 +1074,7 @@ fn body_sent_by_upstream_after_a_head_response_never_reaches_the_next_request() 
     // A HEAD response has no body whatever its Content-Length (RFC 9112
     // §6.3); bytes the upstream sends anyway must not become the next
     // response.
-    let up = Upstream::start(|req, s| {
+    let up = StubUpstream::start(|req, s| {
         if req.method == "HEAD" {
             let _ = s.write_all(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 44\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nSMUGGLED",
@@ -1102,7 +1102,7 @@ fn body_sent_by_upstream_after_a_head_response_never_reaches_the_next_request() 
 
 #[test]
 fn flood_of_interim_responses_from_upstream_does_not_wedge_the_proxy() {
-    let up = Upstream::start(|req, s| {
+    let up = StubUpstream::start(|req, s| {
         if req.target == "/flood" {
             let mut out = b"HTTP/1.1 100 Continue\r\n\r\n".repeat(20_000);
             out.extend(ok_response());
@@ -1178,7 +1178,10 @@ fn upstream_dying_mid_stream_and_coming_back_serves_new_requests() {
     let first = dying_sse_upstream(listener, stop.clone());
     let tf = token_file(TOKEN);
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let p = Proxy::start(&["--upstream", &url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()], &[]);
+    let p = ProxyProcess::start(
+        &["--upstream", &url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()],
+        &[],
+    );
     let mut c = client(&p);
     c.send(&request("GET", "/mcp", &host(&p), &[("Accept", "text/event-stream")], b""));
     assert_eq!(c.read_head().status, 200);
@@ -1196,7 +1199,7 @@ fn upstream_dying_mid_stream_and_coming_back_serves_new_requests() {
     assert_jsonrpc_error(&resp, 502);
     // It comes back on the same port (std sets SO_REUSEADDR on Unix).
     let listener = TcpListener::bind(("127.0.0.1", port)).expect("rebind the upstream port");
-    let up = Upstream::on(listener, |_, s| {
+    let up = StubUpstream::on(listener, |_, s| {
         let _ = s.write_all(&ok_response());
         Next::KeepAlive
     });

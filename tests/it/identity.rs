@@ -10,8 +10,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::exchange::{exchange, host, json_post};
-use crate::support::proxy_process::{scratch_dir, token_file, Proxy};
-use crate::support::wire::{contains, request, response, Client, Next, Req, Upstream};
+use crate::support::proxy_process::{scratch_dir, token_file, ProxyProcess};
+use crate::support::wire::{contains, request, response, Next, RawClient, Req, StubUpstream};
 
 const TOKEN: &str = "tok-1111-SECRET";
 const AGENT: &str = "claude-prime";
@@ -25,8 +25,8 @@ fn call(tool: &str, arguments: &str) -> Vec<u8> {
 
 /// JSON POSTs get an OK JSON answer; GET gets an SSE stream with an event
 /// every 100 ms for 20 s.
-fn recording_upstream() -> Upstream {
-    Upstream::start(|req: &Req, s: &mut TcpStream| {
+fn recording_upstream() -> StubUpstream {
+    StubUpstream::start(|req: &Req, s: &mut TcpStream| {
         if req.method == "GET" {
             let _ = s.write_all(
                 b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
@@ -47,13 +47,13 @@ fn recording_upstream() -> Upstream {
     })
 }
 
-fn post(p: &Proxy, fields: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+fn post(p: &ProxyProcess, fields: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
     json_post(&host(p), fields, body)
 }
 
 /// The last request the upstream saw, parsed as JSON.
 #[track_caller]
-fn last_json(up: &Upstream, n: usize) -> (Req, serde_json::Value) {
+fn last_json(up: &StubUpstream, n: usize) -> (Req, serde_json::Value) {
     let reqs = up.wait_requests(n, Duration::from_secs(5));
     let req = reqs.last().cloned().expect("a request");
     let v = serde_json::from_slice(&req.body)
@@ -61,12 +61,12 @@ fn last_json(up: &Upstream, n: usize) -> (Req, serde_json::Value) {
     (req, v)
 }
 
-fn start_flags(up: &Upstream, extra: &[&str]) -> Proxy {
+fn start_flags(up: &StubUpstream, extra: &[&str]) -> ProxyProcess {
     let tf = token_file(TOKEN);
     let url = up.url();
     let mut args = vec!["--upstream", url.as_str(), "--agent", AGENT, "--token-file", tf.to_str().unwrap()];
     args.extend_from_slice(extra);
-    Proxy::start(&args, &[])
+    ProxyProcess::start(&args, &[])
 }
 
 #[test]
@@ -158,7 +158,7 @@ fn non_ascii_agent_name_and_mcp_param_header_are_stamped() {
     let file = dir.join("id.json");
     std::fs::write(&file, r#"{"agent":"zoë \"q\"","token":"tok-x"}"#).unwrap();
     let url = up.url();
-    let p = Proxy::start(&["--upstream", &url, "--identity-file", file.to_str().unwrap()], &[]);
+    let p = ProxyProcess::start(&["--upstream", &url, "--identity-file", file.to_str().unwrap()], &[]);
     let body = call("chat_read", r#"{"sender":"mallory"}"#);
     let resp =
         exchange(&p, &post(&p, &[("Mcp-Param-Sender", "mallory"), ("Mcp-Method", "tools/call")], &body));
@@ -184,8 +184,8 @@ fn custom_stamp_map() {
 }
 
 /// Open a GET stream through the proxy and read its first event.
-fn open_stream(p: &Proxy) -> Client {
-    let mut c = Client::new(p.connect());
+fn open_stream(p: &ProxyProcess) -> RawClient {
+    let mut c = RawClient::new(p.connect());
     c.send(&request(
         "GET",
         "/mcp",
@@ -200,7 +200,7 @@ fn open_stream(p: &Proxy) -> Client {
 
 /// The stream is still open: a later event arrives.
 #[track_caller]
-fn assert_stream_alive(c: &mut Client, n: usize) {
+fn assert_stream_alive(c: &mut RawClient, n: usize) {
     let (got, seen) = c.read_until(format!("data: {n}\r\n").as_bytes(), Duration::from_secs(5));
     assert!(got.is_some(), "GET stream interrupted: {:?}", String::from_utf8_lossy(&seen));
 }
@@ -211,7 +211,7 @@ fn write_identity(path: &Path, agent: &str, token: &str) {
 
 /// Poll (bounded) until a tools/call is stamped with `agent` and `token`.
 #[track_caller]
-fn wait_identity(p: &Proxy, up: &Upstream, agent: &str, token: &str, limit: Duration) -> Duration {
+fn wait_identity(p: &ProxyProcess, up: &StubUpstream, agent: &str, token: &str, limit: Duration) -> Duration {
     let start = Instant::now();
     loop {
         let before = up.request_count();
@@ -240,7 +240,7 @@ fn identity_file_rename_write_and_sighup_switch_the_next_call_while_a_stream_sta
     let file = dir.join("identity.json");
     write_identity(&file, "agent-one", "tok-one");
     let url = up.url();
-    let p = Proxy::start(&["--upstream", &url, "--identity-file", file.to_str().unwrap()], &[]);
+    let p = ProxyProcess::start(&["--upstream", &url, "--identity-file", file.to_str().unwrap()], &[]);
     wait_identity(&p, &up, "agent-one", "tok-one", Duration::ZERO);
     let mut stream = open_stream(&p);
 
@@ -292,7 +292,7 @@ fn identity_file_rename_write_and_sighup_switch_the_next_call_while_a_stream_sta
 fn control_stdin_switches_identity_and_eof_exits_zero() {
     let up = recording_upstream();
     let url = up.url();
-    let mut p = Proxy::start_with_stdin(
+    let mut p = ProxyProcess::start_with_stdin(
         &["--upstream", &url, "--agent", AGENT, "--control-stdin"],
         &[("MCP_PROXY_TOKEN", TOKEN)],
         true,
@@ -320,7 +320,7 @@ fn control_stdin_switches_identity_and_eof_exits_zero() {
 
 /// Poll (bounded) until the proxy's stderr holds `needle`.
 #[track_caller]
-fn wait_log(p: &Proxy, needle: &str, limit: Duration) -> String {
+fn wait_log(p: &ProxyProcess, needle: &str, limit: Duration) -> String {
     let start = Instant::now();
     loop {
         let log = p.stderr_text();

@@ -7,24 +7,24 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::support::proxy_process::{token_file, Proxy};
-use crate::support::wire::{decode_chunked, request, response, Client, Next, Req, Upstream};
+use crate::support::proxy_process::{token_file, ProxyProcess};
+use crate::support::wire::{decode_chunked, request, response, Next, RawClient, Req, StubUpstream};
 
 const TOKEN: &str = "tok-sse-SECRET";
 
-fn start(up: &Upstream) -> Proxy {
+fn start(up: &StubUpstream) -> ProxyProcess {
     let tf = token_file(TOKEN);
     let url = format!("http://127.0.0.1:{}/sse", up.port);
-    Proxy::start(&["--upstream", &url, "--agent", "gemini", "--token-file", tf.to_str().unwrap()], &[])
+    ProxyProcess::start(&["--upstream", &url, "--agent", "gemini", "--token-file", tf.to_str().unwrap()], &[])
 }
 
 /// An upstream whose `GET /sse` announces `endpoint` (split across two
 /// chunks, CRLF line ends), sends a `message` event quoting the same URL,
 /// a comment and a retry line, then a second event 1 s later.
-fn legacy_upstream(endpoint_for: fn(u16) -> String) -> Upstream {
+fn legacy_upstream(endpoint_for: fn(u16) -> String) -> StubUpstream {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    Upstream::on(listener, move |req: &Req, s: &mut TcpStream| {
+    StubUpstream::on(listener, move |req: &Req, s: &mut TcpStream| {
         if req.method == "POST" {
             let _ = s.write_all(&response("202 Accepted", &[("Content-Type", "text/plain")], b"Accepted"));
             return Next::KeepAlive;
@@ -50,12 +50,12 @@ fn legacy_upstream(endpoint_for: fn(u16) -> String) -> Upstream {
 }
 
 /// `GET /sse` as a legacy client sends it.
-fn get_sse(p: &Proxy) -> Vec<u8> {
+fn get_sse(p: &ProxyProcess) -> Vec<u8> {
     request("GET", "/sse", &format!("127.0.0.1:{}", p.port), &[("Accept", "text/event-stream")], b"")
 }
 
-fn read_stream(p: &Proxy) -> (String, Option<Duration>, String) {
-    let mut c = Client::new(p.connect());
+fn read_stream(p: &ProxyProcess) -> (String, Option<Duration>, String) {
+    let mut c = RawClient::new(p.connect());
     c.send(&get_sse(p));
     let start = Instant::now();
     let head = c.read_head();
@@ -97,7 +97,7 @@ fn messages_post_keeps_its_query_and_is_stamped() {
     let up = legacy_upstream(|_| "/messages/?session_id=0123abcd".to_string());
     let p = start(&up);
     let body = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"mallory","message":"m"}}}"#;
-    let mut c = Client::new(p.connect());
+    let mut c = RawClient::new(p.connect());
     c.send(&request(
         "POST",
         "/messages/?session_id=0123abcd",
@@ -122,7 +122,7 @@ fn content_length_event_stream_is_rewritten_and_reframed_with_a_last_chunk() {
     // end the body with the last chunk.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let up = Upstream::on(listener, move |_req: &Req, s: &mut TcpStream| {
+    let up = StubUpstream::on(listener, move |_req: &Req, s: &mut TcpStream| {
         let body = format!(
             "event: endpoint\ndata: http://127.0.0.1:{port}/messages/?session_id=1\n\nevent: message\ndata: x\n\n"
         );
@@ -138,7 +138,7 @@ fn content_length_event_stream_is_rewritten_and_reframed_with_a_last_chunk() {
         Next::KeepAlive
     });
     let p = start(&up);
-    let mut c = Client::new(p.connect());
+    let mut c = RawClient::new(p.connect());
     c.send(&get_sse(&p));
     let resp = c.read_response("GET");
     assert_eq!(resp.status, 200);

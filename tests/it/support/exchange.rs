@@ -4,25 +4,25 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::proxy_process::Proxy;
-use crate::support::wire::{request, response, Client, Resp, Upstream};
+use crate::support::proxy_process::ProxyProcess;
+use crate::support::wire::{request, response, RawClient, Resp, StubUpstream};
 
 pub const PING: &[u8] = br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#;
 pub const OK_JSON: &[u8] = br#"{"jsonrpc":"2.0","id":7,"result":{}}"#;
 
 /// The Host a well-behaved client sends to this proxy.
-pub fn host(p: &Proxy) -> String {
+pub fn host(p: &ProxyProcess) -> String {
     format!("127.0.0.1:{}", p.port)
 }
 
-pub fn client(p: &Proxy) -> Client {
-    Client::new(p.connect())
+pub fn client(p: &ProxyProcess) -> RawClient {
+    RawClient::new(p.connect())
 }
 
 /// One request on a new connection, one response (the method is read from
 /// the request line, which may be followed by anything).
 #[track_caller]
-pub fn exchange(p: &Proxy, bytes: &[u8]) -> Resp {
+pub fn exchange(p: &ProxyProcess, bytes: &[u8]) -> Resp {
     let method = std::str::from_utf8(&bytes[..bytes.len().min(16)])
         .unwrap_or("")
         .split(' ')
@@ -47,14 +47,14 @@ pub fn ok_response() -> Vec<u8> {
 }
 
 /// An upstream answering every request with 200 and `OK_JSON`.
-pub fn ok_upstream() -> Upstream {
-    Upstream::fixed(ok_response())
+pub fn ok_upstream() -> StubUpstream {
+    StubUpstream::fixed(ok_response())
 }
 
 /// After a hostile exchange: a well-formed request on a new connection is
 /// relayed and answered within 5 s.
 #[track_caller]
-pub fn assert_healthy(p: &Proxy, up: &Upstream) {
+pub fn assert_healthy(p: &ProxyProcess, up: &StubUpstream) {
     let before = up.request_count();
     let t0 = Instant::now();
     let resp = exchange(p, &json_post(&host(p), &[], PING));

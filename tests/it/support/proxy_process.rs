@@ -35,24 +35,24 @@ pub fn token_file(token: &str) -> PathBuf {
 }
 
 /// A running proxy child process. Killed on drop.
-pub struct Proxy {
+pub struct ProxyProcess {
     child: Child,
     pub port: u16,
     stderr: Arc<Mutex<Vec<u8>>>,
     stdout_rest: Arc<Mutex<Vec<u8>>>,
 }
 
-impl Proxy {
+impl ProxyProcess {
     /// Start the proxy with `args` and extra environment, wait for the
     /// `  MCP proxy: port N` line (10 s bound) and return it.
     #[track_caller]
-    pub fn start(args: &[&str], envs: &[(&str, &str)]) -> Proxy {
+    pub fn start(args: &[&str], envs: &[(&str, &str)]) -> ProxyProcess {
         Self::start_with_stdin(args, envs, false)
     }
 
     /// Like `start`, with a piped stdin (for `--control-stdin`).
     #[track_caller]
-    pub fn start_with_stdin(args: &[&str], envs: &[(&str, &str)], piped_stdin: bool) -> Proxy {
+    pub fn start_with_stdin(args: &[&str], envs: &[(&str, &str)], piped_stdin: bool) -> ProxyProcess {
         let mut cmd = Command::new(BIN);
         cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(if piped_stdin {
             Stdio::piped()
@@ -110,7 +110,7 @@ impl Proxy {
                 String::from_utf8_lossy(&stderr.lock().unwrap())
             );
         };
-        Proxy { child, port, stderr, stdout_rest }
+        ProxyProcess { child, port, stderr, stdout_rest }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -165,7 +165,7 @@ impl Proxy {
     }
 }
 
-impl Drop for Proxy {
+impl Drop for ProxyProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

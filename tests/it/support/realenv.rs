@@ -271,24 +271,24 @@ fn drain(mut pipe: impl Read + Send + 'static) -> Arc<Mutex<Vec<u8>>> {
 }
 
 /// A running `tests/support/fastmcp_server.py`. Killed on drop.
-pub struct Upstream {
+pub struct FastMcp {
     child: Child,
     pub port: u16,
     stderr: Arc<Mutex<Vec<u8>>>,
 }
 
-impl Upstream {
+impl FastMcp {
     /// Start the test upstream with `python` (py1 or py2), transport `streamable-http` or `sse`, expecting
     /// `Authorization: Bearer <token>` (passed in the environment). Waits for its `PORT n` line (30 s bound).
     #[track_caller]
-    pub fn start(python: &Path, transport: &str, token: &str) -> Upstream {
+    pub fn start(python: &Path, transport: &str, token: &str) -> FastMcp {
         Self::start_with(python, &["--transport", transport], token)
     }
 
     /// Like `start`, with any `fastmcp_server.py` arguments (e.g. `--absolute-endpoint`); `token` may be a
     /// comma-separated list of accepted tokens.
     #[track_caller]
-    pub fn start_with(python: &Path, args: &[&str], token: &str) -> Upstream {
+    pub fn start_with(python: &Path, args: &[&str], token: &str) -> FastMcp {
         let script = support_dir().join("fastmcp_server.py");
         let mut child = Command::new(python)
             .arg(&script)
@@ -322,7 +322,7 @@ impl Upstream {
                 String::from_utf8_lossy(&stderr.lock().unwrap())
             );
         };
-        Upstream { child, port, stderr }
+        FastMcp { child, port, stderr }
     }
 
     /// `http://127.0.0.1:<port><path>`.
@@ -335,7 +335,7 @@ impl Upstream {
     }
 }
 
-impl Drop for Upstream {
+impl Drop for FastMcp {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

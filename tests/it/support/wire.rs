@@ -118,22 +118,22 @@ struct Shared {
 
 /// A scripted upstream: a thread per accepted connection reads requests and
 /// hands each to the handler, which writes whatever raw bytes it likes.
-pub struct Upstream {
+pub struct StubUpstream {
     pub port: u16,
     shared: Arc<Shared>,
 }
 
-impl Upstream {
-    pub fn start(handler: impl Fn(&Req, &mut TcpStream) -> Next + Send + Sync + 'static) -> Upstream {
+impl StubUpstream {
+    pub fn start(handler: impl Fn(&Req, &mut TcpStream) -> Next + Send + Sync + 'static) -> StubUpstream {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind stub upstream");
-        Upstream::on(listener, handler)
+        StubUpstream::on(listener, handler)
     }
 
     /// Serve on an already bound listener.
     pub fn on(
         listener: TcpListener,
         handler: impl Fn(&Req, &mut TcpStream) -> Next + Send + Sync + 'static,
-    ) -> Upstream {
+    ) -> StubUpstream {
         let port = listener.local_addr().unwrap().port();
         let shared = Arc::new(Shared::default());
         let handler: Arc<Handler> = Arc::new(handler);
@@ -147,30 +147,30 @@ impl Upstream {
                 std::thread::spawn(move || serve(stream, conn, &sh, &*handler));
             }
         });
-        Upstream { port, shared }
+        StubUpstream { port, shared }
     }
 
     /// Answer every request with `response`, keeping the connection open.
-    pub fn fixed(response: impl Into<Vec<u8>>) -> Upstream {
+    pub fn fixed(response: impl Into<Vec<u8>>) -> StubUpstream {
         let response = response.into();
-        Upstream::start(move |_, s| {
+        StubUpstream::start(move |_, s| {
             let _ = s.write_all(&response);
             Next::KeepAlive
         })
     }
 
     /// Answer every request with `response`, then close the connection.
-    pub fn fixed_then_close(response: impl Into<Vec<u8>>) -> Upstream {
+    pub fn fixed_then_close(response: impl Into<Vec<u8>>) -> StubUpstream {
         let response = response.into();
-        Upstream::start(move |_, s| {
+        StubUpstream::start(move |_, s| {
             let _ = s.write_all(&response);
             Next::Close
         })
     }
 
     /// Read requests and never answer (the connection is held for `STUB_LIMIT`).
-    pub fn silent() -> Upstream {
-        Upstream::start(|_, _| {
+    pub fn silent() -> StubUpstream {
+        StubUpstream::start(|_, _| {
             std::thread::sleep(STUB_LIMIT);
             Next::Close
         })
@@ -362,15 +362,15 @@ impl Resp {
 
 /// A raw HTTP/1.1 client over one connection; keeps unread bytes between
 /// responses so keep-alive and pipelining can be checked.
-pub struct Client {
+pub struct RawClient {
     pub stream: TcpStream,
     buf: Vec<u8>,
     eof: bool,
 }
 
-impl Client {
-    pub fn new(stream: TcpStream) -> Client {
-        Client { stream, buf: Vec::new(), eof: false }
+impl RawClient {
+    pub fn new(stream: TcpStream) -> RawClient {
+        RawClient { stream, buf: Vec::new(), eof: false }
     }
 
     #[track_caller]
@@ -577,15 +577,15 @@ pub fn response(status: &str, fields: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
 mod selfcheck {
     use super::*;
 
-    fn conn(up: &Upstream) -> Client {
+    fn conn(up: &StubUpstream) -> RawClient {
         let s = TcpStream::connect(("127.0.0.1", up.port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        Client::new(s)
+        RawClient::new(s)
     }
 
     #[test]
     fn stubs_and_raw_client_agree_without_a_proxy() {
-        let up = Upstream::fixed(&b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Checksum: abc123\r\n\r\n"[..]);
+        let up = StubUpstream::fixed(&b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Checksum: abc123\r\n\r\n"[..]);
         let mut c = conn(&up);
         let mut raw =
             b"POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
@@ -602,12 +602,12 @@ mod selfcheck {
         assert_eq!(reqs[1].head.all("a"), vec!["1", "2"]);
         assert_eq!(reqs[1].target, "/y");
 
-        let up = Upstream::fixed_then_close(&b"HTTP/1.1 200 OK\r\n\r\nclose body"[..]);
+        let up = StubUpstream::fixed_then_close(&b"HTTP/1.1 200 OK\r\n\r\nclose body"[..]);
         let mut c = conn(&up);
         c.send(&request("GET", "/", "h", &[], b""));
         assert_eq!(c.read_response("GET").text(), "close body");
 
-        let up = Upstream::start(|_, s| {
+        let up = StubUpstream::start(|_, s| {
             let _ = s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n");
             std::thread::sleep(Duration::from_millis(500));
             let _ = s.write_all(b"6\r\nsecond\r\n0\r\n\r\n");
