@@ -5,9 +5,10 @@
 mod body_rule;
 mod cli;
 mod clients;
-mod core;
+
 mod deadlines;
 mod demo;
+mod framing;
 mod hostile;
 mod identity;
 mod shim;
