@@ -1,16 +1,34 @@
 //! One integration-test binary (one link, shared helpers), ripgrep style.
 //! Every test drives the real proxy over loopback: the binary, or (demo.rs)
-//! the library in-process.
+//! the library in-process. One line per module on what belongs there:
 
+/// Every request body is scanned whatever its method, Content-Type or framing.
 mod body_rule;
+/// The command line: arguments, exit codes, the port line, signals, secrets.
 mod cli;
+/// Real MCP SDK clients (Python, TypeScript, rmcp) against a real FastMCP server.
 mod clients;
-
+/// Slow clients cut off by the request and keep-alive deadlines.
 mod deadlines;
+/// The quickstart demo's session, in-process through the library.
 mod demo;
+/// Forwarding: credentials, Host, path and query, field merging, hop-by-hop, Location, statuses.
+mod forwarding;
+/// Framing: malformed requests, head limits, request and response bodies, byte-at-a-time input.
 mod framing;
+/// Adversarial clients and upstreams, DNS rebinding, limits and secrets; each case ends healthy.
 mod hostile;
+/// Identity stamping, fail-closed refusals and live identity changes.
 mod identity;
+/// MCP sessions (one session header) and connection lifecycle, keep-alive, pipelining, reuse.
+mod sessions;
+/// The agentchattr drop-in: its wrapper script driving the binary.
 mod shim;
+/// The legacy HTTP+SSE transport: `GET /sse` endpoint rewriting and `POST /messages/`.
 mod sse;
+/// Streamed responses: SSE latency, re-framing, disconnects, no head-of-line blocking.
+mod streaming;
+/// Shared helpers: the proxy process, stub upstream, raw client, real-client environment.
 mod support;
+/// Failing upstreams: refused, silent, garbage, interim-only, truncated, idle past the timeout.
+mod upstream_failures;

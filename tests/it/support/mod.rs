@@ -1,6 +1,12 @@
 //! Test-only helpers shared by every suite.
 
+/// One exchange on a new connection, the usual POST, the healthy-request and error-shape checks.
 pub mod exchange;
+/// `ProxyProcess`: the proxy binary as a child process; scratch files.
 pub mod proxy_process;
+/// `FastMcp` and the real MCP clients, installed on first use.
 pub mod realenv;
+/// The proxy in front of a `StubUpstream` with one token and agent, as the behaviour suites start it.
+pub mod setup;
+/// Both ends of the raw HTTP/1.1 wire: `StubUpstream`, `RawClient` and their strict head parser.
 pub mod wire;
