@@ -16,6 +16,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -105,6 +106,7 @@ fn timed(name: &str, started: Instant) {
 // Expectations shared by the script clients (py1, py2, ts).
 
 /// What the server must have seen, and how the session must look.
+#[derive(Clone)]
 struct Expect {
     /// The identity the server saw in `sender` / `name`.
     sender: String,
@@ -311,6 +313,71 @@ fn evidence(run: &ScriptRun, proxy: Option<&ProxyProcess>, up: &FastMcp) -> Vec<
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Twins: one client scenario run direct to the server (real credentials) and through the proxy (spoofed
+// credentials). When the proxied twin fails and the direct one passes, the proxy is at fault.
+
+/// The MCP transport a twin's server runs and its client speaks.
+#[derive(Clone, Copy)]
+enum Transport {
+    /// Streamable HTTP at `/mcp`.
+    StreamableHttp,
+    /// The legacy HTTP+SSE transport at `/sse` (the client gets `--transport sse`).
+    LegacySse,
+}
+
+/// One client scenario: which server, which client, and the checks its JSON must pass given the expectation
+/// for the route taken (`Expect::direct` or `Expect::proxied`).
+struct Scenario {
+    server: fn() -> &'static Path,
+    transport: Transport,
+    run: fn(&[String]) -> ScriptRun,
+    message: &'static str,
+    check: fn(&mut Checks, &Value, &Expect, &FastMcp),
+}
+
+/// Run `scenario` direct to the server (`proxied == false`) or through the proxy, and check it.
+#[track_caller]
+fn run_twin(test: &str, scenario: Scenario, proxied: bool) {
+    let started = Instant::now();
+    let (server_transport, path) = match scenario.transport {
+        Transport::StreamableHttp => ("streamable-http", "/mcp"),
+        Transport::LegacySse => ("sse", "/sse"),
+    };
+    let client_args = |args: Vec<String>| match scenario.transport {
+        Transport::StreamableHttp => args,
+        Transport::LegacySse => legacy_args(args),
+    };
+    let up = FastMcp::start((scenario.server)(), server_transport, TOKEN);
+    let (proxy, run, exp) = if proxied {
+        let proxy = start_proxy(&up.url(path));
+        let run = (scenario.run)(&client_args(spoofed_args(&proxy.url(path))));
+        (Some(proxy), run, Expect::proxied(&up, scenario.message))
+    } else {
+        let run = (scenario.run)(&client_args(direct_args(&up.url(path))));
+        (None, run, Expect::direct(&up, scenario.message))
+    };
+    let mut c = Checks::default();
+    (scenario.check)(&mut c, &run.json, &exp, &up);
+    c.finish(test, &evidence(&run, proxy.as_ref(), &up));
+    timed(test, started);
+}
+
+/// `twins!(direct_test, proxied_test, || scenario)`: the two tests of one scenario.
+macro_rules! twins {
+    ($direct:ident, $proxied:ident, $scenario:expr) => {
+        #[test]
+        fn $direct() {
+            run_twin(stringify!($direct), ($scenario)(), false);
+        }
+
+        #[test]
+        fn $proxied() {
+            run_twin(stringify!($proxied), ($scenario)(), true);
+        }
+    };
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Python SDK 1.x: streamable_http_client + ClientSession against FastMCP 1.x.
 
 fn run_py1(url_args: &[String]) -> ScriptRun {
@@ -318,28 +385,13 @@ fn run_py1(url_args: &[String]) -> ScriptRun {
     realenv::run_json("py1_client.py", cmd, SCRIPT_LIMIT)
 }
 
-#[test]
-fn python_sdk_1x_client_direct_to_fastmcp() {
-    let started = Instant::now();
-    let up = FastMcp::start(realenv::py1(), "streamable-http", TOKEN);
-    let run = run_py1(&direct_args(&up.url("/mcp")));
-    let mut c = Checks::default();
-    check_lifecycle(&mut c, &run.json, &Expect::direct(&up, "hello from py1"));
-    c.finish("python_sdk_1x_client_direct_to_fastmcp", &evidence(&run, None, &up));
-    timed("python_sdk_1x_client_direct_to_fastmcp", started);
-}
-
-#[test]
-fn python_sdk_1x_client_through_proxy() {
-    let started = Instant::now();
-    let up = FastMcp::start(realenv::py1(), "streamable-http", TOKEN);
-    let proxy = start_proxy(&up.url("/mcp"));
-    let run = run_py1(&spoofed_args(&proxy.url("/mcp")));
-    let mut c = Checks::default();
-    check_lifecycle(&mut c, &run.json, &Expect::proxied(&up, "hello from py1"));
-    c.finish("python_sdk_1x_client_through_proxy", &evidence(&run, Some(&proxy), &up));
-    timed("python_sdk_1x_client_through_proxy", started);
-}
+twins!(python_sdk_1x_client_direct_to_fastmcp, python_sdk_1x_client_through_proxy, || Scenario {
+    server: realenv::py1,
+    transport: Transport::StreamableHttp,
+    run: run_py1,
+    message: "hello from py1",
+    check: |c, out, exp, _| check_lifecycle(c, out, exp),
+});
 
 // ---------------------------------------------------------------------------------------------------------
 // Python SDK 2.x: the default `mcp.Client` (mode "auto").
@@ -368,34 +420,23 @@ fn check_stateless(c: &mut Checks, out: &Value) {
     }
 }
 
-#[test]
-fn python_sdk_2x_client_direct_to_mcpserver_stateless() {
-    let started = Instant::now();
-    let up = FastMcp::start(realenv::py2(), "streamable-http", TOKEN);
-    let run = run_py2(&direct_args(&up.url("/mcp")));
-    let mut c = Checks::default();
-    let exp =
-        Expect { sessionless: true, modern: true, delete: false, ..Expect::direct(&up, "hello from py2") };
-    check_lifecycle(&mut c, &run.json, &exp);
-    check_stateless(&mut c, &run.json);
-    c.finish("python_sdk_2x_client_direct_to_mcpserver_stateless", &evidence(&run, None, &up));
-    timed("python_sdk_2x_client_direct_to_mcpserver_stateless", started);
-}
-
-#[test]
-fn python_sdk_2x_client_stateless_through_proxy() {
-    let started = Instant::now();
-    let up = FastMcp::start(realenv::py2(), "streamable-http", TOKEN);
-    let proxy = start_proxy(&up.url("/mcp"));
-    let run = run_py2(&spoofed_args(&proxy.url("/mcp")));
-    let mut c = Checks::default();
-    let exp =
-        Expect { sessionless: true, modern: true, delete: false, ..Expect::proxied(&up, "hello from py2") };
-    check_lifecycle(&mut c, &run.json, &exp);
-    check_stateless(&mut c, &run.json);
-    c.finish("python_sdk_2x_client_stateless_through_proxy", &evidence(&run, Some(&proxy), &up));
-    timed("python_sdk_2x_client_stateless_through_proxy", started);
-}
+twins!(
+    python_sdk_2x_client_direct_to_mcpserver_stateless,
+    python_sdk_2x_client_stateless_through_proxy,
+    || {
+        Scenario {
+            server: realenv::py2,
+            transport: Transport::StreamableHttp,
+            run: run_py2,
+            message: "hello from py2",
+            check: |c, out, exp, _| {
+                let exp = Expect { sessionless: true, modern: true, delete: false, ..exp.clone() };
+                check_lifecycle(c, out, &exp);
+                check_stateless(c, out);
+            },
+        }
+    }
+);
 
 /// The 2.x client against agentchattr's actual server (FastMCP 1.x): the `server/discover` probe is
 /// answered 400 (with a fresh, unused session id) and the client falls back to the initialize handshake.
@@ -466,30 +507,16 @@ fn check_ts_extras(c: &mut Checks, out: &Value) {
     );
 }
 
-#[test]
-fn typescript_sdk_client_direct_to_fastmcp() {
-    let started = Instant::now();
-    let up = FastMcp::start(realenv::py1(), "streamable-http", TOKEN);
-    let run = run_ts(&direct_args(&up.url("/mcp")));
-    let mut c = Checks::default();
-    check_lifecycle(&mut c, &run.json, &Expect::direct(&up, "hello from ts"));
-    check_ts_extras(&mut c, &run.json);
-    c.finish("typescript_sdk_client_direct_to_fastmcp", &evidence(&run, None, &up));
-    timed("typescript_sdk_client_direct_to_fastmcp", started);
-}
-
-#[test]
-fn typescript_sdk_client_through_proxy() {
-    let started = Instant::now();
-    let up = FastMcp::start(realenv::py1(), "streamable-http", TOKEN);
-    let proxy = start_proxy(&up.url("/mcp"));
-    let run = run_ts(&spoofed_args(&proxy.url("/mcp")));
-    let mut c = Checks::default();
-    check_lifecycle(&mut c, &run.json, &Expect::proxied(&up, "hello from ts"));
-    check_ts_extras(&mut c, &run.json);
-    c.finish("typescript_sdk_client_through_proxy", &evidence(&run, Some(&proxy), &up));
-    timed("typescript_sdk_client_through_proxy", started);
-}
+twins!(typescript_sdk_client_direct_to_fastmcp, typescript_sdk_client_through_proxy, || Scenario {
+    server: realenv::py1,
+    transport: Transport::StreamableHttp,
+    run: run_ts,
+    message: "hello from ts",
+    check: |c, out, exp, _| {
+        check_lifecycle(c, out, exp);
+        check_ts_extras(c, out);
+    },
+});
 
 // ---------------------------------------------------------------------------------------------------------
 // rmcp (the Rust SDK Codex uses), with its default reqwest client (one connection per request): the program in
@@ -542,28 +569,13 @@ fn check_rmcp(c: &mut Checks, out: &Value, sender: &str, up: &FastMcp) {
     }
 }
 
-#[test]
-fn rmcp_client_direct_to_fastmcp() {
-    let started = Instant::now();
-    let up = FastMcp::start(realenv::py1(), "streamable-http", TOKEN);
-    let run = run_rmcp(&direct_args(&up.url("/mcp")));
-    let mut c = Checks::default();
-    check_rmcp(&mut c, &run.json, SPOOF_SENDER, &up);
-    c.finish("rmcp_client_direct_to_fastmcp", &evidence(&run, None, &up));
-    timed("rmcp_client_direct_to_fastmcp", started);
-}
-
-#[test]
-fn rmcp_client_through_proxy() {
-    let started = Instant::now();
-    let up = FastMcp::start(realenv::py1(), "streamable-http", TOKEN);
-    let proxy = start_proxy(&up.url("/mcp"));
-    let run = run_rmcp(&spoofed_args(&proxy.url("/mcp")));
-    let mut c = Checks::default();
-    check_rmcp(&mut c, &run.json, AGENT, &up);
-    c.finish("rmcp_client_through_proxy", &evidence(&run, Some(&proxy), &up));
-    timed("rmcp_client_through_proxy", started);
-}
+twins!(rmcp_client_direct_to_fastmcp, rmcp_client_through_proxy, || Scenario {
+    server: realenv::py1,
+    transport: Transport::StreamableHttp,
+    run: run_rmcp,
+    message: "hello from rmcp",
+    check: |c, out, exp, up| check_rmcp(c, out, &exp.sender, up),
+});
 
 // ---------------------------------------------------------------------------------------------------------
 // The original defect (bcurts/agentchattr#80): a repeated session header that Node fetch and httpx join
@@ -772,57 +784,28 @@ fn check_legacy_sse(c: &mut Checks, out: &Value) {
     }
 }
 
-#[test]
-fn python_sdk_sse_client_direct_to_fastmcp() {
-    let started = Instant::now();
-    let up = FastMcp::start(realenv::py1(), "sse", TOKEN);
-    let run = run_py1(&legacy_args(direct_args(&up.url("/sse"))));
-    let mut c = Checks::default();
-    check_lifecycle(&mut c, &run.json, &legacy_expect(Expect::direct(&up, "hello from py1")));
-    check_legacy_sse(&mut c, &run.json);
-    c.finish("python_sdk_sse_client_direct_to_fastmcp", &evidence(&run, None, &up));
-    timed("python_sdk_sse_client_direct_to_fastmcp", started);
-}
+twins!(python_sdk_sse_client_direct_to_fastmcp, python_sdk_sse_client_through_proxy, || Scenario {
+    server: realenv::py1,
+    transport: Transport::LegacySse,
+    run: run_py1,
+    message: "hello from py1",
+    check: |c, out, exp, _| {
+        check_lifecycle(c, out, &legacy_expect(exp.clone()));
+        check_legacy_sse(c, out);
+    },
+});
 
-#[test]
-fn python_sdk_sse_client_through_proxy() {
-    let started = Instant::now();
-    let up = FastMcp::start(realenv::py1(), "sse", TOKEN);
-    let proxy = start_proxy(&up.url("/sse"));
-    let run = run_py1(&legacy_args(spoofed_args(&proxy.url("/sse"))));
-    let mut c = Checks::default();
-    check_lifecycle(&mut c, &run.json, &legacy_expect(Expect::proxied(&up, "hello from py1")));
-    check_legacy_sse(&mut c, &run.json);
-    c.finish("python_sdk_sse_client_through_proxy", &evidence(&run, Some(&proxy), &up));
-    timed("python_sdk_sse_client_through_proxy", started);
-}
-
-#[test]
-fn typescript_sdk_sse_client_direct_to_fastmcp() {
-    let started = Instant::now();
-    let up = FastMcp::start(realenv::py1(), "sse", TOKEN);
-    let run = run_ts(&legacy_args(direct_args(&up.url("/sse"))));
-    let mut c = Checks::default();
-    check_lifecycle(&mut c, &run.json, &legacy_expect(Expect::direct(&up, "hello from ts")));
-    check_legacy_sse(&mut c, &run.json);
-    check_ts_extras(&mut c, &run.json);
-    c.finish("typescript_sdk_sse_client_direct_to_fastmcp", &evidence(&run, None, &up));
-    timed("typescript_sdk_sse_client_direct_to_fastmcp", started);
-}
-
-#[test]
-fn typescript_sdk_sse_client_through_proxy() {
-    let started = Instant::now();
-    let up = FastMcp::start(realenv::py1(), "sse", TOKEN);
-    let proxy = start_proxy(&up.url("/sse"));
-    let run = run_ts(&legacy_args(spoofed_args(&proxy.url("/sse"))));
-    let mut c = Checks::default();
-    check_lifecycle(&mut c, &run.json, &legacy_expect(Expect::proxied(&up, "hello from ts")));
-    check_legacy_sse(&mut c, &run.json);
-    check_ts_extras(&mut c, &run.json);
-    c.finish("typescript_sdk_sse_client_through_proxy", &evidence(&run, Some(&proxy), &up));
-    timed("typescript_sdk_sse_client_through_proxy", started);
-}
+twins!(typescript_sdk_sse_client_direct_to_fastmcp, typescript_sdk_sse_client_through_proxy, || Scenario {
+    server: realenv::py1,
+    transport: Transport::LegacySse,
+    run: run_ts,
+    message: "hello from ts",
+    check: |c, out, exp, _| {
+        check_lifecycle(c, out, &legacy_expect(exp.clone()));
+        check_legacy_sse(c, out);
+        check_ts_extras(c, out);
+    },
+});
 
 /// An upstream whose `endpoint` event is absolute (`http://127.0.0.1:<upstream port>/messages/?...`). Both SDK
 /// clients reject an endpoint on another origin than the SSE URL, so through the proxy this passes only if the
