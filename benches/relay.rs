@@ -1,4 +1,5 @@
-//! Does the proxy reach DESIGN.md §9 as a relay? Throughput and latency of
+//! Does the proxy keep up as a relay (throughput at least 1.2x and p99 latency
+//! at most 1.0x one-worker nginx)? Throughput and latency of
 //! keep-alive request/response, SSE relay time and per-event latency, RSS
 //! idle and per open SSE stream, and startup time — each as a ratio against
 //! baselines measured in the same run (direct to the stub, and nginx as a

@@ -1,4 +1,6 @@
-//! Defends the DNS-rebinding guard (R27) and the client-token check: no
+//! Defends the DNS-rebinding guard (Host and Origin must name this proxy;
+//! MCP 2025-11-25 transports require servers to validate Origin) and the
+//! client-token check: no
 //! panic on any value, `host_allowed` and `origin_allowed` agree with naive
 //! twins built from `format!`, and a `Bearer <secret>` built from the input
 //! matches that secret. The first two bytes are the listening port.

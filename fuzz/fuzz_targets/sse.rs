@@ -1,8 +1,10 @@
-//! Defends the legacy SSE endpoint rewrite (R25) against read splits and
+//! Defends the legacy SSE `endpoint` rewrite (an absolute URL naming the
+//! upstream becomes the proxy's origin) against read splits and
 //! against touching bytes it must not: the output is the same whether the
 //! stream arrives whole or split at offsets chosen by `data[0]`, and it is
 //! the input with some upstream authorities replaced by the proxy's, nothing
-//! else. Also checks `rewrite_location` (R24) the same way.
+//! else. Also checks `rewrite_location` (a `Location` naming the upstream
+//! is rewritten to the client's Host) the same way.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

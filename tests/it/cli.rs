@@ -1,4 +1,4 @@
-//! Command-line contract (DESIGN.md §2, R37): arguments, exit codes, the port
+//! Command-line contract: arguments, exit codes, the port
 //! line, signals, and the token never printed.
 
 use std::io::Write;

@@ -1,4 +1,4 @@
-//! Real clients through the real binary against a real MCP server (issue 4, PROTOCOL.md R38).
+//! Real MCP SDK clients through the real binary against a real MCP server.
 //!
 //! Upstream: `tests/support/fastmcp_server.py` (FastMCP from the Python SDK 1.x, or MCPServer from 2.x),
 //! requiring `Authorization: Bearer TOKEN`, DNS-rebinding protection on. Clients: the Python SDK 1.x and 2.x,
@@ -31,7 +31,8 @@ const AGENT: &str = "claude-prime";
 const TOKEN: &str = "5f0c9e2b7a4d41c8b3e6a9d2c7f1e084";
 /// What a client sends as its own identity; must never reach the server through the proxy.
 const SPOOF_SENDER: &str = "mallory";
-/// R11: a streamed notification reaches the client within this many ms of being sent.
+/// A streamed notification reaches the client within this many ms of being sent (the proxy relays SSE
+/// events as they arrive, never buffering them).
 const MAX_NOTIFICATION_LATENCY_MS: f64 = 50.0;
 /// Bound on one client script run.
 const SCRIPT_LIMIT: Duration = Duration::from_secs(90);
@@ -210,7 +211,7 @@ fn check_lifecycle(c: &mut Checks, out: &Value, exp: &Expect) {
     for (tool, key) in identity {
         c.eq(&format!("{tool}.{key} seen by the server"), &calls[tool][key], &json!(exp.sender));
     }
-    // slow_progress is outside the default stamp map (agentchattr's tools only): forwarded untouched (R21).
+    // slow_progress is outside the default stamp map (agentchattr's tools only): forwarded untouched.
     c.eq(
         "slow_progress.sender (not in the stamp map) seen by the server",
         &calls["slow_progress"]["sender"],
@@ -749,7 +750,7 @@ fn session_header_not_duplicated_for_node_fetch_and_httpx() {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Legacy HTTP+SSE (2024-11-05; issue 5): `GET /sse` + `POST /messages/?session_id=...`, FastMCP run with
+// Legacy HTTP+SSE (MCP 2024-11-05, Transports, HTTP with SSE): `GET /sse` + `POST /messages/?session_id=...`, FastMCP run with
 // transport "sse". The proxy is path-transparent: its `--upstream` is the `/sse` URL.
 
 fn legacy_args(base: Vec<String>) -> Vec<String> {
@@ -809,7 +810,7 @@ twins!(typescript_sdk_sse_client_direct_to_fastmcp, typescript_sdk_sse_client_th
 
 /// An upstream whose `endpoint` event is absolute (`http://127.0.0.1:<upstream port>/messages/?...`). Both SDK
 /// clients reject an endpoint on another origin than the SSE URL, so through the proxy this passes only if the
-/// proxy rewrites it to its own origin (PROTOCOL.md R25). Directly, the same upstream works (baseline).
+/// proxy rewrites it to its own origin. Directly, the same upstream works (baseline).
 #[test]
 fn sse_absolute_endpoint_rewritten_for_python_and_typescript_clients() {
     let started = Instant::now();
@@ -845,7 +846,7 @@ fn sse_absolute_endpoint_rewritten_for_python_and_typescript_clients() {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Live identity (R23): the wrapper re-registers mid-session and rewrites `--identity-file` (rename + new token).
+// Live identity: the wrapper re-registers mid-session and rewrites `--identity-file` (rename + new token).
 
 /// The new identity after the switch.
 const AGENT_2: &str = "claude-prime-2";
@@ -868,7 +869,7 @@ fn identity_file_change_mid_session_seen_by_next_tool_call() {
         "--switch-identity".to_string(),
         identity.to_str().unwrap().to_string(),
         json!({"agent": AGENT_2, "token": TOKEN_2}).to_string(),
-        // DESIGN.md §2: the proxy notices a change within a second.
+        // The proxy notices an identity-file change within a second.
         "--switch-wait".to_string(),
         "1.0".to_string(),
     ]);

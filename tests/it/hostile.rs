@@ -1,9 +1,11 @@
-//! The Hardening issue's adversarial suite (issue 6, PROTOCOL.md R26-R36):
-//! hostile clients, hostile upstreams, DNS rebinding, limits and secrets,
-//! against the real binary. Every hostile exchange is followed by a healthy
-//! request on a new connection that must succeed (sozu `h1_security_tests`).
-//! Malformed-request cases already in `core.rs` (CL+TE, two CLs, TE
-//! `chunked, gzip`, obs-fold, space before colon, NUL, Host) are not
+//! The adversarial suite: hostile clients (slowloris, floods, oversized or
+//! smuggling requests), hostile upstreams (faults, floods, garbage), DNS
+//! rebinding (Host and Origin checked), the exposed listener's client token,
+//! limits, and secrets never leaking to logs or answers, against the real
+//! binary. Every hostile exchange is followed by a healthy request on a new
+//! connection that must succeed (sozu `h1_security_tests`).
+//! The malformed-request table in `framing.rs` (CL+TE, two CLs, TE
+//! `chunked, gzip`, obs-fold, space before colon, NUL, Host) is not
 //! repeated here.
 
 use std::io::{ErrorKind, Read, Write};
@@ -146,7 +148,7 @@ fn set_fd_soft_limit(pid: u32, soft: libc::rlim_t) {
     }
 }
 
-// ------------------------------------------------ limits (R33)
+// ------------------------------------------------ limits
 
 #[test]
 fn head_of_128_kib_gets_431_and_nothing_reaches_upstream() {
@@ -614,7 +616,7 @@ fn client_that_stops_reading_a_fast_sse_stream_keeps_proxy_memory_bounded() {
     assert_healthy(&p, &up);
 }
 
-// ------------------------------------------------ DNS rebinding (R26, R27)
+// ------------------------------------------------ DNS rebinding (MCP 2025-11-25 transports: servers validate Origin)
 
 #[test]
 fn rebinding_hosts_get_403_before_any_upstream_contact() {
@@ -730,7 +732,7 @@ fn two_origin_lines_are_refused() {
     assert_healthy(&p, &up);
 }
 
-// ------------------------------------------------ exposed listener (R26, R28)
+// ------------------------------------------------ exposed listener (client token required off loopback)
 
 #[test]
 fn listening_on_all_interfaces_without_client_token_exits_2() {
@@ -835,7 +837,7 @@ fn exposed_listener_requires_the_client_secret_and_replaces_it_upstream() {
     }
 }
 
-// ------------------------------------------------ upstream faults (R31, R35, R36)
+// ------------------------------------------------ upstream faults
 
 /// An upstream that answers `/fault` with `fault` and records whether the
 /// proxy then closed that upstream connection; everything else gets 200.
@@ -1207,7 +1209,7 @@ fn upstream_dying_mid_stream_and_coming_back_serves_new_requests() {
     assert_healthy(&p, &up);
 }
 
-// ------------------------------------------------ secrets (R28)
+// ------------------------------------------------ secrets
 
 fn join<'a>(a: &[(&'a str, &'a str)], b: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     let mut f = a.to_vec();

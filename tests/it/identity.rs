@@ -1,8 +1,8 @@
-//! The Identity issue's integration tests: stamping through the real binary
-//! against a recording upstream, fail-closed refusals, and live identity
-//! changes (identity file rename, in-place write, SIGHUP, control stdin,
-//! an identity file given with the flags, existing or created later)
-//! while a GET stream stays open. See issue 3, PROTOCOL.md R18-R23.
+//! Identity stamping through the real binary against a recording upstream:
+//! mapped tools/call arguments carry the agent's name, fail-closed refusals,
+//! and live identity changes (identity file rename, in-place write, SIGHUP,
+//! control stdin, an identity file given with the flags, existing or created
+//! later) while a GET stream stays open.
 
 use std::io::Write;
 use std::net::TcpStream;

@@ -13,6 +13,10 @@ use crate::support::exchange::{
 use crate::support::setup::*;
 use crate::support::wire::{contains, request, response, Next, Req, Resp, StubUpstream};
 
+// The agentchattr regression cases (maxlamagna/agentchattr 60fdb98
+// tests/test_mcp_proxy.py): whatever case or repetition the upstream uses
+// for `Mcp-Session-Id`, the client sees exactly one line.
+
 /// Initialize through a proxy whose upstream answers with `session_lines`.
 fn initialize_with_upstream_session_lines(session_lines: &[(&str, &str)]) -> (Resp, Req) {
     let mut fields = vec![("Content-Type", "application/json")];
@@ -39,7 +43,9 @@ fn assert_one_session_line(resp: &Resp) {
 fn initialize_response_has_one_session_header_when_upstream_sends_mixed_case() {
     let (resp, req) = initialize_with_upstream_session_lines(&[("Mcp-Session-Id", SESSION)]);
     assert_one_session_line(&resp);
-    // R4: the initialize reaches the upstream without a session header.
+    // MCP 2025-11-25 Streamable HTTP, session management: the server assigns
+    // the session id in its initialize response, so the initialize reaches
+    // the upstream without a session header.
     assert!(!req.head.has("mcp-session-id"), "proxy injected a session id: {}", req.raw_text());
     assert_eq!(req.body, INITIALIZE);
 }
@@ -235,7 +241,7 @@ fn pipelined_requests_are_answered_in_order() {
     assert_eq!(b.body, PING);
 }
 
-// A client EOF mid-exchange is an abort (R16: the upstream side closes at
+// A client EOF mid-exchange is an abort (the upstream side closes at
 // once), as in nginx's 499: a half-closing client (`printf ... | nc -N`) is
 // indistinguishable from one that left. Documented in the README.
 #[test]

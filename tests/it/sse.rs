@@ -1,4 +1,4 @@
-//! The legacy HTTP+SSE transport on the wire (issue 5, R25): `GET /sse`
+//! The legacy HTTP+SSE transport (MCP 2024-11-05) on the wire: `GET /sse`
 //! streamed with its `endpoint` event rewritten when it names the upstream
 //! by an absolute URL, and `POST /messages/?session_id=...` relayed with its
 //! query intact and stamped.

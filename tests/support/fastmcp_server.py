@@ -13,7 +13,7 @@ interpreter has.
   FASTMCP_TEST_TOKEN (comma-separated); otherwise 401. Tokens come from the environment, never from argv.
 - `--absolute-endpoint` (SSE only): the `endpoint` event names `http://127.0.0.1:<port>/messages/?...` instead
   of FastMCP's relative path, like other servers do; SDK clients reject an endpoint on another origin, so
-  through a proxy this works only if the proxy rewrites it (PROTOCOL.md R25).
+  through a proxy this works only if the proxy rewrites it to its own origin.
 - Every tool answers one text content: a JSON object with what the server saw (identity argument,
   every Authorization / X-Agent-Token / Host / Mcp-Session-Id value), so tests can assert stamping and
   credential replacement.

@@ -1,6 +1,7 @@
-//! Helpers shared by the raw-wire suites (core.rs, hostile.rs): one request
-//! on a new connection, the usual JSON-RPC POST, a healthy-request check and
-//! the shape of a proxy-made error.
+//! Helpers shared by the raw-wire suites (sessions, forwarding, framing,
+//! streaming, upstream_failures, hostile, ...): one request on a new
+//! connection, the usual JSON-RPC POST, a healthy-request check and the shape
+//! of a proxy-made error.
 
 use std::time::{Duration, Instant};
 
