@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::support::exchange::{assert_healthy, client, exchange, host, ok_upstream, OK_JSON, PING};
 use crate::support::proxy_process::ProxyProcess;
-use crate::support::setup::*;
+use crate::support::setup::{assert_credentials, assert_lowercase_names, post, start, AGENT, SESSION};
 use crate::support::wire::{contains, request, response, Next, StubUpstream};
 
 #[test]

@@ -11,7 +11,7 @@ use crate::support::exchange::{
     assert_healthy, assert_jsonrpc_error, chunk, client, exchange, host, ok_upstream, OK_JSON, PING,
 };
 use crate::support::proxy_process::ProxyProcess;
-use crate::support::setup::*;
+use crate::support::setup::{post, start, SESSION};
 use crate::support::wire::{contains, request, response, Next, Resp, StubUpstream};
 
 // ------------------------------------------------ malformed requests

@@ -10,7 +10,10 @@ use std::time::Duration;
 use crate::support::exchange::{
     assert_healthy, assert_jsonrpc_error, chunk, client, exchange, host, ok_upstream, OK_JSON, PING,
 };
-use crate::support::setup::*;
+use crate::support::setup::{
+    assert_credentials, post, start, start_with, INITIALIZE, INITIALIZED, INIT_RESULT, SESSION, TOOLS_LIST,
+    TOOLS_RESULT,
+};
 use crate::support::wire::{contains, request, response, Next, Req, Resp, StubUpstream};
 
 // The agentchattr regression cases (maxlamagna/agentchattr 60fdb98

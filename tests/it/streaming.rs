@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::exchange::{chunk, client, exchange, host, OK_JSON, PING};
-use crate::support::setup::*;
+use crate::support::setup::{post, start, SESSION, SSE_HEAD};
 use crate::support::wire::{contains, request, response, Next, RawClient, StubUpstream};
 
 #[test]

@@ -12,7 +12,7 @@ use crate::support::exchange::{
     assert_healthy, assert_jsonrpc_error, chunk, client, exchange, host, OK_JSON, PING,
 };
 use crate::support::proxy_process::{token_file, ProxyProcess};
-use crate::support::setup::*;
+use crate::support::setup::{dead_port, post, start, start_with, AGENT, SSE_HEAD, TOKEN};
 use crate::support::wire::{contains, request, response, Next, StubUpstream};
 
 #[test]
