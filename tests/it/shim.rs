@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 /// What the stub upstream saw on one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Seen {
+struct SeenRequest {
     method: String,
     path: String,
     sender: Option<String>,
@@ -25,7 +25,7 @@ struct Seen {
 
 /// A keep-alive HTTP/1.1 upstream that answers every request with what it
 /// saw, as a JSON-RPC result.
-fn stub_upstream() -> (SocketAddr, Arc<Mutex<Vec<Seen>>>) {
+fn stub_upstream() -> (SocketAddr, Arc<Mutex<Vec<SeenRequest>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind stub upstream");
     let addr = listener.local_addr().expect("stub address");
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -39,7 +39,7 @@ fn stub_upstream() -> (SocketAddr, Arc<Mutex<Vec<Seen>>>) {
     (addr, seen)
 }
 
-fn serve(stream: TcpStream, log: &Mutex<Vec<Seen>>) {
+fn serve(stream: TcpStream, log: &Mutex<Vec<SeenRequest>>) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
     let Ok(read_half) = stream.try_clone() else { return };
     let mut reader = BufReader::new(read_half);
@@ -71,7 +71,7 @@ fn serve(stream: TcpStream, log: &Mutex<Vec<Seen>>) {
         }
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let mut parts = start.split_whitespace();
-        let seen = Seen {
+        let seen = SeenRequest {
             method: parts.next().unwrap_or("").to_string(),
             path: parts.next().unwrap_or("").to_string(),
             sender: body.pointer("/params/arguments/sender").and_then(Value::as_str).map(String::from),

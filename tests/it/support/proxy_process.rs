@@ -1,4 +1,4 @@
-//! Shared helpers: start the real proxy binary, scratch files, raw sockets.
+//! `ProxyProcess`: the real proxy binary as a child process; scratch files.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};

@@ -1,4 +1,5 @@
-//! Stub upstreams on std::net and a raw HTTP/1.1 client, for the core tests.
+//! Both ends of the raw HTTP/1.1 wire on std::net: `StubUpstream`, a scripted
+//! upstream, and `RawClient`, a byte-level client.
 //!
 //! Both sides parse heads with the same small, strict parser and never merge
 //! field lines: tests count lines, so duplicates must stay visible.
