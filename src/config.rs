@@ -46,6 +46,9 @@ pub struct Config {
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub idle_timeout: Duration,
+    /// How long a request in a recorded MCP session waits for a restarting
+    /// upstream before it gets an outage answer.
+    pub restart_grace: Duration,
     /// A request's head and body must arrive within this of its first byte.
     pub request_timeout: Duration,
     /// An idle keep-alive client connection between requests is closed after this.
@@ -70,6 +73,7 @@ impl fmt::Debug for Config {
             .field("response_timeout", &self.response_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("restart_grace", &self.restart_grace)
             .field("keepalive_timeout", &self.keepalive_timeout)
             .field("allow_origins", &self.allow_origins)
             .field("client_token", &self.client_token.as_ref().map(|_| "<redacted>"))
@@ -224,6 +228,12 @@ LISTENER AND LIMITS:
                             an idle client connection (before its first
                             request or between requests) is closed
                             [default: 75]
+    --restart-grace SECS    a request in an MCP session the proxy saw
+                            created waits this long for an unreachable
+                            upstream (a restart), then gets an outage
+                            answer: 200 with a JSON-RPC error carrying its
+                            id, 202 for notifications, 502 for GET and
+                            DELETE [default: 5]
                             (every SECS may have a fraction: 0.5)
     -h, --help              print this help
     -V, --version           print the version
@@ -272,6 +282,7 @@ where
     let mut response_timeout = limits::RESPONSE_TIMEOUT;
     let mut idle_timeout = limits::IDLE_TIMEOUT;
     let mut request_timeout = limits::REQUEST_TIMEOUT;
+    let mut restart_grace = limits::RESTART_GRACE;
     let mut keepalive_timeout = limits::KEEPALIVE_TIMEOUT;
     let mut allow_origins = Vec::new();
     let mut identity_file = None;
@@ -306,6 +317,7 @@ where
                 response_timeout = parse_secs("--response-timeout", &value("--response-timeout")?)?
             }
             "--idle-timeout" => idle_timeout = parse_secs("--idle-timeout", &value("--idle-timeout")?)?,
+            "--restart-grace" => restart_grace = parse_secs("--restart-grace", &value("--restart-grace")?)?,
             "--request-timeout" => {
                 request_timeout = parse_secs("--request-timeout", &value("--request-timeout")?)?
             }
@@ -407,6 +419,7 @@ where
         idle_timeout,
         request_timeout,
         keepalive_timeout,
+        restart_grace,
         allow_origins,
         client_token,
     })

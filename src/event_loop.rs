@@ -42,6 +42,9 @@ pub struct Proxy {
     /// descriptor limit allows, so accept never runs into EMFILE.
     max_conns: usize,
     stop: ShutdownHandle,
+    /// MCP sessions seen created through this proxy, keyed by the id the
+    /// client holds.
+    sessions: std::cell::RefCell<crate::mcp::session::SessionTable>,
 }
 
 /// Asks a running `Proxy` to shut down gracefully, as SIGTERM does; for
@@ -422,6 +425,7 @@ impl Proxy {
             signals,
             max_conns,
             stop,
+            sessions: Default::default(),
         })
     }
 
@@ -615,6 +619,7 @@ impl Proxy {
                 now,
                 listen_port: self.local_addr.port(),
                 shutting_down: shutdown_at.is_some(),
+                sessions: &self.sessions,
             };
             for &slot in &touched {
                 drive_slot(&self.poll, &mut slab, &mut pool, &mut again, slot, &ctx);

@@ -95,6 +95,11 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(300);
 /// after 300 s.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// Default time a request in a recorded MCP session waits for a restarting
+/// upstream (`--restart-grace`): an upstream restart takes a few seconds,
+/// and the whole wait stays under the 10 s that client deadlines allow.
+pub const RESTART_GRACE: Duration = Duration::from_secs(5);
+
 /// A refused upstream connect is retried this many times...
 pub const CONNECT_RETRIES: u32 = 3;
 /// ...this far apart (nothing has been sent, so a retry is safe).

@@ -141,7 +141,9 @@ fn hostile_bodies_are_refused_and_never_forwarded() {
         assert_eq!(resp.one("content-type"), "application/json");
         let v: serde_json::Value = serde_json::from_slice(&resp.body).expect("JSON error body");
         assert_eq!(v["error"]["code"], *code);
-        assert!(v.get("id").is_none());
+        // The refused request's id when the body is JSON, null when not.
+        let id = if *code == -32600 { serde_json::json!(1) } else { serde_json::Value::Null };
+        assert_eq!(v["id"], id, "{v}");
     }
     // A batch with a tools/call inside is stamped, not refused.
     let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"mallory"}}}]"#;

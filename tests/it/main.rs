@@ -12,6 +12,7 @@ mod harness;
 mod hostile;
 mod identity;
 mod realenv;
+mod restarts;
 mod shim;
 mod sse;
 mod upstream;
