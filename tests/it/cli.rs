@@ -224,6 +224,9 @@ fn fractional_timeouts_are_accepted() {
     );
 }
 
+// Signals sent with kill(1) exist on Unix only; Windows' console events are
+// covered by the wine smoke run (.ci/wine_smoke.py).
+#[cfg(unix)]
 #[track_caller]
 fn assert_signal_exits_0(sig: &str) {
     let t = tf();
@@ -235,16 +238,19 @@ fn assert_signal_exits_0(sig: &str) {
     assert!(t0.elapsed() < Duration::from_secs(6));
 }
 
+#[cfg(unix)]
 #[test]
 fn sigterm_exits_0() {
     assert_signal_exits_0("TERM");
 }
 
+#[cfg(unix)]
 #[test]
 fn sigint_exits_0() {
     assert_signal_exits_0("INT");
 }
 
+#[cfg(unix)]
 #[test]
 fn sigterm_lets_an_in_flight_exchange_finish() {
     let up = Upstream::start(|_, s| {
@@ -271,8 +277,11 @@ fn token_never_appears_in_logs_at_trace() {
     let up = Upstream::fixed(response("200 OK", &[("Content-Type", "application/json")], b"{}"));
     let t = tf();
     let url = up.url();
-    let mut p =
-        Proxy::start(&["--upstream", &url, "--agent", "a", "--token-file", &t], &[("RUST_LOG", "trace")]);
+    let mut p = Proxy::start_with_stdin(
+        &["--upstream", &url, "--agent", "a", "--token-file", &t, "--control-stdin"],
+        &[("RUST_LOG", "trace")],
+        true,
+    );
     let h = format!("127.0.0.1:{}", p.port);
     let mut c = Client::new(p.connect());
     for (method, body) in
@@ -291,8 +300,8 @@ fn token_never_appears_in_logs_at_trace() {
     let mut bad = Client::new(p.connect());
     bad.send(b"GET /mcp HTTP/1.1\r\n\r\n");
     let _ = bad.read_response("GET");
-    p.signal("TERM");
-    p.wait_exit(Duration::from_secs(6)).expect("no exit after SIGTERM");
+    p.stop();
+    p.wait_exit(Duration::from_secs(6)).expect("no exit after stdin EOF");
     std::thread::sleep(Duration::from_millis(100));
     let stderr = p.stderr_text();
     assert!(!stderr.trim().is_empty(), "nothing logged at RUST_LOG=trace");
@@ -304,8 +313,11 @@ fn token_never_appears_in_logs_when_upstream_is_unreachable() {
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let url = format!("http://127.0.0.1:{port}/mcp");
     let t = tf();
-    let mut p =
-        Proxy::start(&["--upstream", &url, "--agent", "a", "--token-file", &t], &[("RUST_LOG", "trace")]);
+    let mut p = Proxy::start_with_stdin(
+        &["--upstream", &url, "--agent", "a", "--token-file", &t, "--control-stdin"],
+        &[("RUST_LOG", "trace")],
+        true,
+    );
     let mut c = Client::new(p.connect());
     c.send(&request(
         "POST",
@@ -316,8 +328,34 @@ fn token_never_appears_in_logs_when_upstream_is_unreachable() {
     ));
     let resp = c.read_response("POST");
     assert_eq!(resp.status, 502);
-    p.signal("TERM");
-    p.wait_exit(Duration::from_secs(6)).expect("no exit after SIGTERM");
+    p.stop();
+    p.wait_exit(Duration::from_secs(6)).expect("no exit after stdin EOF");
     std::thread::sleep(Duration::from_millis(100));
     assert!(!p.stderr_text().contains(TOKEN), "token in stderr:\n{}", p.stderr_text());
+}
+
+/// `--control-stdin` on something that is not a stream (a regular file, the
+/// null device) would end at once: refused with exit 2 and one clear line.
+#[test]
+fn control_stdin_on_a_regular_file_or_the_null_device_exits_2() {
+    let t = tf();
+    let file = scratch_dir("stdin-file").join("stdin.txt");
+    std::fs::write(&file, "{\"agent\": \"a\", \"token\": \"t\"}\n").unwrap();
+    let args = ["--upstream", UP, "--agent", "a", "--token-file", &t, "--control-stdin"];
+    for (what, stdin) in
+        [("a regular file", Stdio::from(std::fs::File::open(&file).unwrap())), ("null", Stdio::null())]
+    {
+        let out = Command::new(BIN)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run proxy");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "stdin {what}: {:?}, stderr {stderr}", out.status);
+        assert!(stderr.contains("--control-stdin: stdin must be"), "stdin {what}: {stderr}");
+        assert!(out.stdout.is_empty(), "stdin {what}: the port line was printed");
+    }
 }

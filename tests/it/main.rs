@@ -3,12 +3,17 @@
 //! the library in-process.
 
 mod cli;
+// Real Python and Node clients against a real FastMCP server: venvs with the
+// Unix layout (bin/python) under an flock; on Windows they would need a host
+// interpreter the test does not install.
+#[cfg(unix)]
 mod clients;
 mod core;
 mod demo;
 mod harness;
 mod hostile;
 mod identity;
+#[cfg(unix)]
 mod realenv;
 mod shim;
 mod sse;
