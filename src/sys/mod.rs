@@ -9,6 +9,11 @@ mod unix;
 #[cfg(unix)]
 pub use unix::*;
 
+#[cfg(windows)]
+mod windows;
+#[cfg(windows)]
+pub use windows::*;
+
 /// What a drain of the signal channel found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SignalsSeen {

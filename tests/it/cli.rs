@@ -250,9 +250,10 @@ fn sigint_exits_0() {
     assert_signal_exits_0("INT");
 }
 
-#[cfg(unix)]
-#[test]
-fn sigterm_lets_an_in_flight_exchange_finish() {
+/// A graceful stop (`stop` on the started proxy) lets an exchange already
+/// sent upstream finish, then exits 0.
+#[track_caller]
+fn assert_stop_lets_an_in_flight_exchange_finish(control_stdin: bool, stop: fn(&mut Proxy)) {
     let up = Upstream::start(|_, s| {
         std::thread::sleep(Duration::from_millis(800));
         let _ = s.write_all(&response("200 OK", &[("Content-Type", "text/plain")], b"finished"));
@@ -260,16 +261,31 @@ fn sigterm_lets_an_in_flight_exchange_finish() {
     });
     let t = tf();
     let url = up.url();
-    let mut p = Proxy::start(&["--upstream", &url, "--agent", "a", "--token-file", &t], &[]);
+    let mut args = vec!["--upstream", &url, "--agent", "a", "--token-file", &t];
+    if control_stdin {
+        args.push("--control-stdin");
+    }
+    let mut p = Proxy::start_with_stdin(&args, &[], control_stdin);
     let mut c = Client::new(p.connect());
     c.send(&request("GET", "/slow", &format!("127.0.0.1:{}", p.port), &[], b""));
     up.wait_requests(1, Duration::from_secs(5));
-    p.signal("TERM");
+    stop(&mut p);
     let resp = c.read_response("GET");
     assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
     assert_eq!(resp.text(), "finished");
-    let status = p.wait_exit(Duration::from_secs(6)).expect("no exit 6 s after SIGTERM");
+    let status = p.wait_exit(Duration::from_secs(6)).expect("no exit 6 s after the stop");
     assert_eq!(status.code(), Some(0));
+}
+
+#[cfg(unix)]
+#[test]
+fn sigterm_lets_an_in_flight_exchange_finish() {
+    assert_stop_lets_an_in_flight_exchange_finish(false, |p| p.signal("TERM"));
+}
+
+#[test]
+fn stdin_eof_lets_an_in_flight_exchange_finish() {
+    assert_stop_lets_an_in_flight_exchange_finish(true, Proxy::stop);
 }
 
 #[test]
