@@ -275,4 +275,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError) as e:
+        # A stalled relay shows up as a socket timeout here.
+        print(f"FAIL: {type(e).__name__}: {e}")
+        sys.exit(1)

@@ -241,7 +241,8 @@ impl std::fmt::Display for BindError {
         match self {
             BindError::Listen(e) => write!(f, "cannot listen: {e}"),
             BindError::ControlStdin(e) => {
-                write!(f, "--control-stdin: stdin must be a pipe, socket or terminal ({e})")
+                let kinds = if cfg!(windows) { "a pipe or console" } else { "a pipe, socket or terminal" };
+                write!(f, "--control-stdin: stdin must be {kinds} ({e})")
             }
             BindError::Setup(e) => write!(f, "cannot set up the event loop: {e}"),
         }

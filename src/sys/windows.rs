@@ -192,8 +192,10 @@ fn last_socket_error() -> io::Error {
 /// A new overlapped (as mio's IOCP backend needs), non-inheritable,
 /// non-blocking TCP socket for `addr`'s family.
 fn tcp_socket(addr: &SocketAddr) -> io::Result<OwnedSocket> {
-    // Winsock must be started; std does it on first use of std::net.
-    let _ = std::net::UdpSocket::bind("127.0.0.1:0");
+    // Winsock must be started before WSASocketW; std starts it on its
+    // first use of std::net, so one throwaway socket does it.
+    static WINSOCK: Once = Once::new();
+    WINSOCK.call_once(|| drop(std::net::UdpSocket::bind("127.0.0.1:0")));
     let family = if addr.is_ipv4() { ws::AF_INET } else { ws::AF_INET6 };
     let flags = ws::WSA_FLAG_OVERLAPPED | ws::WSA_FLAG_NO_HANDLE_INHERIT;
     // SAFETY: plain socket creation with no pointers passed.
