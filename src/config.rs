@@ -190,7 +190,9 @@ UPSTREAM AND IDENTITY:
                             --agent without a token, or --token-file
                             without --agent, is refused (exit 2). Later, a
                             bad file is logged (never the token) and the
-                            current identity kept.
+                            current identity kept. Windows has no SIGHUP:
+                            there the file is only polled (or use
+                            --control-stdin).
     --control-stdin         read identity objects, one JSON per line with
                             both fields, from stdin (a pipe or terminal);
                             shut down gracefully at EOF, so the proxy never
@@ -249,12 +251,14 @@ ENVIRONMENT:
                             exchange. Tokens are never logged.
 
 EXIT STATUS:
-    0  clean shutdown: SIGINT, SIGTERM, or stdin EOF with --control-stdin
-       (in-flight exchanges get up to 5 s)
+    0  clean shutdown: SIGINT, SIGTERM (Windows: Ctrl-C, Ctrl-Break,
+       console close), or stdin EOF with --control-stdin (in-flight
+       exchanges get up to 5 s)
     1  the event loop failed
     2  bad arguments or configuration (unreadable token file, identity
        file unreadable or invalid at start, or missing when given alone,
-       unresolvable upstream host, --control-stdin on a file or /dev/null)
+       unresolvable upstream host, --control-stdin on a file or /dev/null
+       or NUL)
     3  cannot bind the listen address (a fixed port in use prints
        '  MCP proxy: port N in use (shared with another instance)')
 

@@ -7,12 +7,13 @@ use crate::conn::{Conn, Ctx, Verdict};
 use crate::limits::{IDENTITY_POLL, MAX_CONTROL_LINE};
 use crate::limits::{MAX_CONNECTIONS, MAX_POOLED_UPSTREAM, POOL_IDLE_TIMEOUT, RESERVED_FDS, SHUTDOWN_GRACE};
 use crate::mcp::identity::{self, Identity};
+use crate::sys::{self, FileStamp, Signals, StdinChannel, StdinRead};
 use log::{debug, error, info, warn};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
-use std::io::{self, Read};
+use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const LISTENER: Token = Token(usize::MAX);
@@ -64,23 +65,12 @@ impl ShutdownHandle {
     }
 }
 
-/// Raise the soft descriptor limit to the hard one (as nginx's
-/// `worker_rlimit_nofile` does) and return the connection cap it allows:
-/// two descriptors per connection (client and upstream).
+/// The connection cap: `MAX_CONNECTIONS`, or what the descriptor limit
+/// (raised to the hard limit first) allows at two descriptors per
+/// connection (client and upstream). Windows has no such limit.
 fn connection_cap() -> usize {
-    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
-    let soft = unsafe {
-        let mut lim: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return 512;
-        }
-        if lim.rlim_cur < lim.rlim_max {
-            let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                lim.rlim_cur = lim.rlim_max;
-            }
-        }
-        lim.rlim_cur
+    let Some(soft) = sys::raise_descriptor_limit() else {
+        return if cfg!(unix) { 512 } else { MAX_CONNECTIONS };
     };
     let by_fds = soft.saturating_sub(RESERVED_FDS) / 2;
     usize::try_from(by_fds).unwrap_or(usize::MAX).clamp(1, MAX_CONNECTIONS)
@@ -115,16 +105,6 @@ impl Live {
     }
 }
 
-/// Size, mtime and inode of the identity file: a rename or an in-place
-/// write changes at least one.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct FileStamp {
-    len: u64,
-    mtime: (i64, i64),
-    ino: u64,
-    dev: u64,
-}
-
 /// Polls `--identity-file` every `IDENTITY_POLL` (no inotify: no extra
 /// dependency, and a stat every 250 ms costs nothing).
 struct IdentityWatch {
@@ -135,9 +115,7 @@ struct IdentityWatch {
 
 impl IdentityWatch {
     fn stamp(&self) -> Option<FileStamp> {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(&self.path).ok()?;
-        Some(FileStamp { len: m.len(), mtime: (m.mtime(), m.mtime_nsec()), ino: m.ino(), dev: m.dev() })
+        sys::file_stamp(&self.path)
     }
 
     /// A new identity when the file changed (or `force`, on SIGHUP).
@@ -165,50 +143,23 @@ impl IdentityWatch {
 /// `--control-stdin`: identity objects, one per line; EOF means the wrapper
 /// is gone.
 struct ControlStdin {
+    channel: StdinChannel,
     pending: Vec<u8>,
     /// A line longer than `MAX_CONTROL_LINE` is being skipped.
     discarding: bool,
 }
 
 impl ControlStdin {
-    fn open(poll: &Poll) -> io::Result<ControlStdin> {
-        // SAFETY: fcntl on fd 0 with F_GETFL/F_SETFL has no memory effects.
-        unsafe {
-            let flags = libc::fcntl(0, libc::F_GETFL);
-            if flags < 0 || libc::fcntl(0, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        poll.registry().register(&mut mio::unix::SourceFd(&0), STDIN, Interest::READABLE)?;
-        Ok(ControlStdin { pending: Vec::new(), discarding: false })
+    fn open(poll: &Poll, waker: &std::sync::Arc<mio::Waker>) -> io::Result<ControlStdin> {
+        let channel = StdinChannel::open(poll.registry(), STDIN, waker)?;
+        Ok(ControlStdin { channel, pending: Vec::new(), discarding: false })
     }
 
     /// Read what is there; returns the identities of complete lines and
     /// whether stdin reached EOF.
     fn read(&mut self) -> (Vec<Identity>, bool) {
-        use std::os::fd::FromRawFd;
-        // SAFETY: fd 0 stays open for the life of the process; ManuallyDrop
-        // keeps this File from closing it.
-        let mut stdin = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(0) });
         let mut out = Vec::new();
-        let mut eof = false;
-        let mut buf = [0u8; 4096];
-        loop {
-            match stdin.read(&mut buf) {
-                Ok(0) => {
-                    eof = true;
-                    break;
-                }
-                Ok(n) => self.pending.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => {
-                    warn!("control stdin: {e}; treating as closed");
-                    eof = true;
-                    break;
-                }
-            }
-        }
+        let eof = self.channel.read(&mut self.pending) == StdinRead::Eof;
         while let Some(nl) = self.pending.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = self.pending.drain(..=nl).collect();
             if std::mem::take(&mut self.discarding) {
@@ -236,74 +187,6 @@ impl ControlStdin {
             Ok(identity) => out.push(identity),
             Err(e) => warn!("control stdin: {e}; keeping the current identity"),
         }
-    }
-}
-
-/// A signal pipe: the handler writes the signal number, the loop reads it.
-struct Signals {
-    receiver: mio::unix::pipe::Receiver,
-    _sender: mio::unix::pipe::Sender,
-}
-
-static SIGNAL_FD: AtomicI32 = AtomicI32::new(-1);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    // Async-signal-safe: one write(2) to a non-blocking pipe; errno kept.
-    let fd = SIGNAL_FD.load(Ordering::Relaxed);
-    if fd >= 0 {
-        let byte = sig as u8;
-        // SAFETY: errno location is thread-local and valid; write(2) on a
-        // valid fd with a 1-byte stack buffer is async-signal-safe.
-        unsafe {
-            let errno = *libc::__errno_location();
-            libc::write(fd, (&byte as *const u8).cast(), 1);
-            *libc::__errno_location() = errno;
-        }
-    }
-}
-
-impl Signals {
-    fn install() -> io::Result<Signals> {
-        use std::os::fd::AsRawFd;
-        let (sender, receiver) = mio::unix::pipe::new()?;
-        SIGNAL_FD.store(sender.as_raw_fd(), Ordering::Relaxed);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            // SAFETY: a zeroed sigaction with a valid handler and an empty
-            // mask is a valid argument; the handler only calls write(2).
-            let rc = unsafe {
-                let mut action: libc::sigaction = std::mem::zeroed();
-                action.sa_sigaction = on_signal as *const () as usize;
-                action.sa_flags = libc::SA_RESTART;
-                libc::sigemptyset(&mut action.sa_mask);
-                libc::sigaction(sig, &action, std::ptr::null_mut())
-            };
-            if rc != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        Ok(Signals { receiver, _sender: sender })
-    }
-
-    /// Drain the pipe; returns (terminate requested, hangup received).
-    fn drain(&mut self) -> (bool, bool) {
-        let (mut term, mut hup) = (false, false);
-        let mut buf = [0u8; 64];
-        loop {
-            match self.receiver.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    for &s in &buf[..n] {
-                        match libc::c_int::from(s) {
-                            libc::SIGHUP => hup = true,
-                            _ => term = true,
-                        }
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            }
-        }
-        (term, hup)
     }
 }
 
@@ -349,8 +232,8 @@ impl Slab {
 pub enum BindError {
     /// The listener could not be bound.
     Listen(io::Error),
-    /// `--control-stdin` needs a pipe, socket or terminal: epoll refuses
-    /// regular files and /dev/null.
+    /// `--control-stdin` needs a pipe, socket or terminal (a console on
+    /// Windows), never a regular file or a null device.
     ControlStdin(io::Error),
     /// The poll instance or the signal pipe could not be set up.
     Setup(io::Error),
@@ -361,7 +244,8 @@ impl std::fmt::Display for BindError {
         match self {
             BindError::Listen(e) => write!(f, "cannot listen: {e}"),
             BindError::ControlStdin(e) => {
-                write!(f, "--control-stdin: stdin must be a pipe, socket or terminal ({e})")
+                let kinds = if cfg!(windows) { "a pipe or console" } else { "a pipe, socket or terminal" };
+                write!(f, "--control-stdin: stdin must be {kinds} ({e})")
             }
             BindError::Setup(e) => write!(f, "cannot set up the event loop: {e}"),
         }
@@ -382,13 +266,13 @@ impl Proxy {
     /// Bind the listener and install signal handlers.
     pub fn bind(config: Config) -> Result<Proxy, BindError> {
         let poll = Poll::new().map_err(BindError::Setup)?;
-        let mut listener = TcpListener::bind(config.listen).map_err(BindError::Listen)?;
+        let mut listener = sys::listen(config.listen).map_err(BindError::Listen)?;
         let local_addr = listener.local_addr().map_err(BindError::Listen)?;
         poll.registry().register(&mut listener, LISTENER, Interest::READABLE).map_err(BindError::Listen)?;
-        let mut signals = Signals::install().map_err(BindError::Setup)?;
-        poll.registry()
-            .register(&mut signals.receiver, SIGNALS, Interest::READABLE)
-            .map_err(BindError::Setup)?;
+        // mio allows one Waker per Poll: it carries shutdown requests, and
+        // signals and stdin where the OS cannot poll them (Windows).
+        let waker = std::sync::Arc::new(mio::Waker::new(poll.registry(), WAKER).map_err(BindError::Setup)?);
+        let signals = Signals::install(poll.registry(), SIGNALS, &waker).map_err(BindError::Setup)?;
         let live = Live::new(config.identity.clone());
         let watch = config.identity_file.as_ref().map(|path| {
             // Nothing seen yet: the first check (at once) reads the file if it
@@ -404,14 +288,11 @@ impl Proxy {
             w
         });
         let control = if config.control_stdin {
-            Some(ControlStdin::open(&poll).map_err(BindError::ControlStdin)?)
+            Some(ControlStdin::open(&poll, &waker).map_err(BindError::ControlStdin)?)
         } else {
             None
         };
-        let stop = ShutdownHandle {
-            waker: std::sync::Arc::new(mio::Waker::new(poll.registry(), WAKER).map_err(BindError::Setup)?),
-            requested: Default::default(),
-        };
+        let stop = ShutdownHandle { waker, requested: Default::default() };
         let max_conns = connection_cap();
         debug!("accepting at most {max_conns} connections");
         Ok(Proxy {
@@ -489,37 +370,18 @@ impl Proxy {
             touched.append(&mut again);
             let mut accept_ready = false;
             let mut stop_requested = false;
+            let (mut stdin_ready, mut signals_ready) = (false, false);
             for event in events.iter() {
                 match event.token() {
                     LISTENER => accept_ready = true,
-                    WAKER => stop_requested |= self.stop.requested.load(Ordering::SeqCst),
-                    STDIN => {
-                        let Some(control) = self.control.as_mut() else { continue };
-                        let (identities, eof) = control.read();
-                        for identity in identities {
-                            self.live.update(identity, "control stdin");
-                        }
-                        if eof {
-                            info!("control stdin closed");
-                            let _ = self.poll.registry().deregister(&mut mio::unix::SourceFd(&0));
-                            self.control = None;
-                            stop_requested = true;
-                        }
+                    WAKER => {
+                        stop_requested |= self.stop.requested.load(Ordering::SeqCst);
+                        // Windows delivers console events and stdin through
+                        // the waker; elsewhere both reads find nothing.
+                        (stdin_ready, signals_ready) = (true, true);
                     }
-                    SIGNALS => {
-                        let (term, hup) = self.signals.drain();
-                        if hup {
-                            match self.watch.as_mut() {
-                                Some(w) => {
-                                    if let Some(identity) = w.check(now, true) {
-                                        self.live.update(identity, "identity file (SIGHUP)");
-                                    }
-                                }
-                                None => info!("SIGHUP ignored: no --identity-file"),
-                            }
-                        }
-                        stop_requested |= term;
-                    }
+                    STDIN => stdin_ready = true,
+                    SIGNALS => signals_ready = true,
                     Token(t) => {
                         let (slot, side) = (t >> 1, t & 1);
                         let Some(Some(conn)) = slab.entries.get_mut(slot) else {
@@ -536,6 +398,32 @@ impl Proxy {
                         touched.push(slot);
                     }
                 }
+            }
+            if let Some(control) = self.control.as_mut().filter(|_| stdin_ready) {
+                let (identities, eof) = control.read();
+                for identity in identities {
+                    self.live.update(identity, "control stdin");
+                }
+                if eof {
+                    info!("control stdin closed");
+                    control.channel.close(self.poll.registry());
+                    self.control = None;
+                    stop_requested = true;
+                }
+            }
+            if signals_ready {
+                let seen = self.signals.drain();
+                if seen.hangup {
+                    match self.watch.as_mut() {
+                        Some(w) => {
+                            if let Some(identity) = w.check(now, true) {
+                                self.live.update(identity, "identity file (SIGHUP)");
+                            }
+                        }
+                        None => info!("SIGHUP ignored: no --identity-file"),
+                    }
+                }
+                stop_requested |= seen.terminate;
             }
             if stop_requested && shutdown_at.is_none() {
                 info!("shutting down: no new connections, {} open", slab.live);
@@ -683,7 +571,7 @@ fn drive_slot(
                     None => {
                         let addrs = &ctx.config.upstream.addrs;
                         let addr = addrs[conn.connect_attempt() as usize % addrs.len()];
-                        match TcpStream::connect(addr) {
+                        match sys::connect(addr) {
                             Ok(s) => (s, false),
                             Err(e) => {
                                 conn.connect_failed(ctx, &e);

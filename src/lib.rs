@@ -16,6 +16,8 @@
 //! `http` and `mcp` are pure (bytes in, values or offsets out) and never name
 //! mio, std::net or the clock; `event_loop` alone owns the `mio::Poll`.
 
+#![deny(unsafe_code)]
+
 pub mod buf;
 pub mod config;
 pub mod conn;
@@ -26,3 +28,6 @@ pub mod limits;
 pub mod mcp;
 #[cfg(test)]
 mod test_rng;
+// The OS layer: the one place allowed `unsafe`.
+#[allow(unsafe_code)]
+mod sys;

@@ -1441,10 +1441,13 @@ fn in_framing(f: Framing) -> InFraming {
 const LINGER: Duration = Duration::from_secs(2);
 
 /// Read into `buf` until the socket is drained or `buf` is full; returns
-/// (bytes, eof/error). With edge-triggered readiness a short read means the
-/// kernel buffer is empty (a new arrival raises a new event), so it ends the
-/// loop without the extra read that would only say WouldBlock, unless the
-/// peer's FIN was reported and still has to be read.
+/// (bytes, eof/error). With edge-triggered readiness (epoll on Linux, kqueue
+/// with EV_CLEAR on macOS) a short read means the kernel buffer is empty and
+/// a new arrival raises a new event, so it ends the loop without the extra
+/// read that would only say WouldBlock, unless the peer's FIN was reported
+/// and still has to be read. mio's Windows backend re-arms a socket only
+/// after a read returned WouldBlock, so there every loop ends in WouldBlock
+/// (else a keep-alive request, a large body or a stream stalls).
 fn fill_from(stream: &mut TcpStream, ready: &mut Ready, buf: &mut Buf) -> (usize, bool) {
     let mut total = 0;
     while ready.readable {
@@ -1457,7 +1460,7 @@ fn fill_from(stream: &mut TcpStream, ready: &mut Ready, buf: &mut Buf) -> (usize
         buf.fill(n);
         total += n;
         match outcome {
-            Outcome::Open if n < room && !ready.hup => ready.readable = false,
+            Outcome::Open if n < room && !ready.hup && cfg!(not(windows)) => ready.readable = false,
             Outcome::Open => {}
             Outcome::WouldBlock => ready.readable = false,
             Outcome::Closed | Outcome::Error(_) => return (total, true),

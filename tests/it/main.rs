@@ -4,6 +4,10 @@
 
 mod body_rule;
 mod cli;
+// Real Python and Node clients against a real FastMCP server: venvs with the
+// Unix layout (bin/python) under an flock; on Windows they would need a host
+// interpreter the test does not install.
+#[cfg(unix)]
 mod clients;
 mod core;
 mod deadlines;
@@ -11,6 +15,7 @@ mod demo;
 mod harness;
 mod hostile;
 mod identity;
+#[cfg(unix)]
 mod realenv;
 mod restarts;
 mod shim;
