@@ -177,9 +177,10 @@ UPSTREAM AND IDENTITY:
                             wins over MCP_PROXY_TOKEN. Never give the token
                             in argv.
     --identity-file PATH    a JSON file {"agent": "NAME", "token": "TOKEN"},
-                            re-read within a second of a change (atomic
-                            rename, in-place write, or the file created)
-                            and at once on SIGHUP. Given alone, it must
+                            re-read at once on a change (atomic rename,
+                            in-place write, or the file created; inotify
+                            on Linux, else polled every 250 ms) and on
+                            SIGHUP. Given alone, it must
                             exist and be valid at start. Given with --agent
                             and a token (--token-file or MCP_PROXY_TOKEN),
                             the flags give the starting identity: a file

@@ -20,6 +20,7 @@ const LISTENER: Token = Token(usize::MAX);
 const SIGNALS: Token = Token(usize::MAX - 1);
 const STDIN: Token = Token(usize::MAX - 2);
 const WAKER: Token = Token(usize::MAX - 3);
+const IDENTITY_FILE: Token = Token(usize::MAX - 4);
 
 /// Token of a connection's client (`side` 0) or upstream (`side` 1) socket.
 fn token(slot: usize, side: usize) -> Token {
@@ -105,12 +106,16 @@ impl Live {
     }
 }
 
-/// Polls `--identity-file` every `IDENTITY_POLL` (no inotify: no extra
-/// dependency, and a stat every 250 ms costs nothing).
+/// Watches `--identity-file`: through a change notification where the OS
+/// has one wired (inotify on the file's directory, Linux), so an idle proxy
+/// never wakes up; else by a stat every `IDENTITY_POLL`.
 struct IdentityWatch {
     path: std::path::PathBuf,
     seen: Option<FileStamp>,
     next_check: Instant,
+    notify: Option<sys::FileWatch>,
+    /// The watch reported something about the file since the last check.
+    notified: bool,
 }
 
 impl IdentityWatch {
@@ -118,11 +123,39 @@ impl IdentityWatch {
         sys::file_stamp(&self.path)
     }
 
+    /// When the loop must wake up to poll (never when notified).
+    fn wake_at(&self) -> Option<Instant> {
+        match self.notify {
+            Some(_) => None,
+            None => Some(self.next_check),
+        }
+    }
+
+    /// The watch's descriptor was readable.
+    fn on_event(&mut self, registry: &mio::Registry) {
+        let Some(w) = self.notify.as_mut() else { return };
+        let seen = w.drain();
+        self.notified |= seen.changed;
+        if seen.lost {
+            // The directory itself went away: the watch is dead.
+            warn!("identity file directory no longer watched; polling the file instead");
+            if let Some(w) = self.notify.take() {
+                w.close(registry);
+            }
+            self.notified = true;
+        }
+    }
+
     /// A new identity when the file changed (or `force`, on SIGHUP).
     fn check(&mut self, now: Instant, force: bool) -> Option<Identity> {
-        if !force && now < self.next_check {
+        let due = match self.notify {
+            Some(_) => self.notified,
+            None => now >= self.next_check,
+        };
+        if !force && !due {
             return None;
         }
+        self.notified = false;
         self.next_check = now + IDENTITY_POLL;
         let stamp = self.stamp();
         if !force && stamp == self.seen {
@@ -277,7 +310,14 @@ impl Proxy {
         let watch = config.identity_file.as_ref().map(|path| {
             // Nothing seen yet: the first check (at once) reads the file if it
             // exists, so one created or changed since `config::parse` counts.
-            let w = IdentityWatch { path: path.clone(), seen: None, next_check: Instant::now() };
+            let notify = match sys::FileWatch::new(path, poll.registry(), IDENTITY_FILE) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    debug!("identity file: no change notification ({e}); polling every {IDENTITY_POLL:?}");
+                    None
+                }
+            };
+            let w = IdentityWatch { path: path.clone(), seen: None, next_check: Instant::now(), notify, notified: true };
             if w.stamp().is_none() {
                 info!(
                     "identity file {} does not exist yet: waiting for it; until then agent {:?} from the flags",
@@ -351,8 +391,8 @@ impl Proxy {
             if let Some(t) = accept_paused_until {
                 earliest(t);
             }
-            if let Some(w) = &self.watch {
-                earliest(w.next_check);
+            if let Some(t) = self.watch.as_ref().and_then(IdentityWatch::wake_at) {
+                earliest(t);
             }
             let timeout = if again.is_empty() {
                 wake.map(|w| w.saturating_duration_since(now))
@@ -382,6 +422,11 @@ impl Proxy {
                     }
                     STDIN => stdin_ready = true,
                     SIGNALS => signals_ready = true,
+                    IDENTITY_FILE => {
+                        if let Some(w) = self.watch.as_mut() {
+                            w.on_event(self.poll.registry());
+                        }
+                    }
                     Token(t) => {
                         let (slot, side) = (t >> 1, t & 1);
                         let Some(Some(conn)) = slab.entries.get_mut(slot) else {

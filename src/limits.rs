@@ -108,7 +108,9 @@ pub const CONNECT_RETRY_DELAY: Duration = Duration::from_millis(200);
 /// How long in-flight exchanges may run after SIGINT/SIGTERM.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// How often the identity file is checked for a change.
+/// How often the identity file is checked where no change notification is
+/// wired (macOS, Windows, an unwatchable directory); Linux uses inotify and
+/// never polls.
 pub const IDENTITY_POLL: Duration = Duration::from_millis(250);
 
 /// Longest line accepted on `--control-stdin`.

@@ -9,6 +9,42 @@ mod unix;
 #[cfg(unix)]
 pub use unix::*;
 
+#[cfg(target_os = "linux")]
+mod inotify;
+#[cfg(target_os = "linux")]
+pub use inotify::FileWatch;
+
+#[cfg(not(target_os = "linux"))]
+mod poll_only {
+    //! No change notification here (macOS kqueue's vnode events and Windows'
+    //! directory notifications are not wired yet): the loop polls the file.
+    use mio::{Registry, Token};
+    use std::io;
+    use std::path::Path;
+
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct WatchSeen {
+        pub changed: bool,
+        pub lost: bool,
+    }
+
+    pub struct FileWatch;
+
+    impl FileWatch {
+        pub fn new(_path: &Path, _registry: &Registry, _token: Token) -> io::Result<FileWatch> {
+            Err(io::Error::new(io::ErrorKind::Unsupported, "no file change notification on this OS"))
+        }
+
+        pub fn drain(&mut self) -> WatchSeen {
+            WatchSeen::default()
+        }
+
+        pub fn close(self, _registry: &Registry) {}
+    }
+}
+#[cfg(not(target_os = "linux"))]
+pub use poll_only::FileWatch;
+
 #[cfg(windows)]
 mod windows;
 #[cfg(windows)]

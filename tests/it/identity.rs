@@ -388,3 +388,83 @@ fn missing_identity_file_given_with_flags_is_waited_for_and_rules_once_valid() {
         assert!(!log.contains(secret), "token {secret} in the log:\n{log}");
     }
 }
+
+/// Voluntary context switches of a process's main thread so far.
+#[cfg(target_os = "linux")]
+fn voluntary_switches(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("voluntary_ctxt_switches in /proc status")
+}
+
+/// Make calls back to back until one is stamped with `agent`; how long it took.
+#[cfg(target_os = "linux")]
+#[track_caller]
+fn time_until_identity(p: &Proxy, up: &Upstream, agent: &str, limit: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        let before = up.request_count();
+        assert_eq!(exchange(p, &post(p, &[], &call("chat_send", r#"{"sender":"x"}"#))).status, 200);
+        let (_, v) = last_json(up, before + 1);
+        if v["params"]["arguments"]["sender"] == agent {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < limit, "identity {agent} not applied within {limit:?}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+// Linux only: `/proc` tells the context switches, and inotify is the
+// notification wired there (elsewhere the file is polled).
+#[cfg(target_os = "linux")]
+#[test]
+fn idle_proxy_watching_an_identity_file_never_wakes_and_sees_each_change_at_once() {
+    let up = recording_upstream();
+    let dir = scratch_dir("ident-inotify");
+    let file = dir.join("identity.json");
+    let p = start_flags(&up, &["--identity-file", file.to_str().unwrap()]);
+    wait_identity(&p, &up, AGENT, TOKEN, Duration::ZERO);
+
+    // Idle: not one wake-up in 5 s (a 250 ms poll would make about 20).
+    // First the upstream connection pooled by the call above expires (2 s).
+    std::thread::sleep(Duration::from_millis(2500));
+    let before = voluntary_switches(p.pid());
+    std::thread::sleep(Duration::from_secs(5));
+    let after = voluntary_switches(p.pid());
+    assert_eq!(after, before, "the idle proxy woke up {} times in 5 s", after - before);
+
+    // A file created later, an atomic rename over it, an in-place write:
+    // each is in force within 100 ms.
+    let t0 = Instant::now();
+    write_identity(&file, "agent-created", "tok-created");
+    let created = time_until_identity(&p, &up, "agent-created", Duration::from_secs(2));
+    assert!(
+        created < Duration::from_millis(100),
+        "new file applied after {created:?} ({:?} since the write)",
+        t0.elapsed()
+    );
+
+    let tmp = dir.join("identity.json.tmp");
+    write_identity(&tmp, "agent-renamed", "tok-renamed");
+    std::fs::rename(&tmp, &file).unwrap();
+    let renamed = time_until_identity(&p, &up, "agent-renamed", Duration::from_secs(2));
+    assert!(renamed < Duration::from_millis(100), "rename applied after {renamed:?}");
+
+    std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&file)
+        .and_then(|mut f| f.write_all(br#"{"agent": "agent-written", "token": "tok-written"}"#))
+        .unwrap();
+    let written = time_until_identity(&p, &up, "agent-written", Duration::from_secs(2));
+    assert!(written < Duration::from_millis(100), "in-place write applied after {written:?}");
+    eprintln!("identity applied after: created {created:?}, renamed {renamed:?}, written {written:?}");
+    // Idle again after the changes (and the pool's expiry): no wake-ups.
+    std::thread::sleep(Duration::from_millis(2500));
+    let before = voluntary_switches(p.pid());
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(voluntary_switches(p.pid()), before, "woke up while idle after the changes");
+}
