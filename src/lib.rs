@@ -18,13 +18,13 @@
 
 #![deny(unsafe_code)]
 
-pub mod buf;
+pub(crate) mod buf;
 pub mod config;
 pub mod conn;
 pub mod event_loop;
 pub mod http;
-pub mod io;
-pub mod limits;
+pub(crate) mod io;
+pub(crate) mod limits;
 pub mod mcp;
 #[cfg(test)]
 mod test_rng;

@@ -49,6 +49,21 @@ pub const MAX_IO_PER_EVENT: usize = 32;
 /// stops accepting until one closes.
 pub const MAX_CONNECTIONS: usize = 16384;
 
+/// Connections accepted at most on a Unix whose descriptor limit cannot be
+/// read (two descriptors each, well inside the usual 1024).
+pub const FALLBACK_CONNECTIONS: usize = 512;
+
+/// How long accepting pauses after an accept error such as EMFILE, instead
+/// of spinning on a listener that stays readable.
+pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Readiness events taken from one poll.
+pub const EVENT_CAPACITY: usize = 1024;
+
+/// Rounds of "give me an upstream socket" per drive of one connection: a
+/// pooled socket found stale, then fresh connects to each resolved address.
+pub const MAX_UPSTREAM_ROUNDS: usize = 8;
+
 /// Descriptors kept free for the listener, signal pipe, stdin and logs.
 pub const RESERVED_FDS: u64 = 32;
 
