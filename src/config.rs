@@ -1,5 +1,6 @@
 //! Command line and environment -> `Config`. Hand-written (no clap): the
-//! contract in DESIGN.md §2 is small and wrappers depend on its exact shape.
+//! command-line contract (USAGE below) is small and wrappers depend on its
+//! exact shape.
 //! The token is read from a file or `MCP_PROXY_TOKEN`, never from argv, and
 //! never appears in an error message.
 
@@ -507,7 +508,8 @@ fn parse_listen(v: &str) -> Result<SocketAddr, ConfigError> {
     };
     let addr =
         addr.ok_or(ConfigError::Invalid { flag: "--listen", why: "expected ADDR:PORT, e.g. 127.0.0.1:0" })?;
-    // R26: a non-loopback address needs a client token (checked in `parse`).
+    // A non-loopback address needs a client token (checked in `parse`):
+    // anyone who can reach it could otherwise speak as the agent.
     Ok(addr)
 }
 

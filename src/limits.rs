@@ -17,8 +17,8 @@ pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 /// a client, 502 for the upstream.
 pub const MAX_FIELDS: usize = 100;
 
-/// Largest request body accepted (R33), and so the most the proxy reads
-/// whole (JSON POSTs it may stamp, chunked bodies it de-chunks). The
+/// Largest request body accepted, and so the most the proxy reads whole
+/// (every body is read whole and scanned; chunked bodies are de-chunked). The
 /// upstream's own limit is 4 MiB (FastMCP); beyond this: 413, answered
 /// before the body is read.
 pub const MAX_STAMP_BODY: usize = 8 * 1024 * 1024;
