@@ -3,7 +3,7 @@
 //! only on request, up to a fixed limit, so a connection's memory is bounded.
 //! Released buffers of the base size go to a small free list and are reused,
 //! so a stream that goes quiet between events costs no allocation and no
-//! zeroing when the next event comes (DESIGN.md §9).
+//! zeroing when the next event comes, and an idle stream holds no buffer.
 
 use crate::limits::{BUF_POOL, IO_BUF_SIZE};
 use std::cell::RefCell;

@@ -1,5 +1,6 @@
 //! Command line and environment -> `Config`. Hand-written (no clap): the
-//! contract in DESIGN.md §2 is small and wrappers depend on its exact shape.
+//! command-line contract (USAGE below) is small and wrappers depend on its
+//! exact shape.
 //! The token is read from a file or `MCP_PROXY_TOKEN`, never from argv, and
 //! never appears in an error message.
 
@@ -46,6 +47,9 @@ pub struct Config {
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub idle_timeout: Duration,
+    /// How long a request in a recorded MCP session waits for a restarting
+    /// upstream before it gets an outage answer.
+    pub restart_grace: Duration,
     /// A request's head and body must arrive within this of its first byte.
     pub request_timeout: Duration,
     /// An idle keep-alive client connection between requests is closed after this.
@@ -70,6 +74,7 @@ impl fmt::Debug for Config {
             .field("response_timeout", &self.response_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("restart_grace", &self.restart_grace)
             .field("keepalive_timeout", &self.keepalive_timeout)
             .field("allow_origins", &self.allow_origins)
             .field("client_token", &self.client_token.as_ref().map(|_| "<redacted>"))
@@ -173,9 +178,10 @@ UPSTREAM AND IDENTITY:
                             wins over MCP_PROXY_TOKEN. Never give the token
                             in argv.
     --identity-file PATH    a JSON file {"agent": "NAME", "token": "TOKEN"},
-                            re-read within a second of a change (atomic
-                            rename, in-place write, or the file created)
-                            and at once on SIGHUP. Given alone, it must
+                            re-read at once on a change (atomic rename,
+                            in-place write, or the file created; inotify
+                            on Linux, else polled every 250 ms) and on
+                            SIGHUP. Given alone, it must
                             exist and be valid at start. Given with --agent
                             and a token (--token-file or MCP_PROXY_TOKEN),
                             the flags give the starting identity: a file
@@ -186,7 +192,9 @@ UPSTREAM AND IDENTITY:
                             --agent without a token, or --token-file
                             without --agent, is refused (exit 2). Later, a
                             bad file is logged (never the token) and the
-                            current identity kept.
+                            current identity kept. Windows has no SIGHUP:
+                            there the file is only polled (or use
+                            --control-stdin).
     --control-stdin         read identity objects, one JSON per line with
                             both fields, from stdin (a pipe or terminal);
                             shut down gracefully at EOF, so the proxy never
@@ -224,6 +232,12 @@ LISTENER AND LIMITS:
                             an idle client connection (before its first
                             request or between requests) is closed
                             [default: 75]
+    --restart-grace SECS    a request in an MCP session the proxy saw
+                            created waits this long for an unreachable
+                            upstream (a restart), then gets an outage
+                            answer: 200 with a JSON-RPC error carrying its
+                            id, 202 for notifications, 502 for GET and
+                            DELETE [default: 5]
                             (every SECS may have a fraction: 0.5)
     -h, --help              print this help
     -V, --version           print the version
@@ -239,12 +253,14 @@ ENVIRONMENT:
                             exchange. Tokens are never logged.
 
 EXIT STATUS:
-    0  clean shutdown: SIGINT, SIGTERM, or stdin EOF with --control-stdin
-       (in-flight exchanges get up to 5 s)
+    0  clean shutdown: SIGINT, SIGTERM (Windows: Ctrl-C, Ctrl-Break,
+       console close), or stdin EOF with --control-stdin (in-flight
+       exchanges get up to 5 s)
     1  the event loop failed
     2  bad arguments or configuration (unreadable token file, identity
        file unreadable or invalid at start, or missing when given alone,
-       unresolvable upstream host, --control-stdin on a file or /dev/null)
+       unresolvable upstream host, --control-stdin on a file or /dev/null
+       or NUL)
     3  cannot bind the listen address (a fixed port in use prints
        '  MCP proxy: port N in use (shared with another instance)')
 
@@ -272,6 +288,7 @@ where
     let mut response_timeout = limits::RESPONSE_TIMEOUT;
     let mut idle_timeout = limits::IDLE_TIMEOUT;
     let mut request_timeout = limits::REQUEST_TIMEOUT;
+    let mut restart_grace = limits::RESTART_GRACE;
     let mut keepalive_timeout = limits::KEEPALIVE_TIMEOUT;
     let mut allow_origins = Vec::new();
     let mut identity_file = None;
@@ -306,6 +323,7 @@ where
                 response_timeout = parse_secs("--response-timeout", &value("--response-timeout")?)?
             }
             "--idle-timeout" => idle_timeout = parse_secs("--idle-timeout", &value("--idle-timeout")?)?,
+            "--restart-grace" => restart_grace = parse_secs("--restart-grace", &value("--restart-grace")?)?,
             "--request-timeout" => {
                 request_timeout = parse_secs("--request-timeout", &value("--request-timeout")?)?
             }
@@ -407,6 +425,7 @@ where
         idle_timeout,
         request_timeout,
         keepalive_timeout,
+        restart_grace,
         allow_origins,
         client_token,
     })
@@ -489,7 +508,8 @@ fn parse_listen(v: &str) -> Result<SocketAddr, ConfigError> {
     };
     let addr =
         addr.ok_or(ConfigError::Invalid { flag: "--listen", why: "expected ADDR:PORT, e.g. 127.0.0.1:0" })?;
-    // R26: a non-loopback address needs a client token (checked in `parse`).
+    // A non-loopback address needs a client token (checked in `parse`):
+    // anyone who can reach it could otherwise speak as the agent.
     Ok(addr)
 }
 

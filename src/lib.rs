@@ -16,13 +16,18 @@
 //! `http` and `mcp` are pure (bytes in, values or offsets out) and never name
 //! mio, std::net or the clock; `event_loop` alone owns the `mio::Poll`.
 
-pub mod buf;
+#![deny(unsafe_code)]
+
+pub(crate) mod buf;
 pub mod config;
 pub mod conn;
 pub mod event_loop;
 pub mod http;
-pub mod io;
-pub mod limits;
+pub(crate) mod io;
+pub(crate) mod limits;
 pub mod mcp;
 #[cfg(test)]
 mod test_rng;
+// The OS layer: the one place allowed `unsafe`.
+#[allow(unsafe_code)]
+mod sys;

@@ -17,8 +17,8 @@ pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 /// a client, 502 for the upstream.
 pub const MAX_FIELDS: usize = 100;
 
-/// Largest request body accepted (R33), and so the most the proxy reads
-/// whole (JSON POSTs it may stamp, chunked bodies it de-chunks). The
+/// Largest request body accepted, and so the most the proxy reads whole
+/// (every body is read whole and scanned; chunked bodies are de-chunked). The
 /// upstream's own limit is 4 MiB (FastMCP); beyond this: 413, answered
 /// before the body is read.
 pub const MAX_STAMP_BODY: usize = 8 * 1024 * 1024;
@@ -48,6 +48,21 @@ pub const MAX_IO_PER_EVENT: usize = 32;
 /// descriptor limit allows: two per connection); at the limit the listener
 /// stops accepting until one closes.
 pub const MAX_CONNECTIONS: usize = 16384;
+
+/// Connections accepted at most on a Unix whose descriptor limit cannot be
+/// read (two descriptors each, well inside the usual 1024).
+pub const FALLBACK_CONNECTIONS: usize = 512;
+
+/// How long accepting pauses after an accept error such as EMFILE, instead
+/// of spinning on a listener that stays readable.
+pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Readiness events taken from one poll.
+pub const EVENT_CAPACITY: usize = 1024;
+
+/// Rounds of "give me an upstream socket" per drive of one connection: a
+/// pooled socket found stale, then fresh connects to each resolved address.
+pub const MAX_UPSTREAM_ROUNDS: usize = 8;
 
 /// Descriptors kept free for the listener, signal pipe, stdin and logs.
 pub const RESERVED_FDS: u64 = 32;
@@ -95,6 +110,11 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(300);
 /// after 300 s.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// Default time a request in a recorded MCP session waits for a restarting
+/// upstream (`--restart-grace`): an upstream restart takes a few seconds,
+/// and the whole wait stays under the 10 s that client deadlines allow.
+pub const RESTART_GRACE: Duration = Duration::from_secs(5);
+
 /// A refused upstream connect is retried this many times...
 pub const CONNECT_RETRIES: u32 = 3;
 /// ...this far apart (nothing has been sent, so a retry is safe).
@@ -103,7 +123,9 @@ pub const CONNECT_RETRY_DELAY: Duration = Duration::from_millis(200);
 /// How long in-flight exchanges may run after SIGINT/SIGTERM.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// How often the identity file is checked for a change.
+/// How often the identity file is checked where no change notification is
+/// wired (macOS, Windows, an unwatchable directory); Linux uses inotify and
+/// never polls.
 pub const IDENTITY_POLL: Duration = Duration::from_millis(250);
 
 /// Longest line accepted on `--control-stdin`.

@@ -1,6 +1,8 @@
 //! Thin entry point: argv/env -> Config, logger, bind, port line, run,
 //! exit code (0 clean, 2 configuration, 3 bind).
 
+#![deny(unsafe_code)]
+
 use mcp_identity_proxy::config::{self, ConfigError, TOKEN_ENV, USAGE};
 use mcp_identity_proxy::event_loop::{BindError, Proxy};
 use std::io::Write;

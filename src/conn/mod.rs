@@ -23,6 +23,8 @@ use crate::limits::{
     ANSWER_FLUSH_TIMEOUT, CONNECT_RETRIES, CONNECT_RETRY_DELAY, IO_BUF_SIZE, MAX_IO_PER_EVENT,
     MAX_REQUEST_HEAD, MAX_STAMP_BODY, POOL_IDLE_TIMEOUT,
 };
+use crate::mcp::rpc;
+use crate::mcp::session::SessionTable;
 use crate::mcp::sse::EndpointRewriter;
 use log::{debug, info, warn};
 use mio::net::TcpStream;
@@ -47,6 +49,9 @@ pub struct Ctx<'a> {
     pub listen_port: u16,
     /// SIGINT/SIGTERM received: finish the current exchange, then close.
     pub shutting_down: bool,
+    /// The MCP sessions seen created through this proxy (one thread: the
+    /// cell is never borrowed across a call that could borrow it again).
+    pub sessions: &'a std::cell::RefCell<SessionTable>,
 }
 
 /// What the loop must do after a drive.
@@ -218,6 +223,12 @@ struct Exchange {
     bytes_out: u64,
     /// A stale pooled connection was already replaced once.
     retried: bool,
+    /// The whole body has been read (so its ids can be read).
+    body_read: bool,
+    /// The client's `Mcp-Session-Id`, as sent (empty: none).
+    session_id: smallvec::SmallVec<[u8; 64]>,
+    /// `session_id` names a session this proxy saw created.
+    in_session: bool,
     /// Splices that put the agent's name into the body.
     plan: crate::mcp::stamp::Plan,
 }
@@ -272,6 +283,8 @@ const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 fn reason_phrase(status: u16) -> &'static str {
     match status {
+        200 => "OK",
+        202 => "Accepted",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
@@ -435,22 +448,71 @@ impl Conn {
         }
     }
 
-    /// Queue a proxy-generated JSON-RPC error response (no `id`: it answers
-    /// an HTTP request, not a JSON-RPC one) and stop the exchange.
+    /// Queue a proxy-made JSON-RPC error response and stop the exchange.
+    /// JSON-RPC 2.0 §5: the error carries the `id` of each request it
+    /// answers (an array of errors for a batch), null only when the id
+    /// cannot be read: the body was not read whole, or is not JSON. rmcp
+    /// clients (Codex) wait forever for an answer to their id and ignore an
+    /// error without it.
     fn reply_error(&mut self, now: Instant, status: u16, code: i32, message: &str, close: bool) {
+        let mut body = Vec::new();
+        {
+            let parsed = if self.ex.body_read { rpc::parse(&self.ex.body).ok() } else { None };
+            if rpc::write_error(&mut body, parsed.as_ref(), code, message) == 0 {
+                // Only notifications or responses: nothing has an id to
+                // carry, but an HTTP error still needs a body that says what
+                // happened.
+                rpc::write_error(&mut body, None, code, message);
+            }
+        }
+        self.queue_answer(now, status, &body, close);
+    }
+
+    /// The upstream cannot be reached for a request in a recorded MCP
+    /// session: it is restarting, and the client's session must survive the
+    /// answer. Python SDK 1.x sessions die on any 5xx, even to a
+    /// notification; a 200 carrying a JSON-RPC error with the request's id
+    /// fails only that call, for every client. Never 404: that would tell the
+    /// client its session is gone (MCP Session Management).
+    fn answer_outage(&mut self, now: Instant) {
+        const MESSAGE: &str = "upstream unavailable";
+        warn!("conn {}: upstream unavailable for a request in a recorded session", self.id);
+        let mut body = Vec::new();
+        let written = match rpc::parse(&self.ex.body) {
+            Ok(parsed) if self.ex.method.as_slice() == b"POST" => {
+                Some(rpc::write_error(&mut body, Some(&parsed), rpc::SERVER_ERROR, MESSAGE))
+            }
+            _ => None,
+        };
+        let status = match written {
+            Some(0) => {
+                // Notifications only: accepted, and dropped.
+                warn!("conn {}: notification dropped: upstream unavailable", self.id);
+                202
+            }
+            Some(_) => 200,
+            None => {
+                self.reply_error(now, 502, rpc::SERVER_ERROR, MESSAGE, false);
+                return;
+            }
+        };
+        self.queue_answer(now, status, &body, false);
+    }
+
+    /// Queue a proxy-made response with a JSON body (possibly empty) and
+    /// stop the exchange.
+    fn queue_answer(&mut self, now: Instant, status: u16, body: &[u8], close: bool) {
         self.release_upstream();
-        let mut body = format!("{{\"jsonrpc\":\"2.0\",\"error\":{{\"code\":{code},\"message\":").into_bytes();
-        crate::mcp::json::write_json_string(message, &mut body);
-        body.extend_from_slice(b"}}");
         let close = close || self.close_after || self.ex.http10;
         let _ = write!(
             self.to_client,
-            "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}\r\n",
+            "HTTP/1.1 {status} {}\r\n{}content-length: {}\r\n{}\r\n",
             reason_phrase(status),
+            if body.is_empty() { "" } else { "content-type: application/json\r\n" },
             body.len(),
             if close { "connection: close\r\n" } else { "" }
         );
-        self.to_client.extend_from_slice(&body);
+        self.to_client.extend_from_slice(body);
         self.ex.status = status;
         self.ex.bytes_out = body.len() as u64;
         if self.ex.start.is_none() {
@@ -462,7 +524,7 @@ impl Conn {
         self.upstream_buf.clear();
         let reason = match status {
             408 => CloseReason::RequestTimeout,
-            502 => CloseReason::UpstreamFailed,
+            200..=299 | 502 => CloseReason::UpstreamFailed,
             504 => CloseReason::UpstreamTimeout,
             _ => CloseReason::BadRequest,
         };
@@ -516,6 +578,7 @@ impl Conn {
             Phase::Connect { attempt, retry_at: Some(_), since } => {
                 self.phase = Phase::Connect { attempt, retry_at: None, since };
             }
+            Phase::Connect { .. } if self.ex.in_session => self.answer_outage(now),
             Phase::Connect { .. } => {
                 warn!("conn {}: upstream connect timed out", self.id);
                 self.reply_error(now, 504, -32000, "upstream connect timed out", false);
@@ -720,6 +783,10 @@ impl Conn {
         ex.bytes_out = 0;
         ex.retried = false;
         ex.body.clear();
+        ex.body_read = false;
+        ex.in_session = false;
+        ex.session_id =
+            req.headers.get(b"mcp-session-id").map(smallvec::SmallVec::from_slice).unwrap_or_default();
         ex.framed = req.framing != Framing::None;
         if !req.keep_alive || ctx.shutting_down {
             self.close_after = true;
@@ -754,6 +821,8 @@ impl Conn {
     fn finish_request_head(&mut self, ctx: &Ctx) {
         self.request_started = None;
         let ex = &mut self.ex;
+        ex.body_read = true;
+        ex.in_session = !ex.session_id.is_empty() && ctx.sessions.borrow_mut().touch(&ex.session_id, ctx.now);
         let req = editor::Outgoing { method: &ex.method, target: &ex.target, framed: ex.framed };
         let who = editor::Credentials { agent: ctx.agent, bearer: ctx.bearer, token: ctx.token };
         let route =
@@ -866,9 +935,14 @@ impl Conn {
         let Phase::Connect { attempt, since, .. } = self.phase else {
             return;
         };
-        if attempt < CONNECT_RETRIES {
-            self.phase =
-                Phase::Connect { attempt: attempt + 1, retry_at: Some(ctx.now + CONNECT_RETRY_DELAY), since };
+        let retry_at = ctx.now + CONNECT_RETRY_DELAY;
+        // In a recorded session a refused connect is most likely a restart:
+        // keep trying for the grace, then answer so the session survives.
+        let in_grace = self.ex.in_session && retry_at <= since + ctx.config.restart_grace;
+        if attempt < CONNECT_RETRIES || in_grace {
+            self.phase = Phase::Connect { attempt: attempt + 1, retry_at: Some(retry_at), since };
+        } else if self.ex.in_session {
+            self.answer_outage(ctx.now);
         } else {
             warn!("conn {}: upstream unreachable after {} attempts", self.id, attempt + 1);
             self.reply_error(ctx.now, 502, -32000, "upstream unreachable", false);
@@ -888,6 +962,13 @@ impl Conn {
             self.ex.retried = true;
             self.upstream_buf.clear();
             self.phase = Phase::Connect { attempt: 0, retry_at: None, since: ctx.now };
+            return;
+        }
+        if self.ex.in_session {
+            // Reset before any byte of a response: the upstream died under
+            // the request. It is not sent again (it may have been
+            // processed); the answer keeps the session alive.
+            self.answer_outage(ctx.now);
             return;
         }
         warn!("conn {}: upstream closed the connection before answering", self.id);
@@ -1019,7 +1100,47 @@ impl Conn {
         progressed
     }
 
+    /// Session bookkeeping on a response head (MCP Session Management): a
+    /// session is created by a 200 to an `initialize` POST without a session
+    /// id that carries one `Mcp-Session-Id` (a second, different one is
+    /// refused by the parser); the client's DELETE is the only signal that a
+    /// session really ended, whatever the upstream answered.
+    fn note_session(&self, resp: &ResponseHead, ctx: &Ctx) {
+        let ex = &self.ex;
+        let mut table = ctx.sessions.borrow_mut();
+        match ex.method.as_slice() {
+            b"DELETE" if !ex.session_id.is_empty() => {
+                table.forget(&ex.session_id);
+            }
+            b"POST" if ex.session_id.is_empty() && resp.status == 200 => {
+                let Some(id) = resp.headers.get(b"mcp-session-id") else { return };
+                let Ok(body) = rpc::parse(&ex.body) else { return };
+                if !body.single().is_some_and(|m| m.is_method(rpc::INITIALIZE)) {
+                    return;
+                }
+                // What a replay needs: end-to-end fields without the
+                // credentials (the identity current at replay time is used).
+                let fields = ex.headers.iter().map(|h| (h.name(), h.value())).filter(|(name, _)| {
+                    !matches!(*name, b"authorization" | b"x-agent-token" | b"host" | b"content-length")
+                });
+                table.expire(ctx.now);
+                match table.record(id, &ex.body, fields, "", ctx.now) {
+                    Ok(()) => debug!("conn {}: MCP session recorded", self.id),
+                    Err(why) => debug!("conn {}: MCP session not tracked: {why:?}", self.id),
+                }
+            }
+            b"POST"
+                if ex.in_session
+                    && rpc::parse(&ex.body).is_ok_and(|b| b.find_method(rpc::INITIALIZED).is_some()) =>
+            {
+                table.note_initialized(&ex.session_id, ctx.now);
+            }
+            _ => {}
+        }
+    }
+
     fn start_relay(&mut self, mut resp: ResponseHead, ctx: &Ctx) {
+        self.note_session(&resp, ctx);
         let http10 = self.ex.http10;
         let sse = resp
             .headers
@@ -1320,10 +1441,13 @@ fn in_framing(f: Framing) -> InFraming {
 const LINGER: Duration = Duration::from_secs(2);
 
 /// Read into `buf` until the socket is drained or `buf` is full; returns
-/// (bytes, eof/error). With edge-triggered readiness a short read means the
-/// kernel buffer is empty (a new arrival raises a new event), so it ends the
-/// loop without the extra read that would only say WouldBlock, unless the
-/// peer's FIN was reported and still has to be read.
+/// (bytes, eof/error). With edge-triggered readiness (epoll on Linux, kqueue
+/// with EV_CLEAR on macOS) a short read means the kernel buffer is empty and
+/// a new arrival raises a new event, so it ends the loop without the extra
+/// read that would only say WouldBlock, unless the peer's FIN was reported
+/// and still has to be read. mio's Windows backend re-arms a socket only
+/// after a read returned WouldBlock, so there every loop ends in WouldBlock
+/// (else a keep-alive request, a large body or a stream stalls).
 fn fill_from(stream: &mut TcpStream, ready: &mut Ready, buf: &mut Buf) -> (usize, bool) {
     let mut total = 0;
     while ready.readable {
@@ -1336,7 +1460,7 @@ fn fill_from(stream: &mut TcpStream, ready: &mut Ready, buf: &mut Buf) -> (usize
         buf.fill(n);
         total += n;
         match outcome {
-            Outcome::Open if n < room && !ready.hup => ready.readable = false,
+            Outcome::Open if n < room && !ready.hup && cfg!(not(windows)) => ready.readable = false,
             Outcome::Open => {}
             Outcome::WouldBlock => ready.readable = false,
             Outcome::Closed | Outcome::Error(_) => return (total, true),

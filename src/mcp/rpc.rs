@@ -1,4 +1,4 @@
-//! What a JSON-RPC body holds, as far as the proxy must know to answer it:
+//! What a JSON-RPC body holds (JSON-RPC 2.0; `§` below are its sections), as far as the proxy must know to answer it:
 //! for one message or each element of a batch, whether it is a request, a
 //! notification or a response, its method, and its `id` exactly as sent;
 //! and the JSON-RPC error body the proxy writes when it answers a body

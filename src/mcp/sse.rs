@@ -1,6 +1,9 @@
 //! Legacy (2024-11-05) HTTP+SSE transport: rewrite the `endpoint` event of a
 //! `GET /sse` stream, and `Location` values, from the upstream's origin to the
-//! proxy's (PROTOCOL.md §1.9, R24, R25). Pure: bytes in, bytes out; no I/O.
+//! proxy's: the 2024-11-05 transport's `endpoint` event names the URL the
+//! client must POST to, and a client resolves it against the SSE URL, so an
+//! absolute upstream URL would send it around the proxy. Pure: bytes in,
+//! bytes out; no I/O.
 //!
 //! SDK clients resolve the endpoint against the SSE URL and reject another
 //! origin, so an absolute `http://<upstream>/messages/?session_id=..` must
@@ -273,7 +276,8 @@ fn upstream_url_authority(value: &[u8], upstream: &[u8]) -> Option<usize> {
     }
 }
 
-/// Rewrites a `Location` value (R24) `http://<upstream_authority><rest>` to
+/// Rewrites a `Location` value `http://<upstream_authority><rest>` (RFC 9110
+/// §10.2.2: it names the upstream, which the client must not bypass) to
 /// `http://<proxy_authority><rest>`; any other value (relative, another
 /// authority or scheme) gives `None` and is relayed unchanged.
 pub fn rewrite_location(

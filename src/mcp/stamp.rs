@@ -1,7 +1,7 @@
 //! Identity stamping: for each `tools/call` whose tool is in the stamp map,
 //! a splice that sets the identity argument to the agent name. The JSON is
-//! never re-serialised; every byte outside the splices goes out unchanged
-//! (R19-R21). Pure: no I/O.
+//! never re-serialised; every byte outside the splices goes out unchanged.
+//! Pure: no I/O.
 //!
 //! Fail closed: a body the scanner refuses, a duplicate key the upstream
 //! could read differently, or an `arguments` that cannot hold the identity
@@ -22,9 +22,9 @@ pub struct StampMap {
 }
 
 impl StampMap {
-    /// agentchattr's tools (PROTOCOL.md §3.2): the reference proxy's
+    /// agentchattr's tools: its reference proxy's
     /// `_SENDER_PARAMS` plus chat_rules, chat_summary and chat_propose_job,
-    /// which the server overrides from the token anyway (§3.3). chat_claim's
+    /// which agentchattr's server overrides from the token anyway. chat_claim's
     /// `name` is the identity to reclaim, so only its `sender` is stamped.
     pub fn agentchattr() -> StampMap {
         let mut map = StampMap::empty();
@@ -112,7 +112,8 @@ impl Plan {
     }
 
     /// The identity keys stamped (each once), for the `Mcp-Param-*` mirror
-    /// of protocol 2026-07-28 (R22).
+    /// of protocol 2026-07-28 (`x-mcp-header`: a server may route or
+    /// authorise on the header, so it must carry the stamped value).
     pub fn stamped_keys(&self) -> impl Iterator<Item = &str> {
         self.keys.iter().map(|k| &**k)
     }

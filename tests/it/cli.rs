@@ -277,6 +277,9 @@ fn fractional_timeouts_are_accepted() {
     );
 }
 
+// Signals sent with kill(1) exist on Unix only; Windows' console events are
+// covered by the wine smoke run (.ci/wine_smoke.py).
+#[cfg(unix)]
 #[track_caller]
 fn assert_signal_exits_0(sig: &str) {
     let t = tf();
@@ -288,18 +291,22 @@ fn assert_signal_exits_0(sig: &str) {
     assert!(t0.elapsed() < Duration::from_secs(6));
 }
 
+#[cfg(unix)]
 #[test]
 fn sigterm_exits_0() {
     assert_signal_exits_0("TERM");
 }
 
+#[cfg(unix)]
 #[test]
 fn sigint_exits_0() {
     assert_signal_exits_0("INT");
 }
 
-#[test]
-fn sigterm_lets_an_in_flight_exchange_finish() {
+/// A graceful stop (`stop` on the started proxy) lets an exchange already
+/// sent upstream finish, then exits 0.
+#[track_caller]
+fn assert_stop_lets_an_in_flight_exchange_finish(control_stdin: bool, stop: fn(&mut ProxyProcess)) {
     let up = StubUpstream::start(|_, s| {
         std::thread::sleep(Duration::from_millis(800));
         let _ = s.write_all(&response("200 OK", &[("Content-Type", "text/plain")], b"finished"));
@@ -307,16 +314,31 @@ fn sigterm_lets_an_in_flight_exchange_finish() {
     });
     let t = tf();
     let url = up.url();
-    let mut p = ProxyProcess::start(&["--upstream", &url, "--agent", "a", "--token-file", &t], &[]);
+    let mut args = vec!["--upstream", &url, "--agent", "a", "--token-file", &t];
+    if control_stdin {
+        args.push("--control-stdin");
+    }
+    let mut p = ProxyProcess::start_with_stdin(&args, &[], control_stdin);
     let mut c = RawClient::new(p.connect());
     c.send(&request("GET", "/slow", &format!("127.0.0.1:{}", p.port), &[], b""));
     up.wait_requests(1, Duration::from_secs(5));
-    p.signal("TERM");
+    stop(&mut p);
     let resp = c.read_response("GET");
     assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
     assert_eq!(resp.text(), "finished");
-    let status = p.wait_exit(Duration::from_secs(6)).expect("no exit 6 s after SIGTERM");
+    let status = p.wait_exit(Duration::from_secs(6)).expect("no exit 6 s after the stop");
     assert_eq!(status.code(), Some(0));
+}
+
+#[cfg(unix)]
+#[test]
+fn sigterm_lets_an_in_flight_exchange_finish() {
+    assert_stop_lets_an_in_flight_exchange_finish(false, |p| p.signal("TERM"));
+}
+
+#[test]
+fn stdin_eof_lets_an_in_flight_exchange_finish() {
+    assert_stop_lets_an_in_flight_exchange_finish(true, ProxyProcess::stop);
 }
 
 #[test]
@@ -324,9 +346,10 @@ fn token_never_appears_in_logs_at_trace() {
     let up = StubUpstream::fixed(response("200 OK", &[("Content-Type", "application/json")], b"{}"));
     let t = tf();
     let url = up.url();
-    let mut p = ProxyProcess::start(
-        &["--upstream", &url, "--agent", "a", "--token-file", &t],
+    let mut p = ProxyProcess::start_with_stdin(
+        &["--upstream", &url, "--agent", "a", "--token-file", &t, "--control-stdin"],
         &[("RUST_LOG", "trace")],
+        true,
     );
     let h = format!("127.0.0.1:{}", p.port);
     let mut c = RawClient::new(p.connect());
@@ -346,8 +369,8 @@ fn token_never_appears_in_logs_at_trace() {
     let mut bad = RawClient::new(p.connect());
     bad.send(b"GET /mcp HTTP/1.1\r\n\r\n");
     let _ = bad.read_response("GET");
-    p.signal("TERM");
-    p.wait_exit(Duration::from_secs(6)).expect("no exit after SIGTERM");
+    p.stop();
+    p.wait_exit(Duration::from_secs(6)).expect("no exit after stdin EOF");
     std::thread::sleep(Duration::from_millis(100));
     let stderr = p.stderr_text();
     assert!(!stderr.trim().is_empty(), "nothing logged at RUST_LOG=trace");
@@ -359,9 +382,10 @@ fn token_never_appears_in_logs_when_upstream_is_unreachable() {
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let url = format!("http://127.0.0.1:{port}/mcp");
     let t = tf();
-    let mut p = ProxyProcess::start(
-        &["--upstream", &url, "--agent", "a", "--token-file", &t],
+    let mut p = ProxyProcess::start_with_stdin(
+        &["--upstream", &url, "--agent", "a", "--token-file", &t, "--control-stdin"],
         &[("RUST_LOG", "trace")],
+        true,
     );
     let mut c = RawClient::new(p.connect());
     c.send(&request(
@@ -373,8 +397,34 @@ fn token_never_appears_in_logs_when_upstream_is_unreachable() {
     ));
     let resp = c.read_response("POST");
     assert_eq!(resp.status, 502);
-    p.signal("TERM");
-    p.wait_exit(Duration::from_secs(6)).expect("no exit after SIGTERM");
+    p.stop();
+    p.wait_exit(Duration::from_secs(6)).expect("no exit after stdin EOF");
     std::thread::sleep(Duration::from_millis(100));
     assert!(!p.stderr_text().contains(TOKEN), "token in stderr:\n{}", p.stderr_text());
+}
+
+/// `--control-stdin` on something that is not a stream (a regular file, the
+/// null device) would end at once: refused with exit 2 and one clear line.
+#[test]
+fn control_stdin_on_a_regular_file_or_the_null_device_exits_2() {
+    let t = tf();
+    let file = scratch_dir("stdin-file").join("stdin.txt");
+    std::fs::write(&file, "{\"agent\": \"a\", \"token\": \"t\"}\n").unwrap();
+    let args = ["--upstream", UP, "--agent", "a", "--token-file", &t, "--control-stdin"];
+    for (what, stdin) in
+        [("a regular file", Stdio::from(std::fs::File::open(&file).unwrap())), ("null", Stdio::null())]
+    {
+        let out = Command::new(BIN)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run proxy");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "stdin {what}: {:?}, stderr {stderr}", out.status);
+        assert!(stderr.contains("--control-stdin: stdin must be"), "stdin {what}: {stderr}");
+        assert!(out.stdout.is_empty(), "stdin {what}: the port line was printed");
+    }
 }

@@ -31,9 +31,11 @@ const AGENT: &str = "claude-prime";
 const TOKEN: &str = "5f0c9e2b7a4d41c8b3e6a9d2c7f1e084";
 /// What a client sends as its own identity; must never reach the server through the proxy.
 const SPOOF_SENDER: &str = "mallory";
-/// A streamed notification reaches the client within this many ms of being sent (the proxy relays SSE
-/// events as they arrive, never buffering them).
-const MAX_NOTIFICATION_LATENCY_MS: f64 = 50.0;
+/// A streamed notification reaches the client within this many ms of being sent: less than the 600 ms the
+/// server waits before sending the next one (`slow_progress` in tests/support/fastmcp_server.py), so each one is
+/// shown to arrive before its successor exists, i.e. streamed, not held until the answer. A gross bound that a
+/// loaded 2-core machine still meets (a 50 ms bound failed there at 55-130 ms).
+const MAX_NOTIFICATION_LATENCY_MS: f64 = 500.0;
 /// Bound on one client script run.
 const SCRIPT_LIMIT: Duration = Duration::from_secs(90);
 

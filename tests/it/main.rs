@@ -6,7 +6,10 @@
 mod body_rule;
 /// The command line: arguments, exit codes, the port line, signals, secrets.
 mod cli;
-/// Real MCP SDK clients (Python, TypeScript, rmcp) against a real FastMCP server.
+/// Real MCP SDK clients (Python, TypeScript, rmcp) against a real FastMCP server. Unix only: the
+/// venvs have the Unix layout (bin/python) under an flock; on Windows they would need a host
+/// interpreter the test does not install.
+#[cfg(unix)]
 mod clients;
 /// Slow clients cut off by the request and keep-alive deadlines.
 mod deadlines;
@@ -20,6 +23,8 @@ mod framing;
 mod hostile;
 /// Identity stamping, fail-closed refusals and live identity changes.
 mod identity;
+/// The upstream restarting under a live MCP session: --restart-grace, answers the session survives.
+mod restarts;
 /// MCP sessions (one session header) and connection lifecycle, keep-alive, pipelining, reuse.
 mod sessions;
 /// The agentchattr drop-in: its wrapper script driving the binary.

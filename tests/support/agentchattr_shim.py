@@ -14,7 +14,15 @@ The token goes in through the ``MCP_PROXY_TOKEN`` environment variable,
 never argv. Standard library only.
 
 The binary is ``binary=`` if given, else ``$MCP_IDENTITY_PROXY_BIN``, else
-``mcp-identity-proxy`` on ``PATH``.
+``mcp-identity-proxy`` on ``PATH`` (``mcp-identity-proxy.exe`` on Windows).
+
+Windows and Unix alike: the port line is read by a reader thread (no
+``selectors`` on a pipe, which Windows cannot select), stdin is always a
+pipe (the child never shares the agent's console), and on Windows the child
+gets its own process group (``CREATE_NEW_PROCESS_GROUP``), so a Ctrl-C in the
+agent's console does not reach it directly. ``stop()`` closes stdin (a
+graceful shutdown), then sends Ctrl-Break (Windows) or SIGTERM, then
+terminates.
 """
 
 from __future__ import annotations
@@ -22,11 +30,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import selectors
 import shutil
+import signal
 import subprocess
+import sys
 import threading
-import time
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +43,7 @@ IN_USE_SUFFIX = " in use (shared with another instance)"
 EXIT_BIND_FAILED = 3
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 10.0
+WINDOWS = sys.platform == "win32"
 
 
 class McpIdentityProxy:
@@ -128,8 +137,9 @@ class McpIdentityProxy:
         args += list(self._extra_args)
         # stderr is inherited: the proxy's log lines (RUST_LOG) and its
         # one-line configuration errors reach the wrapper's console.
+        flags = subprocess.CREATE_NEW_PROCESS_GROUP if WINDOWS else 0
         proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                env=env, close_fds=True)
+                                env=env, close_fds=True, creationflags=flags)
         line = _read_line(proc, START_TIMEOUT)
         if line.startswith(PORT_LINE) and line.endswith(IN_USE_SUFFIX):
             print(line, flush=True)
@@ -153,7 +163,8 @@ class McpIdentityProxy:
 
     def stop(self):
         """Close the child's stdin (it shuts down gracefully at EOF, letting
-        in-flight exchanges finish) and wait for it."""
+        in-flight exchanges finish) and wait for it; then Ctrl-Break
+        (Windows) or SIGTERM, also graceful; then terminate."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -165,13 +176,19 @@ class McpIdentityProxy:
         try:
             self.returncode = proc.wait(timeout=STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
-            log.warning("mcp-identity-proxy did not exit at stdin EOF; terminating")
-            proc.terminate()
+            log.warning("mcp-identity-proxy did not exit at stdin EOF; interrupting it")
             try:
+                # Reaches only the child's own process group on Windows.
+                proc.send_signal(signal.CTRL_BREAK_EVENT if WINDOWS else signal.SIGTERM)
                 self.returncode = proc.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                self.returncode = proc.wait()
+            except (OSError, subprocess.TimeoutExpired):
+                log.warning("mcp-identity-proxy still running; terminating")
+                proc.terminate()
+                try:
+                    self.returncode = proc.wait(timeout=STOP_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    self.returncode = proc.wait()
         self._port = 0
 
     # -- internals ----------------------------------------------------------
@@ -214,21 +231,14 @@ class McpIdentityProxy:
 
 def _read_line(proc: subprocess.Popen, timeout: float) -> str:
     """The child's first stdout line, without its newline ("" on EOF or
-    timeout)."""
-    fd = proc.stdout.fileno()
-    buf = b""
-    deadline = time.monotonic() + timeout
-    with selectors.DefaultSelector() as sel:
-        sel.register(fd, selectors.EVENT_READ)
-        while b"\n" not in buf:
-            left = deadline - time.monotonic()
-            if left <= 0 or not sel.select(left):
-                break
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            buf += chunk
-    return buf.split(b"\n", 1)[0].decode("utf-8", "replace").rstrip("\r")
+    timeout). A reader thread, since Windows cannot select() on a pipe; on
+    timeout it stays blocked until the child is reaped and its pipe ends."""
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    line = got[0] if got else b""
+    return line.rstrip(b"\n").decode("utf-8", "replace").rstrip("\r")
 
 
 def _drain(stream):

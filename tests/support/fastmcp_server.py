@@ -115,7 +115,7 @@ async def chat_who(ctx: Context) -> str:
 
 
 @mcp.tool()
-async def slow_progress(sender: str, ctx: Context, count: int = 3, interval_ms: int = 150) -> str:
+async def slow_progress(sender: str, ctx: Context, count: int = 3, interval_ms: int = 600) -> str:
     """Send `count` progress notifications and as many log notifications, `interval_ms` apart, then answer.
 
     Each notification carries its send time (`time.time()`, seconds) so a client can measure its arrival

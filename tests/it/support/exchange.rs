@@ -65,8 +65,9 @@ pub fn assert_healthy(p: &ProxyProcess, up: &StubUpstream) {
     assert!(t0.elapsed() < Duration::from_secs(5), "healthy request took {:?}", t0.elapsed());
 }
 
-/// A proxy-generated error: `status`, `content-type: application/json`, an
-/// id-less JSON-RPC error body.
+/// A proxy-generated error: `status`, `content-type: application/json`, a
+/// JSON-RPC error body with an `id` member (JSON-RPC 2.0 §5: the request's
+/// id, null when it cannot be read).
 #[track_caller]
 pub fn assert_jsonrpc_error(resp: &Resp, status: u16) {
     assert_eq!(resp.status, status, "response: {:?}", resp.raw_text());
@@ -75,7 +76,7 @@ pub fn assert_jsonrpc_error(resp: &Resp, status: u16) {
     let v: serde_json::Value = serde_json::from_slice(&resp.body)
         .unwrap_or_else(|e| panic!("error body is not JSON ({e}): {:?}", resp.raw_text()));
     assert_eq!(v["jsonrpc"], "2.0", "body {v}");
-    assert!(v.get("id").is_none(), "proxy error body carries an id: {v}");
+    assert!(v.get("id").is_some(), "proxy error body has no id member: {v}");
     assert!(v["error"]["code"].is_i64(), "error.code not an integer: {v}");
     assert!(v["error"]["message"].is_string(), "error.message not a string: {v}");
 }

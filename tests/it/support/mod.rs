@@ -5,6 +5,7 @@ pub mod exchange;
 /// `ProxyProcess`: the proxy binary as a child process; scratch files.
 pub mod proxy_process;
 /// `FastMcp` and the real MCP clients, installed on first use.
+#[cfg(unix)]
 pub mod realenv;
 /// The proxy in front of a `StubUpstream` with one token and agent, as the behaviour suites start it.
 pub mod setup;

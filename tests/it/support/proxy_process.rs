@@ -147,9 +147,29 @@ impl ProxyProcess {
         String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
     }
 
-    /// Send a signal (e.g. `libc::SIGTERM`-style number) to the child.
+    /// Send a signal (`TERM`, `INT`, `HUP`) to the child with kill(1): Unix
+    /// only (Windows has console events, not signals).
+    #[cfg(unix)]
     pub fn signal(&self, sig: &str) {
         let _ = Command::new("kill").args([&format!("-{sig}"), &self.child.id().to_string()]).status();
+    }
+
+    /// Ask for a graceful shutdown the portable way: close stdin when it is
+    /// piped (the proxy runs with `--control-stdin`), else SIGTERM on Unix;
+    /// on Windows a proxy without a control stdin is killed.
+    pub fn stop(&mut self) {
+        if self.child.stdin.take().is_some() {
+            return;
+        }
+        #[cfg(unix)]
+        self.signal("TERM");
+        #[cfg(not(unix))]
+        let _ = self.child.kill();
+    }
+
+    /// Whether the child is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Wait up to `limit` for the process to exit.

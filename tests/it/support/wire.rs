@@ -260,7 +260,7 @@ fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
     }
 }
 
-fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>, conn: usize) -> Option<Req> {
+pub fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>, conn: usize) -> Option<Req> {
     let head_end = loop {
         if let Some(i) = find(buf, b"\r\n\r\n") {
             break i + 4;

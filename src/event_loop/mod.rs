@@ -1,0 +1,520 @@
+//! The only owner of `mio::Poll`: the listener, a slab of `Conn`s addressed
+//! by token, deadlines, accept backpressure, the upstream keep-alive pool,
+//! the identity sources, the session table and signals. One thread; nothing
+//! here can stop the process except shutdown. `run` is a loop of named
+//! steps; the state they share lives in `Proxy`.
+
+mod identity;
+mod pool;
+mod slab;
+
+use crate::config::Config;
+use crate::conn::{Conn, Ctx, Verdict};
+use crate::limits::{
+    ACCEPT_BACKOFF, EVENT_CAPACITY, FALLBACK_CONNECTIONS, MAX_CONNECTIONS, MAX_UPSTREAM_ROUNDS, RESERVED_FDS,
+    SHUTDOWN_GRACE,
+};
+use crate::mcp::session::SessionTable;
+use crate::sys::{self, Signals};
+use identity::{ControlStdin, IdentityWatch, Live};
+use log::{debug, error, info, warn};
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Token};
+use pool::Pool;
+use slab::Slab;
+use std::cell::RefCell;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const LISTENER: Token = Token(usize::MAX);
+const SIGNALS: Token = Token(usize::MAX - 1);
+const STDIN: Token = Token(usize::MAX - 2);
+const WAKER: Token = Token(usize::MAX - 3);
+const IDENTITY_FILE: Token = Token(usize::MAX - 4);
+
+/// Token of a connection's client (`side` 0) or upstream (`side` 1) socket.
+fn token(slot: usize, side: usize) -> Token {
+    Token(slot << 1 | side)
+}
+
+/// The bound proxy, ready to `run`.
+pub struct Proxy {
+    poll: Poll,
+    listener: Option<TcpListener>,
+    /// The listener is registered with the poll (not paused).
+    listening: bool,
+    local_addr: SocketAddr,
+    config: Config,
+    live: Live,
+    watch: Option<IdentityWatch>,
+    control: Option<ControlStdin>,
+    signals: Signals,
+    /// Connections accepted at most: `MAX_CONNECTIONS` or what the
+    /// descriptor limit allows, so accept never runs into EMFILE.
+    max_conns: usize,
+    stop: ShutdownHandle,
+    /// MCP sessions seen created through this proxy, keyed by the id the
+    /// client holds.
+    sessions: RefCell<SessionTable>,
+    slab: Slab,
+    pool: Pool,
+    /// Slots to drive in this round (events, deadlines, shutdown).
+    touched: Vec<usize>,
+    /// Slots cut short by the per-event bound: driven again at once.
+    again: Vec<usize>,
+    next_id: u64,
+    accept_paused_until: Option<Instant>,
+    shutdown_at: Option<Instant>,
+}
+
+/// What one batch of events asked for besides connection readiness.
+#[derive(Default)]
+struct Woken {
+    accept: bool,
+    stdin: bool,
+    signals: bool,
+    stop: bool,
+}
+
+/// Asks a running `Proxy` to shut down gracefully, as SIGTERM does; for
+/// programs and tests that run the proxy in-process.
+#[derive(Clone)]
+pub struct ShutdownHandle {
+    waker: std::sync::Arc<mio::Waker>,
+    requested: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ShutdownHandle {
+    pub fn shutdown(&self) {
+        self.requested.store(true, Ordering::SeqCst);
+        if let Err(e) = self.waker.wake() {
+            warn!("cannot wake the event loop for shutdown: {e}");
+        }
+    }
+}
+
+/// The connection cap: `MAX_CONNECTIONS`, or what the descriptor limit
+/// (raised to the hard limit first) allows at two descriptors per
+/// connection (client and upstream). Windows has no such limit.
+fn connection_cap() -> usize {
+    let Some(soft) = sys::raise_descriptor_limit() else {
+        return if cfg!(unix) { FALLBACK_CONNECTIONS } else { MAX_CONNECTIONS };
+    };
+    let by_fds = soft.saturating_sub(RESERVED_FDS) / 2;
+    usize::try_from(by_fds).unwrap_or(usize::MAX).clamp(1, MAX_CONNECTIONS)
+}
+
+/// Why `Proxy::bind` failed: the listen address (exit 3) or the setup
+/// around it (exit 2 for --control-stdin on a file, 1 otherwise).
+#[derive(Debug)]
+pub enum BindError {
+    /// The listener could not be bound.
+    Listen(io::Error),
+    /// `--control-stdin` needs a pipe, socket or terminal (a console on
+    /// Windows), never a regular file or a null device.
+    ControlStdin(io::Error),
+    /// The poll instance or the signal pipe could not be set up.
+    Setup(io::Error),
+}
+
+impl std::fmt::Display for BindError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BindError::Listen(e) => write!(f, "cannot listen: {e}"),
+            BindError::ControlStdin(e) => {
+                let kinds = if cfg!(windows) { "a pipe or console" } else { "a pipe, socket or terminal" };
+                write!(f, "--control-stdin: stdin must be {kinds} ({e})")
+            }
+            BindError::Setup(e) => write!(f, "cannot set up the event loop: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BindError {}
+
+impl From<BindError> for io::Error {
+    fn from(e: BindError) -> io::Error {
+        match e {
+            BindError::Listen(e) | BindError::ControlStdin(e) | BindError::Setup(e) => e,
+        }
+    }
+}
+
+impl Proxy {
+    /// Bind the listener and install signal handlers.
+    pub fn bind(config: Config) -> Result<Proxy, BindError> {
+        let poll = Poll::new().map_err(BindError::Setup)?;
+        let mut listener = sys::listen(config.listen).map_err(BindError::Listen)?;
+        let local_addr = listener.local_addr().map_err(BindError::Listen)?;
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE).map_err(BindError::Listen)?;
+        // mio allows one Waker per Poll: it carries shutdown requests, and
+        // signals and stdin where the OS cannot poll them (Windows).
+        let waker = std::sync::Arc::new(mio::Waker::new(poll.registry(), WAKER).map_err(BindError::Setup)?);
+        let signals = Signals::install(poll.registry(), SIGNALS, &waker).map_err(BindError::Setup)?;
+        let live = Live::new(config.identity.clone());
+        let watch = config
+            .identity_file
+            .as_ref()
+            .map(|path| IdentityWatch::new(path, &poll, IDENTITY_FILE, &config.identity.agent));
+        let control = if config.control_stdin {
+            Some(ControlStdin::open(&poll, &waker).map_err(BindError::ControlStdin)?)
+        } else {
+            None
+        };
+        let stop = ShutdownHandle { waker, requested: Default::default() };
+        let max_conns = connection_cap();
+        debug!("accepting at most {max_conns} connections");
+        Ok(Proxy {
+            poll,
+            listener: Some(listener),
+            listening: true,
+            local_addr,
+            config,
+            live,
+            watch,
+            control,
+            signals,
+            max_conns,
+            stop,
+            sessions: Default::default(),
+            slab: Slab::default(),
+            pool: Pool::default(),
+            touched: Vec::new(),
+            again: Vec::new(),
+            next_id: 0,
+            accept_paused_until: None,
+            shutdown_at: None,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// A handle that stops `run` gracefully from another thread.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.stop.clone()
+    }
+
+    /// Serve until SIGINT/SIGTERM (or stdin EOF, or a `ShutdownHandle`),
+    /// then let in-flight exchanges finish for up to `SHUTDOWN_GRACE`.
+    pub fn run(mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(EVENT_CAPACITY);
+        loop {
+            // Deadlines change only when a connection is driven, so the
+            // earliest one found before the poll also tells, after it,
+            // whether any has passed.
+            let conn_deadline = self.earliest_conn_deadline();
+            let timeout = self.poll_timeout(conn_deadline, Instant::now());
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            let now = Instant::now();
+            let mut woken = self.dispatch(&events);
+            woken.stop |= self.read_control_stdin(woken.stdin);
+            woken.stop |= self.handle_signals(woken.signals, now);
+            if woken.stop {
+                self.begin_shutdown(now);
+            }
+            self.check_identity_file(now);
+            self.accept(woken.accept, now);
+            self.touch_expired(conn_deadline, now);
+            self.drive_touched(now);
+            self.pool.expire(now);
+            if self.shutdown_finished(now) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The earliest connection deadline (a linear scan is fine at
+    /// `MAX_CONNECTIONS`; measure before adding a timer wheel).
+    fn earliest_conn_deadline(&self) -> Option<Instant> {
+        self.slab.entries.iter().flatten().filter_map(|c| c.deadline(&self.config)).min()
+    }
+
+    /// How long the poll may sleep: until the earliest of the deadlines, the
+    /// pool's next expiry, the accept back-off, the identity poll (where the
+    /// file is polled) and the shutdown grace; not at all while some
+    /// connection has work left; for ever when nothing is due.
+    fn poll_timeout(&self, conn_deadline: Option<Instant>, now: Instant) -> Option<Duration> {
+        if !self.again.is_empty() {
+            return Some(Duration::ZERO);
+        }
+        [
+            conn_deadline,
+            self.pool.next_expiry(),
+            self.accept_paused_until,
+            self.watch.as_ref().and_then(IdentityWatch::wake_at),
+            self.shutdown_at.map(|t| t + SHUTDOWN_GRACE),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|wake| wake.saturating_duration_since(now))
+    }
+
+    /// Sort one batch of events: connection readiness is recorded on its
+    /// `Conn` and the slot marked for driving; the rest is returned.
+    fn dispatch(&mut self, events: &Events) -> Woken {
+        let mut woken = Woken::default();
+        self.touched.clear();
+        self.touched.append(&mut self.again);
+        for event in events.iter() {
+            match event.token() {
+                LISTENER => woken.accept = true,
+                WAKER => {
+                    woken.stop |= self.stop.requested.load(Ordering::SeqCst);
+                    // Windows delivers console events and stdin through the
+                    // waker; elsewhere both reads find nothing.
+                    (woken.stdin, woken.signals) = (true, true);
+                }
+                STDIN => woken.stdin = true,
+                SIGNALS => woken.signals = true,
+                IDENTITY_FILE => {
+                    if let Some(w) = self.watch.as_mut() {
+                        w.on_event(self.poll.registry());
+                    }
+                }
+                Token(t) => {
+                    let (slot, side) = (t >> 1, t & 1);
+                    let Some(Some(conn)) = self.slab.entries.get_mut(slot) else {
+                        continue; // sporadic event for a closed slot
+                    };
+                    let hup = event.is_read_closed() || event.is_error();
+                    let readable = event.is_readable() || hup;
+                    let writable = event.is_writable() || event.is_write_closed() || event.is_error();
+                    if side == 0 {
+                        conn.client_event(readable, writable, hup);
+                    } else {
+                        conn.upstream_event(readable, writable, hup);
+                    }
+                    self.touched.push(slot);
+                }
+            }
+        }
+        woken
+    }
+
+    /// Identities from `--control-stdin`; true at EOF (the wrapper is gone:
+    /// shut down).
+    fn read_control_stdin(&mut self, ready: bool) -> bool {
+        let Some(control) = self.control.as_mut().filter(|_| ready) else {
+            return false;
+        };
+        let (identities, eof) = control.read();
+        for identity in identities {
+            self.live.update(identity, "control stdin");
+        }
+        if eof {
+            info!("control stdin closed");
+            control.channel.close(self.poll.registry());
+            self.control = None;
+        }
+        eof
+    }
+
+    /// SIGHUP re-reads the identity file; true on SIGINT/SIGTERM.
+    fn handle_signals(&mut self, ready: bool, now: Instant) -> bool {
+        if !ready {
+            return false;
+        }
+        let seen = self.signals.drain();
+        if seen.hangup {
+            match self.watch.as_mut() {
+                Some(w) => {
+                    if let Some(identity) = w.check(now, true) {
+                        self.live.update(identity, "identity file (SIGHUP)");
+                    }
+                }
+                None => info!("SIGHUP ignored: no --identity-file"),
+            }
+        }
+        seen.terminate
+    }
+
+    /// Stop accepting; every open connection finishes its exchange.
+    fn begin_shutdown(&mut self, now: Instant) {
+        if self.shutdown_at.is_some() {
+            return;
+        }
+        info!("shutting down: no new connections, {} open", self.slab.live);
+        self.shutdown_at = Some(now);
+        if let Some(mut l) = self.listener.take() {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+        // Every connection learns about it on its next drive.
+        self.touched.extend(self.slab.occupied());
+    }
+
+    fn check_identity_file(&mut self, now: Instant) {
+        if let Some(identity) = self.watch.as_mut().and_then(|w| w.check(now, false)) {
+            self.live.update(identity, "identity file");
+        }
+    }
+
+    /// Accept until WouldBlock, within the connection cap (at the cap the
+    /// listener is deregistered until a connection closes; after an accept
+    /// error such as EMFILE it pauses for `ACCEPT_BACKOFF`).
+    fn accept(&mut self, mut ready: bool, now: Instant) {
+        if self.accept_paused_until.is_some_and(|t| now >= t) {
+            self.accept_paused_until = None;
+            ready = true;
+        }
+        if !self.listening && self.slab.live < self.max_conns && self.accept_paused_until.is_none() {
+            if let Some(l) = self.listener.as_mut() {
+                if self.poll.registry().register(l, LISTENER, Interest::READABLE).is_ok() {
+                    self.listening = true;
+                    ready = true;
+                }
+            }
+        }
+        if !(ready && self.listening) {
+            return;
+        }
+        while let Some(l) = self.listener.as_mut() {
+            if self.slab.live >= self.max_conns {
+                warn!("{} connections open: accepting paused", self.max_conns);
+                let _ = self.poll.registry().deregister(l);
+                self.listening = false;
+                return;
+            }
+            match l.accept() {
+                Ok((mut stream, peer)) => {
+                    self.next_id += 1;
+                    let slot = self.slab.next_slot();
+                    let interest = Interest::READABLE | Interest::WRITABLE;
+                    if let Err(e) = self.poll.registry().register(&mut stream, token(slot, 0), interest) {
+                        warn!("cannot register client connection: {e}");
+                        continue;
+                    }
+                    debug!("conn {}: accepted from {peer}", self.next_id);
+                    let got = self.slab.insert(Conn::new(self.next_id, stream, peer, now));
+                    debug_assert_eq!(got, slot, "slot chosen before insert");
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE/ENFILE and friends: back off instead of spinning.
+                    warn!("accept failed: {e}; pausing for {ACCEPT_BACKOFF:?}");
+                    let _ = self.poll.registry().deregister(l);
+                    self.listening = false;
+                    self.accept_paused_until = Some(now + ACCEPT_BACKOFF);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Mark connections whose deadline passed (a second scan only when the
+    /// earliest one has).
+    fn touch_expired(&mut self, earliest: Option<Instant>, now: Instant) {
+        if !earliest.is_some_and(|d| now >= d) {
+            return;
+        }
+        for (i, c) in self.slab.entries.iter().enumerate() {
+            if c.as_ref().and_then(|c| c.deadline(&self.config)).is_some_and(|d| now >= d) {
+                self.touched.push(i);
+            }
+        }
+    }
+
+    /// Drive every marked connection once, with the identity in force now.
+    fn drive_touched(&mut self, now: Instant) {
+        self.touched.sort_unstable();
+        self.touched.dedup();
+        let ctx = Ctx {
+            config: &self.config,
+            bearer: &self.live.bearer,
+            token: self.live.identity.token.as_bytes(),
+            agent: &self.live.identity.agent,
+            now,
+            listen_port: self.local_addr.port(),
+            shutting_down: self.shutdown_at.is_some(),
+            sessions: &self.sessions,
+        };
+        for &slot in &self.touched {
+            drive_slot(&self.poll, &mut self.slab, &mut self.pool, &mut self.again, slot, &ctx);
+        }
+        self.slab.end_batch();
+    }
+
+    /// After shutdown began: done when no connection is left or the grace
+    /// is over.
+    fn shutdown_finished(&self, now: Instant) -> bool {
+        let Some(t) = self.shutdown_at else {
+            return false;
+        };
+        if self.slab.live == 0 {
+            info!("shutdown complete");
+            return true;
+        }
+        if now >= t + SHUTDOWN_GRACE {
+            warn!("shutdown grace over; closing {} connections", self.slab.live);
+            return true;
+        }
+        false
+    }
+}
+
+/// Drive one connection until it waits, handing it upstream sockets as it
+/// asks for them.
+fn drive_slot(poll: &Poll, slab: &mut Slab, pool: &mut Pool, again: &mut Vec<usize>, slot: usize, ctx: &Ctx) {
+    // Bounded: each NeedUpstream round either attaches a socket or fails.
+    for _ in 0..MAX_UPSTREAM_ROUNDS {
+        let Some(Some(conn)) = slab.entries.get_mut(slot) else {
+            return;
+        };
+        let verdict = conn.drive(ctx);
+        if let Some((mut stream, reusable)) = conn.take_released() {
+            let _ = poll.registry().deregister(&mut stream);
+            if reusable {
+                pool.put(stream, ctx.now);
+            }
+        }
+        match verdict {
+            Verdict::Wait => return,
+            Verdict::Again => {
+                again.push(slot);
+                return;
+            }
+            Verdict::Close => {
+                if let Some(mut conn) = slab.remove(slot) {
+                    debug_assert!(conn.close_reason().is_some(), "closed with a reason");
+                    let _ = poll.registry().deregister(conn.client());
+                }
+                return;
+            }
+            Verdict::NeedUpstream => {
+                let pooled = if conn.may_use_pool() { pool.take(ctx.now) } else { None };
+                let (mut stream, reused) = match pooled {
+                    Some(s) => (s, true),
+                    None => {
+                        let addrs = &ctx.config.upstream.addrs;
+                        let addr = addrs[conn.connect_attempt() as usize % addrs.len()];
+                        match sys::connect(addr) {
+                            Ok(s) => (s, false),
+                            Err(e) => {
+                                conn.connect_failed(ctx, &e);
+                                continue;
+                            }
+                        }
+                    }
+                };
+                let interest = Interest::READABLE | Interest::WRITABLE;
+                if let Err(e) = poll.registry().register(&mut stream, token(slot, 1), interest) {
+                    error!("cannot register upstream connection: {e}");
+                    conn.connect_failed(ctx, &e);
+                    continue;
+                }
+                conn.attach_upstream(stream, reused);
+            }
+        }
+    }
+    again.push(slot);
+}

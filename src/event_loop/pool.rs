@@ -1,0 +1,48 @@
+//! Idle upstream connections kept for reuse across clients, newest last.
+
+use crate::limits::{MAX_POOLED_UPSTREAM, POOL_IDLE_TIMEOUT};
+use mio::net::TcpStream;
+use std::io;
+use std::time::Instant;
+
+#[derive(Default)]
+pub(super) struct Pool {
+    idle: Vec<(TcpStream, Instant)>,
+}
+
+impl Pool {
+    /// Keep `stream` (already deregistered) if there is room.
+    pub(super) fn put(&mut self, stream: TcpStream, now: Instant) {
+        if self.idle.len() < MAX_POOLED_UPSTREAM {
+            self.idle.push((stream, now));
+        }
+    }
+
+    /// The most recently pooled connection that is still open and silent.
+    pub(super) fn take(&mut self, now: Instant) -> Option<TcpStream> {
+        while let Some((stream, since)) = self.idle.pop() {
+            if now.saturating_duration_since(since) >= POOL_IDLE_TIMEOUT {
+                continue;
+            }
+            // An idle HTTP/1.1 connection has nothing to say: EOF or data
+            // means the upstream closed it or broke framing.
+            let mut probe = [0u8; 1];
+            match stream.peek(&mut probe) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Some(stream),
+                _ => continue,
+            }
+        }
+        None
+    }
+
+    /// Drop connections idle for `POOL_IDLE_TIMEOUT` (below uvicorn's 5 s
+    /// keep-alive, so the upstream rarely closes one we are about to use).
+    pub(super) fn expire(&mut self, now: Instant) {
+        self.idle.retain(|(_, since)| now.saturating_duration_since(*since) < POOL_IDLE_TIMEOUT);
+    }
+
+    /// When the oldest connection expires.
+    pub(super) fn next_expiry(&self) -> Option<Instant> {
+        self.idle.first().map(|(_, since)| *since + POOL_IDLE_TIMEOUT)
+    }
+}

@@ -1,0 +1,248 @@
+//! The upstream restarts under a live MCP session: a request in a session
+//! the proxy saw created waits `--restart-grace` for the upstream to come
+//! back, then gets an answer the session survives (200 with a JSON-RPC
+//! error carrying its id; 202 for notifications; 502 for GET and DELETE).
+//! Outside a recorded session an unreachable upstream is 502, with the
+//! request's id in the body.
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::exchange::{client, host};
+use crate::support::proxy_process::{token_file, ProxyProcess};
+use crate::support::wire::{read_request, request, Resp};
+
+const SESSION: &str = "sess-restart-1";
+
+/// An MCP-ish upstream on a fixed port that can be stopped (connections
+/// refused, open ones closed) and started again on the same port, as a
+/// restarted server is. `initialize` gets a session id; every other request
+/// an echo of its id.
+struct RestartingUpstream {
+    port: u16,
+    running: Option<Arc<AtomicBool>>,
+}
+
+impl RestartingUpstream {
+    fn start() -> RestartingUpstream {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().unwrap().port();
+        let mut up = RestartingUpstream { port, running: None };
+        up.serve(listener);
+        up
+    }
+
+    fn serve(&mut self, listener: TcpListener) {
+        let running = Arc::new(AtomicBool::new(true));
+        self.running = Some(running.clone());
+        listener.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            while running.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        let running = running.clone();
+                        std::thread::spawn(move || answer(s, &running));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+            // The listener is dropped here: connects are refused.
+        });
+    }
+
+    fn stop(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.store(false, Ordering::SeqCst);
+        }
+        // Every connection thread notices within its 100 ms read timeout
+        // and closes its socket, as a dying process would at once.
+        std::thread::sleep(Duration::from_millis(400));
+    }
+
+    fn restart(&mut self) {
+        let listener = TcpListener::bind(("127.0.0.1", self.port)).expect("rebind the same port");
+        self.serve(listener);
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+}
+
+impl Drop for RestartingUpstream {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn answer(mut s: TcpStream, running: &AtomicBool) {
+    s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let mut buf = Vec::new();
+    while running.load(Ordering::SeqCst) {
+        let Some(req) = read_request(&mut s, &mut buf, 0) else {
+            if buf.is_empty() {
+                continue;
+            }
+            return;
+        };
+        let v: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        let (status, extra, body) = match (req.method.as_str(), v["method"].as_str()) {
+            ("POST", Some("initialize")) => (
+                "200 OK",
+                format!("Mcp-Session-Id: {SESSION}\r\n"),
+                json!({"jsonrpc":"2.0","id":v["id"],"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"stub","version":"1"}}}).to_string(),
+            ),
+            ("POST", _) if v.get("id").is_none() => ("202 Accepted", String::new(), String::new()),
+            _ => ("200 OK", String::new(), json!({"jsonrpc":"2.0","id":v["id"],"result":{"served":true}}).to_string()),
+        };
+        let resp = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if s.write_all(resp.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+#[track_caller]
+fn start_proxy(up: &RestartingUpstream, grace: &str) -> ProxyProcess {
+    let tf = token_file("tok-RESTART-1");
+    ProxyProcess::start(
+        &[
+            "--upstream",
+            &up.url(),
+            "--agent",
+            "a",
+            "--token-file",
+            tf.to_str().unwrap(),
+            "--restart-grace",
+            grace,
+        ],
+        &[],
+    )
+}
+
+#[track_caller]
+fn call(p: &ProxyProcess, method: &str, session: Option<&str>, body: &[u8]) -> (Resp, Duration) {
+    let mut fields =
+        vec![("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+    if let Some(s) = session {
+        fields.push(("Mcp-Session-Id", s));
+    }
+    let t0 = Instant::now();
+    let mut c = client(p);
+    c.send(&request(method, "/mcp", &host(p), &fields, body));
+    let resp = c.read_response(method);
+    (resp, t0.elapsed())
+}
+
+fn json_of(resp: &Resp) -> Value {
+    serde_json::from_slice(&resp.body)
+        .unwrap_or_else(|e| panic!("body is not JSON ({e}): {:?}", resp.raw_text()))
+}
+
+#[track_caller]
+fn initialize(p: &ProxyProcess) {
+    let (resp, _) = call(p, "POST", None, br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#);
+    assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
+    assert_eq!(resp.one("mcp-session-id"), SESSION);
+}
+
+const TOOL_CALL_42: &[u8] =
+    br#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"chat_read","arguments":{}}}"#;
+
+#[test]
+fn call_in_a_recorded_session_while_the_upstream_is_down_gets_200_with_its_id_after_the_grace() {
+    let mut up = RestartingUpstream::start();
+    let p = start_proxy(&up, "1");
+    initialize(&p);
+    up.stop();
+
+    let (resp, took) = call(&p, "POST", Some(SESSION), TOOL_CALL_42);
+    assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
+    let v = json_of(&resp);
+    assert_eq!(v["id"], 42, "{v}");
+    assert_eq!(v["error"]["code"], -32000, "{v}");
+    assert!(v.get("result").is_none(), "{v}");
+    assert!(took >= Duration::from_millis(800) && took < Duration::from_secs(2), "answered after {took:?}");
+
+    // A batch: one error per request, each with its id; the notification none.
+    let batch = br#"[{"jsonrpc":"2.0","id":5,"method":"tools/list"},{"jsonrpc":"2.0","method":"notifications/progress"},{"jsonrpc":"2.0","id":"x-7","method":"ping"}]"#;
+    let (resp, _) = call(&p, "POST", Some(SESSION), batch);
+    assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
+    let v = json_of(&resp);
+    let ids: Vec<Value> =
+        v.as_array().expect("an array for a batch").iter().map(|e| e["id"].clone()).collect();
+    assert_eq!(ids, [json!(5), json!("x-7")], "{v}");
+
+    // A notification is accepted (and dropped); Python SDK 1.x would die on a 5xx.
+    let (resp, _) =
+        call(&p, "POST", Some(SESSION), br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    assert_eq!(resp.status, 202, "{:?}", resp.raw_text());
+    assert!(resp.body.is_empty());
+
+    // GET (the stream) is 502, never 404: the session is not declared gone.
+    let (resp, _) = call(&p, "GET", Some(SESSION), b"");
+    assert_eq!(resp.status, 502, "{:?}", resp.raw_text());
+
+    // Back up: the next call in the session is served.
+    up.restart();
+    let (resp, _) = call(&p, "POST", Some(SESSION), TOOL_CALL_42);
+    assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
+    assert_eq!(json_of(&resp)["result"]["served"], true);
+}
+
+#[test]
+fn upstream_back_within_the_grace_is_invisible_to_the_call() {
+    let mut up = RestartingUpstream::start();
+    let p = start_proxy(&up, "4");
+    initialize(&p);
+    up.stop();
+    let port = up.port;
+    let restarter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1200));
+        TcpListener::bind(("127.0.0.1", port)).expect("rebind")
+    });
+    let t0 = Instant::now();
+    let mut c = client(&p);
+    let fields = [("Content-Type", "application/json"), ("Mcp-Session-Id", SESSION)];
+    c.send(&request("POST", "/mcp", &host(&p), &fields, TOOL_CALL_42));
+    let listener = restarter.join().unwrap();
+    up.serve(listener);
+    let resp = c.read_response("POST");
+    assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
+    assert_eq!(json_of(&resp)["result"]["served"], true, "{:?}", resp.raw_text());
+    assert!(t0.elapsed() < Duration::from_secs(4), "took {:?}", t0.elapsed());
+}
+
+#[test]
+fn unreachable_upstream_outside_a_recorded_session_gets_502_with_the_id() {
+    let mut up = RestartingUpstream::start();
+    let p = start_proxy(&up, "5");
+    up.stop();
+    // A session id the proxy never saw created: no grace, today's quick 502.
+    let (resp, took) = call(&p, "POST", Some("never-recorded"), TOOL_CALL_42);
+    assert_eq!(resp.status, 502, "{:?}", resp.raw_text());
+    assert_eq!(json_of(&resp)["id"], 42);
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
+#[test]
+fn a_deleted_session_is_forgotten_and_gets_no_grace() {
+    let mut up = RestartingUpstream::start();
+    let p = start_proxy(&up, "5");
+    initialize(&p);
+    let (resp, _) = call(&p, "DELETE", Some(SESSION), b"");
+    assert_eq!(resp.status, 200, "{:?}", resp.raw_text());
+    up.stop();
+    let (resp, took) = call(&p, "POST", Some(SESSION), TOOL_CALL_42);
+    assert_eq!(resp.status, 502, "{:?}", resp.raw_text());
+    assert_eq!(json_of(&resp)["id"], 42);
+    assert!(took < Duration::from_secs(3), "a forgotten session waited {took:?}");
+}
