@@ -1,7 +1,7 @@
 //! How long a message body is: the RFC 9112 §6.3 decision, for requests and
 //! responses. Numbers are digits only and overflow-checked. Pure.
 
-use super::headers::{list_elements, HeaderList};
+use super::headers::{list_elements, Class, HeaderList};
 use std::fmt;
 
 /// The body length rule that applies to one message.
@@ -60,6 +60,10 @@ pub fn parse_digits(v: &[u8]) -> Option<u64> {
 /// Content-Length, where identical comma-separated values may be collapsed
 /// (RFC 9112 §6.3 item 5).
 fn content_length(v: &[u8]) -> Result<u64, FramingError> {
+    // The common case, one number, without splitting a list.
+    if let Some(n) = parse_digits(v) {
+        return Ok(n);
+    }
     let mut found = None;
     for e in list_elements(v) {
         let n = parse_digits(e).ok_or(FramingError::InvalidLength)?;
@@ -98,8 +102,8 @@ fn transfer_is_chunked(v: &[u8]) -> Result<(), FramingError> {
 /// Framing of a request (RFC 9112 §6.3 items 3, 4, 6, 8): requests are never
 /// close-delimited; CL together with TE is refused outright.
 pub fn request_framing(headers: &HeaderList, http10: bool) -> Result<Framing, FramingError> {
-    let te = headers.get(b"transfer-encoding");
-    let cl = headers.get(b"content-length");
+    let te = headers.get_class(Class::TransferEncoding);
+    let cl = headers.get_class(Class::ContentLength);
     match (te, cl) {
         (Some(_), Some(_)) => Err(FramingError::BothLengthAndChunked),
         (Some(_), None) if http10 => Err(FramingError::TransferOnHttp10),
@@ -123,8 +127,8 @@ pub fn response_framing(
     if head_request || (100..200).contains(&status) || status == 204 || status == 304 {
         return Ok(Framing::None);
     }
-    let te = headers.get(b"transfer-encoding");
-    let cl = headers.get(b"content-length");
+    let te = headers.get_class(Class::TransferEncoding);
+    let cl = headers.get_class(Class::ContentLength);
     match (te, cl) {
         // Item 3: a proxy must not guess; we treat it as invalid upstream
         // framing and answer 502.

@@ -4,10 +4,11 @@
 //! connection buffer past one call. Pure.
 
 use super::framing::{parse_digits, request_framing, response_framing, Framing, FramingError};
-use super::headers::{FieldError, HeaderList};
+use super::headers::{list_elements, trim_ows, Class, FieldError, HeaderList};
 use crate::limits::{MAX_FIELDS, MAX_REQUEST_HEAD, MAX_RESPONSE_HEAD};
 use smallvec::SmallVec;
 use std::fmt;
+use std::mem::MaybeUninit;
 
 /// Why a head was refused. The caller picks the status by side: a client's
 /// error is 400 or 431, an upstream's is 502.
@@ -88,15 +89,34 @@ pub fn may_be_complete(buf: &[u8], from: usize) -> bool {
     memchr::memmem::find(tail, b"\n\r\n").is_some() || memchr::memmem::find(tail, b"\n\n").is_some()
 }
 
-/// Two Transfer-Encoding lines mean either `chunked` applied twice or a
-/// coding besides chunked: both refused (RFC 9112 §6.1). Checked on the raw
+/// httparse's field slots, left uninitialised: it writes the ones it fills,
+/// so the 100 slots are not zeroed for every head.
+type RawFields<'b> = [MaybeUninit<httparse::Header<'b>>; MAX_FIELDS];
+
+/// Merges the parsed field lines into a list; returns it with the number of
+/// `Host` and of `Transfer-Encoding` lines. Those are counted on the raw
 /// lines, since merging collapses identical values into one.
-fn refuse_repeated_transfer_encoding(lines: &[httparse::Header<'_>]) -> Result<(), ParseError> {
-    let count = lines.iter().filter(|h| h.name.eq_ignore_ascii_case("transfer-encoding")).count();
-    if count > 1 {
+fn merge_fields(lines: &[httparse::Header<'_>]) -> Result<(HeaderList, usize, usize), ParseError> {
+    let mut headers = HeaderList::new();
+    let (mut hosts, mut codings) = (0, 0);
+    for h in lines {
+        match headers.merge(h.name.as_bytes(), trim_ows(h.value))? {
+            Class::Host => hosts += 1,
+            Class::TransferEncoding => codings += 1,
+            _ => {}
+        }
+    }
+    // Two Transfer-Encoding lines mean either `chunked` applied twice or a
+    // coding besides chunked: both refused (RFC 9112 §6.1).
+    if codings > 1 {
         return Err(ParseError::Framing(FramingError::TransferNotChunked));
     }
-    Ok(())
+    Ok((headers, hosts, codings))
+}
+
+/// Whether the list value of the field of class `class` has `token`.
+fn has_token(headers: &HeaderList, class: Class, token: &[u8]) -> bool {
+    headers.get_class(class).is_some_and(|v| list_elements(v).any(|e| e.eq_ignore_ascii_case(token)))
 }
 
 /// A parsed client request head.
@@ -126,9 +146,9 @@ impl RequestHead {
 
 /// Parse a request head at the front of `buf`. `Ok(None)`: incomplete.
 pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, ParseError> {
-    let mut raw = [httparse::EMPTY_HEADER; MAX_FIELDS];
-    let mut req = httparse::Request::new(&mut raw);
-    let len = match req.parse(buf) {
+    let mut raw: RawFields<'_> = [const { MaybeUninit::uninit() }; MAX_FIELDS];
+    let mut req = httparse::Request::new(&mut []);
+    let len = match req.parse_with_uninit_headers(buf, &mut raw) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() >= MAX_REQUEST_HEAD => return Err(ParseError::TooLarge),
         Ok(httparse::Status::Partial) => return Ok(None),
@@ -141,25 +161,16 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, ParseError> {
         return Err(ParseError::Syntax("request line"));
     };
     let http10 = version == 0;
-    let mut headers = HeaderList::new();
-    let mut hosts = 0;
-    for h in req.headers.iter() {
-        if h.name.eq_ignore_ascii_case("host") {
-            hosts += 1;
-        }
-        headers.merge_line(h.name.as_bytes(), super::headers::trim_ows(h.value))?;
-    }
-    refuse_repeated_transfer_encoding(req.headers)?;
+    let (mut headers, hosts, _) = merge_fields(req.headers)?;
     // RFC 9112 §3.2: a server MUST answer 400 to no Host (1.1) or several.
     if hosts > 1 || (hosts == 0 && !http10) {
         return Err(ParseError::Host);
     }
     let framing = request_framing(&headers, http10).map_err(ParseError::Framing)?;
-    let keep_alive = !http10 && !headers.has_token(b"connection", b"close");
-    let expect_continue = headers.get(b"expect").is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
-    headers.strip_hop_by_hop();
-    headers.remove(b"content-length");
-    headers.remove(b"expect");
+    let keep_alive = !http10 && !has_token(&headers, Class::Connection, b"close");
+    let expect_continue =
+        headers.get_class(Class::Expect).is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
+    headers.strip_for_forwarding(&[Class::ContentLength, Class::Expect]);
     Ok(Some(RequestHead {
         method: SmallVec::from_slice(method.as_bytes()),
         target: SmallVec::from_slice(path.as_bytes()),
@@ -198,9 +209,10 @@ impl ResponseHead {
 /// Parse a response head at the front of `buf`, for a request whose method
 /// was HEAD if `head_request`. `Ok(None)`: incomplete.
 pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Option<ResponseHead>, ParseError> {
-    let mut raw = [httparse::EMPTY_HEADER; MAX_FIELDS];
-    let mut resp = httparse::Response::new(&mut raw);
-    let len = match resp.parse(buf) {
+    let mut raw: RawFields<'_> = [const { MaybeUninit::uninit() }; MAX_FIELDS];
+    let mut resp = httparse::Response::new(&mut []);
+    let config = httparse::ParserConfig::default();
+    let len = match config.parse_response_with_uninit_headers(&mut resp, buf, &mut raw) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() >= MAX_RESPONSE_HEAD => return Err(ParseError::TooLarge),
         Ok(httparse::Status::Partial) => return Ok(None),
@@ -216,24 +228,19 @@ pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Option<ResponseH
     if !(100..=599).contains(&status) {
         return Err(ParseError::Syntax("status code"));
     }
-    let mut headers = HeaderList::new();
-    for h in resp.headers.iter() {
-        headers.merge_line(h.name.as_bytes(), super::headers::trim_ows(h.value))?;
-    }
-    refuse_repeated_transfer_encoding(resp.headers)?;
+    let (mut headers, _, _) = merge_fields(resp.headers)?;
     let framing = response_framing(&headers, status, head_request).map_err(ParseError::Framing)?;
     let advertised_length = match framing {
-        Framing::None => headers.get(b"content-length").and_then(parse_digits),
+        Framing::None => headers.get_class(Class::ContentLength).and_then(parse_digits),
         _ => None,
     };
     let http10 = version == 0;
     let keep_alive = if http10 {
-        headers.has_token(b"connection", b"keep-alive")
+        has_token(&headers, Class::Connection, b"keep-alive")
     } else {
-        !headers.has_token(b"connection", b"close")
+        !has_token(&headers, Class::Connection, b"close")
     } && framing != Framing::UntilClose;
-    headers.strip_hop_by_hop();
-    headers.remove(b"content-length");
+    headers.strip_for_forwarding(&[Class::ContentLength]);
     Ok(Some(ResponseHead {
         status,
         reason: SmallVec::from_slice(resp.reason.unwrap_or("").as_bytes()),

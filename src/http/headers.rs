@@ -4,28 +4,39 @@
 //! place and there is no `append`, so two lines with one name can never be
 //! written: the agentchattr proxy's duplicated `Mcp-Session-Id` cannot happen.
 //! Pure: no I/O.
+//!
+//! Storage: every line is kept as it will be written (`name: value\r\n`,
+//! name lowercased) in one byte buffer, and the list is a small index into
+//! it. A line is copied once on the way in and once on the way out (runs of
+//! adjacent lines in one copy); a replaced or removed line leaves dead bytes
+//! behind until the list is dropped. What the proxy does with a name
+//! (singleton, hop-by-hop, Host, ...) is decided once, when its line enters.
 
 use smallvec::SmallVec;
 use std::fmt;
 
-/// Field name, lowercased. 24 bytes inline covers every MCP field name.
-pub type Name = SmallVec<[u8; 24]>;
-/// Field value. 64 bytes inline covers session ids, tokens and accept lists.
+/// A field value kept aside while a joined value is built.
 pub type Value = SmallVec<[u8; 64]>;
 
-/// One field line.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Header {
-    name: Name,
-    value: Value,
+/// Bytes of lines kept inline: a client's head with the proxy's edits
+/// (credentials, Host) fits, so a request allocates nothing here.
+const INLINE_BYTES: usize = 1024;
+/// Lines kept inline, for the same reason.
+const INLINE_LINES: usize = 16;
+
+/// One field line, as `iter` shows it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Header<'a> {
+    name: &'a [u8],
+    value: &'a [u8],
 }
 
-impl Header {
-    pub fn name(&self) -> &[u8] {
-        &self.name
+impl<'a> Header<'a> {
+    pub fn name(&self) -> &'a [u8] {
+        self.name
     }
-    pub fn value(&self) -> &[u8] {
-        &self.value
+    pub fn value(&self) -> &'a [u8] {
+        self.value
     }
 }
 
@@ -95,40 +106,257 @@ pub fn is_singleton(name: &[u8]) -> bool {
     SINGLETONS.contains(&name) || name.starts_with(b"mcp-param-")
 }
 
+/// What the list and the parser do with a (lowercase) name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    Other,
+    /// In `SINGLETONS` or `mcp-param-*`, but not `host`.
+    Singleton,
+    /// `host`, a singleton the parser also counts (RFC 9112 §3.2).
+    Host,
+    /// In `HOP_BY_HOP`, but not one of the two below.
+    HopByHop,
+    /// `transfer-encoding`, hop-by-hop; the parser counts its lines.
+    TransferEncoding,
+    /// `connection`, hop-by-hop; it names more hop-by-hop fields.
+    Connection,
+    /// `set-cookie`: cannot be folded (RFC 9110 §5.3), the last value wins.
+    SetCookie,
+    /// `content-length`, a singleton the parser reads for framing.
+    ContentLength,
+    /// `expect`, which the parser reads and the proxy answers itself.
+    Expect,
+}
+
+impl Class {
+    fn is_singleton(self) -> bool {
+        matches!(self, Class::Singleton | Class::Host | Class::ContentLength)
+    }
+    fn is_hop_by_hop(self) -> bool {
+        matches!(self, Class::HopByHop | Class::TransferEncoding | Class::Connection)
+    }
+}
+
+/// The class of a lowercase name: a switch on its length, then at most a
+/// few comparisons, instead of a walk over both lists for every line. Must
+/// agree with `SINGLETONS`, `HOP_BY_HOP` and `is_singleton` (tested).
+fn classify(n: &[u8]) -> Class {
+    use Class::*;
+    let one_of = |names: &[&[u8]], class: Class| if names.contains(&n) { class } else { Other };
+    let listed = match n.len() {
+        2 => one_of(&[b"te"], HopByHop),
+        4 => match n {
+            b"host" => Host,
+            b"date" | b"etag" => Singleton,
+            _ => Other,
+        },
+        6 => match n {
+            b"origin" => Singleton,
+            b"expect" => Expect,
+            _ => Other,
+        },
+        7 => one_of(&[b"trailer", b"upgrade"], HopByHop),
+        8 => one_of(&[b"location", b"mcp-name"], Singleton),
+        10 => match n {
+            b"connection" => Connection,
+            b"keep-alive" => HopByHop,
+            b"set-cookie" => SetCookie,
+            b"mcp-method" => Singleton,
+            _ => Other,
+        },
+        11 => one_of(&[b"retry-after"], Singleton),
+        12 => one_of(&[b"content-type"], Singleton),
+        13 => one_of(&[b"authorization", b"last-event-id", b"last-modified", b"x-agent-token"], Singleton),
+        14 => match n {
+            b"content-length" => ContentLength,
+            b"mcp-session-id" => Singleton,
+            _ => Other,
+        },
+        16 => one_of(&[b"proxy-connection"], HopByHop),
+        17 => match n {
+            b"transfer-encoding" => TransferEncoding,
+            b"x-accel-buffering" => Singleton,
+            _ => Other,
+        },
+        18 => one_of(&[b"proxy-authenticate"], HopByHop),
+        19 => one_of(&[b"proxy-authorization"], HopByHop),
+        20 => one_of(&[b"mcp-protocol-version"], Singleton),
+        _ => Other,
+    };
+    if listed == Other && n.starts_with(b"mcp-param-") {
+        Singleton
+    } else {
+        listed
+    }
+}
+
+/// RFC 9110 §5.6.2 `tchar`, as a table.
+const TCHAR: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        t[i] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'!' | b'#'
+                    | b'$'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'*'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b'^'
+                    | b'_'
+                    | b'`'
+                    | b'|'
+                    | b'~'
+            );
+        i += 1;
+    }
+    t
+};
+
 /// RFC 9110 §5.6.2 `tchar`.
 pub fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    TCHAR[usize::from(b)]
 }
 
 /// A field value as RFC 9110 §5.5 allows it: visible ASCII, SP, HTAB and
 /// obs-text; no CR, LF, NUL or other controls; no leading or trailing
 /// whitespace (the parser has already trimmed it).
 pub fn valid_value(v: &[u8]) -> bool {
-    let ok_byte = |b: &u8| *b == b'\t' || (*b >= 0x20 && *b != 0x7f);
+    // No early exit: the loop then runs on whole vectors.
+    let bad = v.iter().fold(false, |bad, b| bad | ((*b < 0x20 && *b != b'\t') | (*b == 0x7f)));
     let trimmed = !matches!(v.first(), Some(b' ' | b'\t')) && !matches!(v.last(), Some(b' ' | b'\t'));
-    trimmed && v.iter().all(ok_byte)
+    trimmed && !bad
 }
 
 fn valid_name(n: &[u8]) -> bool {
     !n.is_empty() && n.iter().all(|b| is_tchar(*b))
 }
 
+/// The bytes of the lines: in a fixed inline array while they fit (a
+/// request allocates nothing), then in a `Vec`. Copies go straight into
+/// place, with none of `SmallVec`'s per-call reserve.
+#[derive(Clone)]
+struct Arena {
+    inline: [u8; INLINE_BYTES],
+    len: usize,
+    /// Holds every byte once the inline array is outgrown.
+    heap: Vec<u8>,
+}
+
+impl Default for Arena {
+    fn default() -> Self {
+        Arena { inline: [0; INLINE_BYTES], len: 0, heap: Vec::new() }
+    }
+}
+
+impl Arena {
+    fn data(&self) -> &[u8] {
+        if self.heap.is_empty() {
+            self.inline.get(..self.len).unwrap_or_default()
+        } else {
+            &self.heap
+        }
+    }
+
+    /// Room for `n` more bytes at the end, zeroed or stale: the caller
+    /// fills all of it. Returns where it starts.
+    fn grow(&mut self, n: usize) -> &mut [u8] {
+        let start = self.len;
+        let end = start + n;
+        self.len = end;
+        if self.heap.is_empty() && end <= INLINE_BYTES {
+            return self.inline.get_mut(start..end).unwrap_or_default();
+        }
+        if self.heap.is_empty() {
+            self.heap.reserve(end.max(2 * INLINE_BYTES));
+            self.heap.extend_from_slice(self.inline.get(..start).unwrap_or_default());
+        }
+        self.heap.resize(end, 0);
+        self.heap.get_mut(start..end).unwrap_or_default()
+    }
+}
+
+/// A name's length and its first and last bytes, lowercased: equal for
+/// names equal ignoring case, and different for nearly all other pairs.
+fn key(name: &[u8]) -> u32 {
+    let first = name.first().map_or(0, u8::to_ascii_lowercase);
+    let last = name.last().map_or(0, u8::to_ascii_lowercase);
+    (name.len() as u32) << 16 | u32::from(first) << 8 | u32::from(last)
+}
+
+/// Copies `src` to the front of `dst`; returns what is left of `dst`.
+fn put<'a>(dst: &'a mut [u8], src: &[u8]) -> Result<&'a mut [u8], FieldError> {
+    let (front, rest) = dst.split_at_mut_checked(src.len()).ok_or(FieldError::TooMany)?;
+    front.copy_from_slice(src);
+    Ok(rest)
+}
+
+/// Where one line lives in `HeaderList::bytes`: `name: value\r\n` from
+/// `start`.
+#[derive(Clone, Copy, Debug)]
+struct Line {
+    /// `key(name)`: most lookups are settled by comparing it alone.
+    key: u32,
+    start: u32,
+    name_len: u32,
+    value_len: u32,
+    class: Class,
+}
+
+impl Line {
+    fn name(self, bytes: &[u8]) -> &[u8] {
+        let start = self.start as usize;
+        bytes.get(start..start + self.name_len as usize).unwrap_or_default()
+    }
+    fn value(self, bytes: &[u8]) -> &[u8] {
+        let start = self.start as usize + self.name_len as usize + 2;
+        bytes.get(start..start + self.value_len as usize).unwrap_or_default()
+    }
+    /// The whole line, `\r\n` included.
+    fn span(self) -> (usize, usize) {
+        let start = self.start as usize;
+        (start, start + self.name_len as usize + self.value_len as usize + 4)
+    }
+    /// Whether this line's name is `name` (any case), `key` being
+    /// `key(name)`.
+    fn is(self, bytes: &[u8], name: &[u8], key: u32) -> bool {
+        self.key == key && self.name_len as usize == name.len() && {
+            let own = self.name(bytes);
+            own == name || own.eq_ignore_ascii_case(name)
+        }
+    }
+}
+
 /// Field lines keyed by lowercased name, at most one entry per name.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct HeaderList {
-    items: SmallVec<[Header; 12]>,
+    /// Lines as written, names lowercased; dead bytes of replaced lines too.
+    bytes: Arena,
+    /// The live lines, in the order they are written.
+    lines: SmallVec<[Line; INLINE_LINES]>,
 }
 
 impl fmt::Debug for HeaderList {
     /// Names only: values may hold credentials.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.items.iter().map(|h| String::from_utf8_lossy(&h.name))).finish()
+        f.debug_list().entries(self.iter().map(|h| String::from_utf8_lossy(h.name))).finish()
     }
 }
 
-fn lowercase(name: &[u8]) -> Name {
-    name.iter().map(u8::to_ascii_lowercase).collect()
+impl PartialEq for HeaderList {
+    /// The same lines in the same order (dead bytes do not count).
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
 }
+
+impl Eq for HeaderList {}
 
 impl HeaderList {
     pub fn new() -> Self {
@@ -136,19 +364,58 @@ impl HeaderList {
     }
 
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.lines.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.lines.is_empty()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Header> {
-        self.items.iter()
+    pub fn iter(&self) -> impl Iterator<Item = Header<'_>> {
+        self.lines
+            .iter()
+            .map(|l| Header { name: l.name(self.bytes.data()), value: l.value(self.bytes.data()) })
     }
 
-    fn position(&self, lower: &[u8]) -> Option<usize> {
-        self.items.iter().position(|h| h.name.as_slice() == lower)
+    fn position(&self, name: &[u8]) -> Option<usize> {
+        let k = key(name);
+        self.lines.iter().position(|l| l.is(self.bytes.data(), name, k))
+    }
+
+    /// The value of the line of class `class` (one of the classes that
+    /// name a single field: `Host`, `ContentLength`, `TransferEncoding`,
+    /// `Connection`, `Expect`).
+    pub(crate) fn get_class(&self, class: Class) -> Option<&[u8]> {
+        self.lines.iter().find(|l| l.class == class).map(|l| l.value(self.bytes.data()))
+    }
+
+    /// The one constructor of a line: appends `name: value\r\n` with the
+    /// name lowercased, the value being `value` parts back to back. The
+    /// caller has validated both; the caller places the returned `Line`.
+    fn push_line(&mut self, name: &[u8], value: &[&[u8]]) -> Result<Line, FieldError> {
+        let value_len: usize = value.iter().map(|p| p.len()).sum();
+        let start = self.bytes.len;
+        let total = name.len() + value_len + 4;
+        let (Ok(start32), Ok(name_len), Ok(value_len), true) = (
+            u32::try_from(start),
+            u32::try_from(name.len()),
+            u32::try_from(value_len),
+            start.checked_add(total).is_some_and(|e| u32::try_from(e).is_ok()),
+        ) else {
+            return Err(FieldError::TooMany);
+        };
+        let line = self.bytes.grow(total);
+        let (lower, rest) = line.split_at_mut_checked(name.len()).ok_or(FieldError::TooMany)?;
+        for (d, s) in lower.iter_mut().zip(name) {
+            *d = s.to_ascii_lowercase();
+        }
+        let class = classify(lower);
+        let mut rest = put(rest, b": ")?;
+        for part in value {
+            rest = put(rest, part)?;
+        }
+        put(rest, b"\r\n")?;
+        Ok(Line { key: key(name), start: start32, name_len, value_len, class })
     }
 
     /// Take in one received field line (any case). Identical repeats
@@ -156,40 +423,48 @@ impl HeaderList {
     /// arrival order (RFC 9110 §5.3); different values of a singleton are an
     /// error. `set-cookie` cannot be folded: the last value is kept.
     pub fn merge_line(&mut self, name: &[u8], value: &[u8]) -> Result<(), FieldError> {
+        self.merge(name, value).map(|_| ())
+    }
+
+    /// `merge_line`, telling the parser what the name was.
+    pub(crate) fn merge(&mut self, name: &[u8], value: &[u8]) -> Result<Class, FieldError> {
         if !valid_name(name) {
             return Err(FieldError::InvalidName);
         }
         if !valid_value(value) {
             return Err(FieldError::InvalidValue);
         }
-        let lower = lowercase(name);
-        let Some(i) = self.position(&lower) else {
-            if self.items.len() >= crate::limits::MAX_FIELDS {
+        let Some(i) = self.position(name) else {
+            if self.lines.len() >= crate::limits::MAX_FIELDS {
                 return Err(FieldError::TooMany);
             }
-            self.items.push(Header { name: lower, value: Value::from_slice(value) });
-            return Ok(());
+            let line = self.push_line(name, &[value])?;
+            self.lines.push(line);
+            return Ok(line.class);
         };
-        let existing = &mut self.items[i].value;
-        if existing.as_slice() == value {
-            return Ok(());
+        let Some(&old) = self.lines.get(i) else { return Err(FieldError::TooMany) };
+        let existing = old.value(self.bytes.data());
+        if existing == value {
+            return Ok(old.class);
         }
-        if is_singleton(&lower) {
+        if old.class.is_singleton() {
             return Err(FieldError::ConflictingSingleton);
         }
-        if lower.as_slice() == b"set-cookie" {
-            log::debug!("set-cookie repeated; keeping the last value");
-            *existing = Value::from_slice(value);
-            return Ok(());
+        let line = if old.class == Class::SetCookie || existing.is_empty() {
+            if old.class == Class::SetCookie {
+                log::debug!("set-cookie repeated; keeping the last value");
+            }
+            self.push_line(name, &[value])?
+        } else if value.is_empty() {
+            return Ok(old.class);
+        } else {
+            let kept = Value::from_slice(existing);
+            self.push_line(name, &[&kept, b", ", value])?
+        };
+        if let Some(slot) = self.lines.get_mut(i) {
+            *slot = line;
         }
-        if value.is_empty() {
-            return Ok(());
-        }
-        if !existing.is_empty() {
-            existing.extend_from_slice(b", ");
-        }
-        existing.extend_from_slice(value);
-        Ok(())
+        Ok(line.class)
     }
 
     /// Set `name` to `value`, replacing any existing entry in place. Used for
@@ -203,29 +478,38 @@ impl HeaderList {
         if !valid_value(value) {
             return Err(FieldError::InvalidValue);
         }
-        let lower = lowercase(name);
-        match self.position(&lower) {
-            Some(i) => self.items[i].value = Value::from_slice(value),
-            None => self.items.push(Header { name: lower, value: Value::from_slice(value) }),
+        let at = self.position(name);
+        let line = self.push_line(name, &[value])?;
+        match at.and_then(|i| self.lines.get_mut(i)) {
+            Some(slot) => *slot = line,
+            None => self.lines.push(line),
         }
         Ok(())
     }
 
     /// The value of `name` (any case).
     pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
-        self.items.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value.as_slice())
+        self.position(name).and_then(|i| self.lines.get(i)).map(|l| l.value(self.bytes.data()))
     }
 
     /// Remove `name` (any case); returns whether it was present.
     pub fn remove(&mut self, name: &[u8]) -> bool {
-        let before = self.items.len();
-        self.items.retain(|h| !h.name.eq_ignore_ascii_case(name));
-        self.items.len() != before
+        match self.position(name) {
+            Some(i) => {
+                // At most one line per name: nothing else to look for.
+                self.lines.remove(i);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Remove every field whose (lowercase) name satisfies `pred`.
     pub fn remove_where(&mut self, mut pred: impl FnMut(&[u8]) -> bool) {
-        self.items.retain(|h| !pred(&h.name));
+        let bytes = self.bytes.data();
+        let mut kept: SmallVec<[Line; INLINE_LINES]> = SmallVec::new();
+        kept.extend(self.lines.iter().copied().filter(|l| !pred(l.name(bytes))));
+        self.lines = kept;
     }
 
     /// Whether the comma-separated list in `name` has `token` as an element
@@ -234,26 +518,56 @@ impl HeaderList {
         self.get(name).map(|v| list_elements(v).any(|e| e.eq_ignore_ascii_case(token))).unwrap_or(false)
     }
 
-    /// Drop hop-by-hop fields: first every field named in `Connection`
-    /// (RFC 9110 §7.6.1), then the fixed list.
+    /// Drop hop-by-hop fields: every field named in `Connection`
+    /// (RFC 9110 §7.6.1) and the fixed list, in one pass.
     pub fn strip_hop_by_hop(&mut self) {
-        if let Some(i) = self.position(b"connection") {
-            let named = self.items.remove(i).value;
-            for token in list_elements(&named) {
-                self.remove(token);
+        self.strip_for_forwarding(&[]);
+    }
+
+    /// `strip_hop_by_hop`, also dropping the lines of the classes in
+    /// `also` (the framing fields the writer re-derives), in the same pass.
+    pub(crate) fn strip_for_forwarding(&mut self, also: &[Class]) {
+        let mut named: SmallVec<[(&[u8], u32); 4]> = SmallVec::new();
+        let bytes = self.bytes.data();
+        if let Some(v) = self.lines.iter().find(|l| l.class == Class::Connection).map(|l| l.value(bytes)) {
+            named.extend(list_elements(v).map(|t| (t, key(t))));
+        }
+        let drop = |l: Line| {
+            l.class.is_hop_by_hop()
+                || also.contains(&l.class)
+                || named.iter().any(|(t, k)| l.is(bytes, t, *k))
+        };
+        let mut kept = 0;
+        for i in 0..self.lines.len() {
+            let Some(&l) = self.lines.get(i) else { break };
+            if !drop(l) {
+                if let Some(slot) = self.lines.get_mut(kept) {
+                    *slot = l;
+                }
+                kept += 1;
             }
         }
-        self.remove_where(|n| HOP_BY_HOP.contains(&n));
+        self.lines.truncate(kept);
     }
 
     /// Append every field as `name: value\r\n`. Names are unique by
-    /// construction, so this cannot emit a duplicate.
+    /// construction, so this cannot emit a duplicate. Lines that lie back to
+    /// back are copied as one run.
     pub fn write_to(&self, out: &mut Vec<u8>) {
-        for h in &self.items {
-            out.extend_from_slice(&h.name);
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(&h.value);
-            out.extend_from_slice(b"\r\n");
+        let mut run: Option<(usize, usize)> = None;
+        for l in &self.lines {
+            let (start, end) = l.span();
+            run = match run {
+                Some((a, b)) if b == start => Some((a, end)),
+                Some((a, b)) => {
+                    out.extend_from_slice(self.bytes.data().get(a..b).unwrap_or_default());
+                    Some((start, end))
+                }
+                None => Some((start, end)),
+            };
+        }
+        if let Some((a, b)) = run {
+            out.extend_from_slice(self.bytes.data().get(a..b).unwrap_or_default());
         }
     }
 }
@@ -380,5 +694,165 @@ mod tests {
         assert!(l.has_token(b"Connection", b"keep-alive"));
         assert!(!l.has_token(b"connection", b"upgrade"));
         assert_eq!(trim_ows(b" \t a b \t"), b"a b");
+    }
+    #[test]
+    fn classify_agrees_with_the_lists() {
+        for name in
+            SINGLETONS.iter().chain(HOP_BY_HOP).chain([&b"set-cookie"[..], b"mcp-param-sender"].iter())
+        {
+            let c = classify(name);
+            assert_eq!(c.is_singleton(), is_singleton(name), "{}", String::from_utf8_lossy(name));
+            assert_eq!(c.is_hop_by_hop(), HOP_BY_HOP.contains(name), "{}", String::from_utf8_lossy(name));
+        }
+        for (name, class) in [
+            (&b"host"[..], Class::Host),
+            (b"connection", Class::Connection),
+            (b"transfer-encoding", Class::TransferEncoding),
+            (b"set-cookie", Class::SetCookie),
+            (b"content-length", Class::ContentLength),
+            (b"expect", Class::Expect),
+            (b"mcp-param-x", Class::Singleton),
+            (b"mcp-param-a-much-longer-key", Class::Singleton),
+            (b"accept", Class::Other),
+            (b"hosts", Class::Other),
+            (b"t", Class::Other),
+            (b"", Class::Other),
+        ] {
+            assert_eq!(classify(name), class, "{}", String::from_utf8_lossy(name));
+        }
+    }
+
+    /// The list as it was first written: a vector of owned lowercase
+    /// names and values, each operation a plain scan. The fast list must
+    /// agree with it.
+    mod naive {
+        use super::super::{is_singleton, list_elements, valid_name, valid_value, FieldError, HOP_BY_HOP};
+
+        #[derive(Default)]
+        pub struct List(pub Vec<(Vec<u8>, Vec<u8>)>);
+
+        impl List {
+            fn pos(&self, name: &[u8]) -> Option<usize> {
+                self.0.iter().position(|(n, _)| n.eq_ignore_ascii_case(name))
+            }
+            pub fn merge_line(&mut self, name: &[u8], value: &[u8]) -> Result<(), FieldError> {
+                if !valid_name(name) {
+                    return Err(FieldError::InvalidName);
+                }
+                if !valid_value(value) {
+                    return Err(FieldError::InvalidValue);
+                }
+                let lower = name.to_ascii_lowercase();
+                let Some(i) = self.pos(name) else {
+                    if self.0.len() >= crate::limits::MAX_FIELDS {
+                        return Err(FieldError::TooMany);
+                    }
+                    self.0.push((lower, value.to_vec()));
+                    return Ok(());
+                };
+                let existing = &mut self.0[i].1;
+                if existing.as_slice() == value {
+                    return Ok(());
+                }
+                if is_singleton(&lower) {
+                    return Err(FieldError::ConflictingSingleton);
+                }
+                if lower == b"set-cookie" {
+                    *existing = value.to_vec();
+                } else if !value.is_empty() {
+                    if !existing.is_empty() {
+                        existing.extend_from_slice(b", ");
+                    }
+                    existing.extend_from_slice(value);
+                }
+                Ok(())
+            }
+            pub fn set(&mut self, name: &[u8], value: &[u8]) -> Result<(), FieldError> {
+                if !valid_name(name) {
+                    return Err(FieldError::InvalidName);
+                }
+                if !valid_value(value) {
+                    return Err(FieldError::InvalidValue);
+                }
+                match self.pos(name) {
+                    Some(i) => self.0[i].1 = value.to_vec(),
+                    None => self.0.push((name.to_ascii_lowercase(), value.to_vec())),
+                }
+                Ok(())
+            }
+            pub fn remove(&mut self, name: &[u8]) -> bool {
+                let before = self.0.len();
+                self.0.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+                before != self.0.len()
+            }
+            pub fn strip_hop_by_hop(&mut self) {
+                if let Some(i) = self.pos(b"connection") {
+                    let named = self.0.remove(i).1;
+                    for t in list_elements(&named) {
+                        self.remove(t);
+                    }
+                }
+                self.0.retain(|(n, _)| !HOP_BY_HOP.contains(&n.as_slice()));
+            }
+            pub fn written(&self) -> Vec<u8> {
+                let mut out = Vec::new();
+                for (n, v) in &self.0 {
+                    out.extend_from_slice(n);
+                    out.extend_from_slice(b": ");
+                    out.extend_from_slice(v);
+                    out.extend_from_slice(b"\r\n");
+                }
+                out
+            }
+        }
+    }
+
+    #[test]
+    fn generated_operations_agree_with_the_naive_list() {
+        const NAMES: &[&str] = &[
+            "Host",
+            "host",
+            "Accept",
+            "ACCEPT",
+            "Connection",
+            "X-Hop",
+            "x-hop",
+            "Mcp-Session-Id",
+            "mcp-param-sender",
+            "Set-Cookie",
+            "Transfer-Encoding",
+            "TE",
+            "Keep-Alive",
+            "Authorization",
+            "x-a",
+            "Bad Name",
+            "",
+            "proxy-authorization",
+            "Content-Length",
+        ];
+        const VALUES: &[&str] =
+            &["", "a", "b", "a, b", "X-Hop", "keep-alive, x-hop", "close", " a", "a\rb", "\u{7f}", "v\tw"];
+        let mut rng = crate::test_rng::Rng(0x4EAD_E125);
+        for _ in 0..3000 {
+            let (mut fast, mut slow) = (HeaderList::new(), naive::List::default());
+            for _ in 0..rng.below(24) {
+                let (name, value) = (rng.pick(NAMES).as_bytes(), rng.pick(VALUES).as_bytes());
+                match rng.below(8) {
+                    0 => assert_eq!(fast.set(name, value), slow.set(name, value)),
+                    1 => assert_eq!(fast.remove(name), slow.remove(name)),
+                    2 => {
+                        fast.strip_hop_by_hop();
+                        slow.strip_hop_by_hop();
+                    }
+                    _ => assert_eq!(fast.merge_line(name, value), slow.merge_line(name, value)),
+                }
+                assert_eq!(
+                    fast.get(name),
+                    slow.0.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_slice())
+                );
+                assert_eq!(fast.len(), slow.0.len());
+            }
+            assert_eq!(written(&fast).into_bytes(), slow.written());
+        }
     }
 }
