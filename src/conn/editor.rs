@@ -8,6 +8,7 @@ use crate::http::body::BodyReader;
 use crate::http::framing::Framing;
 use crate::http::head;
 use crate::http::headers::HeaderList;
+use crate::http::write::{self, BodyField};
 use crate::limits::MAX_STAMP_BODY;
 use crate::mcp::stamp::{self, Plan, StampError, StampMap};
 
@@ -78,21 +79,16 @@ pub fn plan_request(
         }
     }
     apply_credentials(headers, who, route.authority);
-    head.clear();
-    head.extend_from_slice(req.method);
-    head.push(b' ');
-    head.extend_from_slice(req.target);
-    head.extend_from_slice(b" HTTP/1.1\r\n");
-    headers.write_to(head);
     // RFC 9110 §8.6: a length for every body, and for a method that defines
     // content even when it has none.
     let defines_content = matches!(req.method, b"POST" | b"PUT" | b"PATCH");
-    if req.framed || !body.is_empty() || defines_content {
-        head.extend_from_slice(b"content-length: ");
-        push_decimal(head, plan.new_len(body.len()) as u64);
-        head.extend_from_slice(b"\r\n");
-    }
-    head.extend_from_slice(b"\r\n");
+    let length = if req.framed || !body.is_empty() || defines_content {
+        BodyField::Length(plan.new_len(body.len()) as u64)
+    } else {
+        BodyField::Omitted
+    };
+    head.clear();
+    write::request_head(head, req.method, req.target, headers, length);
     Ok(plan)
 }
 
@@ -113,21 +109,6 @@ pub fn apply_credentials(headers: &mut HeaderList, who: &Credentials, authority:
         headers.remove(b"authorization");
         headers.remove(b"x-agent-token");
     }
-}
-
-/// Appends `n` in decimal, without `core::fmt`.
-pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
 }
 
 /// What `forward_whole` decided for one raw request.

@@ -7,6 +7,7 @@
 //! `ReadHead -> [ReadBody] -> Connect -> SendRequest -> ReadResponseHead ->
 //! Relay -> ReadHead | Closing`, plus `Reply` for proxy-generated answers.
 
+mod answer;
 pub mod editor;
 #[cfg(test)]
 mod upstream_invariant;
@@ -16,18 +17,19 @@ use crate::config::Config;
 use crate::http::body::{BodyError, BodyReader};
 use crate::http::chunked::{ChunkTracker, Piece};
 use crate::http::framing::Framing;
-use crate::http::guard;
+use crate::http::guard::{self, Policy};
 use crate::http::head::{self, RequestHead, ResponseHead};
+use crate::http::write::{self, BodyField};
 use crate::io::{read_into, slices_after, write_vectored, Outcome};
 use crate::limits::{
     ANSWER_FLUSH_TIMEOUT, CONNECT_RETRIES, CONNECT_RETRY_DELAY, IO_BUF_SIZE, MAX_IO_PER_EVENT,
     MAX_REQUEST_HEAD, MAX_STAMP_BODY, POOL_IDLE_TIMEOUT,
 };
 use crate::mcp::sse::EndpointRewriter;
+use answer::Answer;
 use log::{debug, info, warn};
 use mio::net::TcpStream;
 use std::fmt;
-use std::io::Write as _;
 use std::mem;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -270,21 +272,6 @@ pub struct Conn {
 
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
-fn reason_phrase(status: u16) -> &'static str {
-    match status {
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        408 => "Request Timeout",
-        413 => "Content Too Large",
-        431 => "Request Header Fields Too Large",
-        501 => "Not Implemented",
-        502 => "Bad Gateway",
-        504 => "Gateway Timeout",
-        _ => "Error",
-    }
-}
-
 impl Conn {
     pub fn new(id: u64, client: TcpStream, peer: SocketAddr, now: Instant) -> Conn {
         let _ = client.set_nodelay(true);
@@ -422,10 +409,11 @@ impl Conn {
         }
     }
 
-    fn log_exchange(&mut self, now: Instant) {
+    /// The exchange's one `info` line, saying how it ended.
+    fn log_exchange(&mut self, now: Instant, ending: &dyn fmt::Display) {
         if let Some(start) = self.ex.start.take() {
             info!(
-                "{} {} -> {} {}B {}ms",
+                "{} {} -> {} {}B {}ms {ending}",
                 String::from_utf8_lossy(&self.ex.method),
                 String::from_utf8_lossy(&self.ex.target),
                 self.ex.status,
@@ -435,38 +423,22 @@ impl Conn {
         }
     }
 
-    /// Queue a proxy-generated JSON-RPC error response (no `id`: it answers
-    /// an HTTP request, not a JSON-RPC one) and stop the exchange.
-    fn reply_error(&mut self, now: Instant, status: u16, code: i32, message: &str, close: bool) {
+    /// Queue a proxy-made response and stop the exchange.
+    fn reply_error(&mut self, now: Instant, answer: Answer) {
         self.release_upstream();
-        let mut body = format!("{{\"jsonrpc\":\"2.0\",\"error\":{{\"code\":{code},\"message\":").into_bytes();
-        crate::mcp::json::write_json_string(message, &mut body);
-        body.extend_from_slice(b"}}");
-        let close = close || self.close_after || self.ex.http10;
-        let _ = write!(
-            self.to_client,
-            "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}\r\n",
-            reason_phrase(status),
-            body.len(),
-            if close { "connection: close\r\n" } else { "" }
-        );
-        self.to_client.extend_from_slice(&body);
-        self.ex.status = status;
-        self.ex.bytes_out = body.len() as u64;
+        let close = answer.closes() || self.close_after || self.ex.http10;
+        let mut body = Vec::new();
+        let len = answer.write(close, &mut body, &mut self.to_client);
+        self.ex.status = answer.status();
+        self.ex.bytes_out = len as u64;
         if self.ex.start.is_none() {
             self.ex.start = Some(now);
         }
-        self.log_exchange(now);
+        self.log_exchange(now, &answer);
         self.pass = 0;
         self.skip = 0;
         self.upstream_buf.clear();
-        let reason = match status {
-            408 => CloseReason::RequestTimeout,
-            502 => CloseReason::UpstreamFailed,
-            504 => CloseReason::UpstreamTimeout,
-            _ => CloseReason::BadRequest,
-        };
-        self.phase = Phase::Reply { close, reason };
+        self.phase = Phase::Reply { close, reason: answer.close_reason() };
     }
 
     /// Move bytes until nothing more can be done now.
@@ -511,21 +483,21 @@ impl Conn {
             }
             Phase::ReadHead | Phase::ReadBody { .. } => {
                 warn!("conn {}: request head or body not received in time", self.id);
-                self.reply_error(now, 408, -32600, "request not received in time", true);
+                self.reply_error(now, Answer::RequestTimeout);
             }
             Phase::Connect { attempt, retry_at: Some(_), since } => {
                 self.phase = Phase::Connect { attempt, retry_at: None, since };
             }
             Phase::Connect { .. } => {
                 warn!("conn {}: upstream connect timed out", self.id);
-                self.reply_error(now, 504, -32000, "upstream connect timed out", false);
+                self.reply_error(now, Answer::ConnectTimeout);
             }
             Phase::SendRequest { .. } | Phase::ReadResponseHead { .. } => {
                 warn!("conn {}: no response head from upstream in time", self.id);
-                self.reply_error(now, 504, -32000, "upstream did not answer in time", false);
+                self.reply_error(now, Answer::UpstreamTimeout);
             }
             Phase::Relay { .. } => {
-                self.log_exchange(now);
+                self.log_exchange(now, &CloseReason::IdleTimeout);
                 self.close(CloseReason::IdleTimeout);
             }
             Phase::Reply { .. } => self.close(CloseReason::ClientError),
@@ -615,7 +587,7 @@ impl Conn {
                 Outcome::Open => {}
                 Outcome::WouldBlock => self.client_ready.writable = false,
                 Outcome::Closed | Outcome::Error(_) => {
-                    self.log_exchange(now);
+                    self.log_exchange(now, &CloseReason::ClientClosed);
                     self.close(CloseReason::ClientClosed);
                     return true;
                 }
@@ -643,7 +615,7 @@ impl Conn {
         if gone {
             debug!("conn {}: client went away mid-exchange", self.id);
             self.ex.status = 499;
-            self.log_exchange(Instant::now());
+            self.log_exchange(Instant::now(), &CloseReason::ClientClosed);
             self.close(CloseReason::ClientClosed);
             return true;
         }
@@ -702,8 +674,7 @@ impl Conn {
                 self.ex.method.clear();
                 self.ex.target.clear();
                 self.client_buf.clear();
-                let status = e.client_status();
-                self.reply_error(ctx.now, status, -32600, &e.to_string(), true);
+                self.reply_error(ctx.now, Answer::BadHead(e));
                 true
             }
         }
@@ -724,16 +695,21 @@ impl Conn {
         if !req.keep_alive || ctx.shutting_down {
             self.close_after = true;
         }
-        if let Some((status, message)) = admission(&req, ctx) {
-            warn!("conn {} ({}): refused: {message}", self.id, self.peer);
-            self.reply_error(ctx.now, status, -32600, message, true);
+        let policy = Policy {
+            listen_port: ctx.listen_port,
+            client_token: ctx.config.client_token.as_ref().map(|t| t.as_bytes()),
+            allow_origins: &ctx.config.allow_origins,
+        };
+        if let Err(refusal) = guard::admission(&req, &policy) {
+            warn!("conn {} ({}): refused: {}", self.id, self.peer, refusal.message());
+            self.reply_error(ctx.now, Answer::Refused(refusal));
             return;
         }
         if let Framing::Length(n) = req.framing {
             // Refused before a byte of it is read.
             if n > MAX_STAMP_BODY as u64 {
                 warn!("conn {}: request body of {n} bytes refused", self.id);
-                self.reply_error(ctx.now, 413, -32600, "request body too large", true);
+                self.reply_error(ctx.now, Answer::BodyTooLarge);
                 return;
             }
         }
@@ -763,7 +739,7 @@ impl Conn {
             Err(e) => {
                 // Fail closed: never forwarded unstamped.
                 warn!("conn {}: request body refused: {e}", self.id);
-                self.reply_error(ctx.now, 400, e.jsonrpc_code(), &e.to_string(), false);
+                self.reply_error(ctx.now, Answer::BodyRefused(e));
                 return;
             }
         }
@@ -782,17 +758,17 @@ impl Conn {
                     progressed = n > 0;
                 }
                 Err(e) => {
-                    let (status, message) = match e {
+                    let answer = match e {
                         BodyError::Malformed(e) => {
                             warn!("conn {}: bad chunked request body: {e}", self.id);
-                            (400, "malformed chunked body")
+                            Answer::MalformedBody
                         }
                         BodyError::TooLarge => {
                             warn!("conn {}: request body over {MAX_STAMP_BODY} bytes refused", self.id);
-                            (413, "request body too large")
+                            Answer::BodyTooLarge
                         }
                     };
-                    self.reply_error(ctx.now, status, -32600, message, true);
+                    self.reply_error(ctx.now, answer);
                     return true;
                 }
             }
@@ -808,7 +784,7 @@ impl Conn {
         }
         if gone && n == 0 {
             self.ex.status = 499;
-            self.log_exchange(ctx.now);
+            self.log_exchange(ctx.now, &CloseReason::ClientClosed);
             self.close(CloseReason::ClientClosed);
             return true;
         }
@@ -871,7 +847,7 @@ impl Conn {
                 Phase::Connect { attempt: attempt + 1, retry_at: Some(ctx.now + CONNECT_RETRY_DELAY), since };
         } else {
             warn!("conn {}: upstream unreachable after {} attempts", self.id, attempt + 1);
-            self.reply_error(ctx.now, 502, -32000, "upstream unreachable", false);
+            self.reply_error(ctx.now, Answer::UpstreamUnreachable);
         }
     }
 
@@ -891,7 +867,7 @@ impl Conn {
             return;
         }
         warn!("conn {}: upstream closed the connection before answering", self.id);
-        self.reply_error(ctx.now, 502, -32000, "upstream closed the connection without a response", false);
+        self.reply_error(ctx.now, Answer::UpstreamClosed);
     }
 
     fn send_request(&mut self, ctx: &Ctx) -> bool {
@@ -984,7 +960,7 @@ impl Conn {
                     self.upstream_buf.consume(resp.len);
                     if resp.status == 101 {
                         warn!("conn {}: upstream switched protocols unasked", self.id);
-                        self.reply_error(ctx.now, 502, -32000, "invalid upstream response", false);
+                        self.reply_error(ctx.now, Answer::BadUpstream);
                         return true;
                     }
                     progressed = true;
@@ -1000,14 +976,14 @@ impl Conn {
                 Ok(None) => {
                     if !self.upstream_buf.has_space() && !self.upstream_buf.grow() {
                         warn!("conn {}: upstream response head too large", self.id);
-                        self.reply_error(ctx.now, 502, -32000, "invalid upstream response", false);
+                        self.reply_error(ctx.now, Answer::BadUpstream);
                         return true;
                     }
                     break;
                 }
                 Err(e) => {
                     warn!("conn {}: invalid upstream response: {e}", self.id);
-                    self.reply_error(ctx.now, 502, -32000, "invalid upstream response", false);
+                    self.reply_error(ctx.now, Answer::BadUpstream);
                     return true;
                 }
             }
@@ -1056,28 +1032,20 @@ impl Conn {
             // R15: tell any buffering intermediary after us to stream.
             let _ = resp.headers.set(b"x-accel-buffering", b"no");
         }
-        let t = &mut self.to_client;
-        t.extend_from_slice(b"HTTP/1.1 ");
-        let _ = write!(t, "{} ", resp.status);
-        t.extend_from_slice(&resp.reason);
-        t.extend_from_slice(b"\r\n");
-        resp.headers.write_to(t);
-        match (out, resp.framing) {
-            (OutMode::Same, Framing::Length(n)) => {
-                let _ = write!(t, "content-length: {n}\r\n");
-            }
-            (OutMode::Same | OutMode::Chunk, _) => t.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-            (OutMode::None, _) => {
-                if let Some(n) = resp.advertised_length {
-                    let _ = write!(t, "content-length: {n}\r\n");
-                }
-            }
-            (OutMode::Raw, _) => {}
-        }
-        if self.close_after {
-            t.extend_from_slice(b"connection: close\r\n");
-        }
-        t.extend_from_slice(b"\r\n");
+        let field = match (out, resp.framing) {
+            (OutMode::Same, Framing::Length(n)) => BodyField::Length(n),
+            (OutMode::Same | OutMode::Chunk, _) => BodyField::Chunked,
+            (OutMode::None, _) => resp.advertised_length.map_or(BodyField::Omitted, BodyField::Length),
+            (OutMode::Raw, _) => BodyField::Omitted,
+        };
+        write::response_head(
+            &mut self.to_client,
+            resp.status,
+            &resp.reason,
+            &resp.headers,
+            field,
+            self.close_after,
+        );
         self.ex.status = resp.status;
         let input_done = matches!(input, InFraming::None | InFraming::Length { remaining: 0 });
         self.phase = Phase::Relay { input, out, input_done, rewriter };
@@ -1098,7 +1066,8 @@ impl Conn {
         if out == OutMode::Raw {
             self.to_client.extend_from_slice(&self.scratch);
         } else {
-            let _ = write!(self.to_client, "{:x}\r\n", self.scratch.len());
+            write::push_hex(&mut self.to_client, self.scratch.len() as u64);
+            self.to_client.extend_from_slice(b"\r\n");
             self.to_client.extend_from_slice(&self.scratch);
             self.to_client.extend_from_slice(b"\r\n");
         }
@@ -1121,7 +1090,8 @@ impl Conn {
         else {
             return progressed;
         };
-        let mut bad_chunk = false;
+        // Why the body was cut short, if it was.
+        let mut cut: Option<&'static str> = None;
         // Classify the unread bytes: pass them, copy them re-framed, or drop
         // them. Dropping needs the bytes before them written first.
         while self.skip == 0 && !input_done {
@@ -1146,7 +1116,7 @@ impl Conn {
                     Ok(None) => break,
                     Err(e) => {
                         warn!("conn {}: invalid chunked body from upstream: {e}", self.id);
-                        bad_chunk = true;
+                        cut = Some("invalid chunked body from upstream");
                         break;
                     }
                 },
@@ -1211,10 +1181,10 @@ impl Conn {
                 progressed = true;
             } else if !input_done {
                 debug!("conn {}: upstream closed mid-body", self.id);
-                bad_chunk = true;
+                cut = cut.or(Some("upstream closed mid-body"));
             }
         }
-        if bad_chunk {
+        if let Some(ending) = cut {
             // Headers are gone already: the only honest signal left is to
             // flush what arrived and close without a terminating chunk
             // (R31: a truncated body is never presented as complete).
@@ -1222,7 +1192,7 @@ impl Conn {
             if let Some(u) = self.upstream.take() {
                 self.released = Some((u.stream, false));
             }
-            self.log_exchange(ctx.now);
+            self.log_exchange(ctx.now, &ending);
             self.phase = Phase::Reply { close: true, reason: CloseReason::UpstreamTruncated };
             return true;
         }
@@ -1247,7 +1217,7 @@ impl Conn {
     }
 
     fn finish_exchange(&mut self, ctx: &Ctx) {
-        self.log_exchange(ctx.now);
+        self.log_exchange(ctx.now, &"complete");
         let reusable = self.upstream_reusable && self.upstream_buf.is_empty() && !ctx.shutting_down;
         match self.upstream.as_mut() {
             Some(u) if reusable && !self.close_after => {
@@ -1343,38 +1313,4 @@ fn fill_from(stream: &mut TcpStream, ready: &mut Ready, buf: &mut Buf) -> (usize
         }
     }
     (total, false)
-}
-
-/// Who may use the proxy (R26, R27): before any upstream contact, the
-/// request must name the proxy by a loopback Host (a DNS-rebound name cannot)
-/// or carry the client token, and any Origin must be a loopback or listed
-/// one. Only origin-form targets are relayed: an absolute-form target would
-/// name an authority other than the one checked.
-fn admission(req: &RequestHead, ctx: &Ctx) -> Option<(u16, &'static str)> {
-    let target = req.target.as_slice();
-    if !(target.starts_with(b"/") || (target == b"*" && req.is_method(b"OPTIONS"))) {
-        return Some((400, "request target must be a path"));
-    }
-    match &ctx.config.client_token {
-        None => {
-            let host = req.headers.get(b"host").unwrap_or_default();
-            if !guard::host_allowed(host, ctx.listen_port) {
-                return Some((403, "Host not allowed"));
-            }
-        }
-        Some(secret) => {
-            let presented = req.headers.get(b"authorization").unwrap_or_default();
-            if !guard::bearer_matches(presented, secret.as_bytes()) {
-                return Some((401, "client token required"));
-            }
-        }
-    }
-    if let Some(origin) = req.headers.get(b"origin") {
-        let extra: smallvec::SmallVec<[&[u8]; 4]> =
-            ctx.config.allow_origins.iter().map(|o| o.as_bytes()).collect();
-        if !guard::origin_allowed(origin, &extra) {
-            return Some((403, "Origin not allowed"));
-        }
-    }
-    None
 }
