@@ -1,0 +1,426 @@
+//! The upstream-to-client direction: read the response head, relay the
+//! body (re-framed when it must be), and write the client output queue.
+
+use super::answer::Answer;
+use super::{fill_from, CloseReason, Conn, Ctx, Phase};
+use crate::http::chunked::{ChunkTracker, Piece};
+use crate::http::framing::Framing;
+use crate::http::head::{self, ResponseHead};
+use crate::http::write::{self, BodyField};
+use crate::io::{slices_after, write_vectored, Outcome};
+use crate::limits::IO_BUF_SIZE;
+use crate::mcp::sse::EndpointRewriter;
+use log::{debug, warn};
+use std::mem;
+use std::time::Instant;
+
+/// How the response body is written to the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum OutMode {
+    /// No body.
+    None,
+    /// Bytes pass through unchanged (Content-Length, or chunked with
+    /// trailers dropped).
+    Same,
+    /// Payload re-framed as chunks by the proxy (close-delimited upstream
+    /// body to an HTTP/1.1 client).
+    Chunk,
+    /// Payload only, close-delimited (HTTP/1.0 client).
+    Raw,
+}
+
+/// How the upstream body ends.
+#[derive(Clone, Debug)]
+pub(super) enum InFraming {
+    None,
+    Length { remaining: u64 },
+    Chunked(ChunkTracker),
+    UntilClose,
+}
+
+impl Conn {
+    pub(super) fn client_output_pending(&self) -> bool {
+        self.to_client_pos < self.to_client.len() || self.pass > 0
+    }
+
+    /// Write queued bytes to the client: `to_client`, then `pass` bytes of
+    /// `upstream_buf`, in one vectored write per round.
+    pub(super) fn flush_client(&mut self, now: Instant) -> bool {
+        let mut progressed = false;
+        while self.client_output_pending() && self.client_ready.writable {
+            let own_len = self.to_client.len() - self.to_client_pos;
+            let (n, outcome) = {
+                let own = &self.to_client[self.to_client_pos..];
+                let passed = &self.upstream_buf.data()[..self.pass];
+                let slices = slices_after::<2>(&[own, passed], 0);
+                write_vectored(&mut self.client, &slices)
+            };
+            let own_n = n.min(own_len);
+            self.to_client_pos += own_n;
+            let pass_n = n - own_n;
+            if pass_n > 0 {
+                self.upstream_buf.consume(pass_n);
+                self.pass -= pass_n;
+                self.ex.bytes_out += pass_n as u64;
+            }
+            if self.to_client_pos == self.to_client.len() {
+                self.to_client.clear();
+                self.to_client_pos = 0;
+            }
+            if n > 0 {
+                progressed = true;
+                self.last_activity = now;
+            }
+            match outcome {
+                Outcome::Open => {}
+                Outcome::WouldBlock => self.client_ready.writable = false,
+                Outcome::Closed | Outcome::Error(_) => {
+                    self.log_exchange(now, &CloseReason::ClientClosed);
+                    self.close(CloseReason::ClientClosed);
+                    return true;
+                }
+            }
+        }
+        if self.pass == 0 && self.skip > 0 {
+            self.upstream_buf.consume(self.skip);
+            self.skip = 0;
+            progressed = true;
+        }
+        progressed
+    }
+
+    /// Read from the upstream into `upstream_buf`; returns (bytes, eof/error).
+    /// A read that fills all the room while nothing waits for the client
+    /// grows the buffer for the next one (fewer syscalls on busy streams; a
+    /// quiet stream gives it back).
+    pub(super) fn read_upstream(&mut self) -> (usize, bool) {
+        let Some(u) = self.upstream.as_mut() else {
+            return (0, false);
+        };
+        if !self.upstream_buf.has_space() && self.pass == 0 && self.to_client.is_empty() {
+            self.upstream_buf.grow();
+        }
+        let (total, eof) = fill_from(&mut u.stream, &mut u.ready, &mut self.upstream_buf);
+        if total > 0 {
+            u.received = true;
+        }
+        (total, eof)
+    }
+
+    pub(super) fn read_response_head(&mut self, ctx: &Ctx) -> bool {
+        if !self.upstream_buf.has_space() {
+            self.upstream_buf.grow();
+        }
+        let (n, eof) = self.read_upstream();
+        let mut progressed = n > 0;
+        if n > 0 {
+            self.last_activity = ctx.now;
+        }
+        loop {
+            if self.upstream_buf.is_empty() {
+                break;
+            }
+            match head::parse_response(self.upstream_buf.data(), self.ex.method.as_slice() == b"HEAD") {
+                Ok(Some(resp)) if resp.is_interim() => {
+                    // 100 Continue and 103 Early Hints are interim (RFC
+                    // 9110 §15.2: the final response follows them) and are
+                    // not relayed; 101 cannot happen: Upgrade is never
+                    // forwarded.
+                    self.upstream_buf.consume(resp.len);
+                    if resp.status == 101 {
+                        warn!("conn {}: upstream switched protocols unasked", self.id);
+                        self.reply_error(ctx.now, Answer::BadUpstream);
+                        return true;
+                    }
+                    progressed = true;
+                }
+                Ok(Some(resp)) => {
+                    self.upstream_buf.consume(resp.len);
+                    self.start_relay(resp, ctx);
+                    // Classify the body bytes already here so that head and
+                    // body leave in one write.
+                    self.relay(ctx);
+                    return true;
+                }
+                Ok(None) => {
+                    if !self.upstream_buf.has_space() && !self.upstream_buf.grow() {
+                        warn!("conn {}: upstream response head too large", self.id);
+                        self.reply_error(ctx.now, Answer::BadUpstream);
+                        return true;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    warn!("conn {}: invalid upstream response: {e}", self.id);
+                    self.reply_error(ctx.now, Answer::BadUpstream);
+                    return true;
+                }
+            }
+        }
+        if eof {
+            self.upstream_lost_before_response(ctx);
+            return true;
+        }
+        progressed
+    }
+
+    pub(super) fn start_relay(&mut self, mut resp: ResponseHead, ctx: &Ctx) {
+        let http10 = self.ex.http10;
+        let sse = resp
+            .headers
+            .get(b"content-type")
+            .is_some_and(|v| v.len() >= 17 && v[..17].eq_ignore_ascii_case(b"text/event-stream"));
+        // Legacy SSE (MCP specification 2024-11-05, Transports, HTTP with
+        // SSE): the first event of a GET stream, `endpoint`, may announce an
+        // absolute upstream URL. Only bodies that can carry events qualify.
+        let rewrite = sse
+            && self.ex.method.as_slice() == b"GET"
+            && resp.status == 200
+            && resp.framing != Framing::None
+            && !self.ex.client_host.is_empty();
+        let (input, out) = match resp.framing {
+            Framing::None => (InFraming::None, OutMode::None),
+            _ if http10 => (in_framing(resp.framing), OutMode::Raw),
+            Framing::Length(_) if rewrite => (in_framing(resp.framing), OutMode::Chunk),
+            Framing::Length(_) | Framing::Chunked => (in_framing(resp.framing), OutMode::Same),
+            Framing::UntilClose => (InFraming::UntilClose, OutMode::Chunk),
+        };
+        let rewriter = rewrite.then(|| {
+            Box::new(EndpointRewriter::new(ctx.config.upstream.authority.as_bytes(), &self.ex.client_host))
+        });
+        self.upstream_reusable = resp.keep_alive;
+        if out == OutMode::Raw {
+            self.close_after = true;
+        }
+        if let Some(loc) = resp.headers.get(b"location") {
+            let upstream = ctx.config.upstream.authority.as_bytes();
+            if let Some(new) = crate::mcp::sse::rewrite_location(loc, upstream, &self.ex.client_host) {
+                let _ = resp.headers.set(b"location", &new);
+            }
+        }
+        if sse && resp.headers.get(b"x-accel-buffering").is_none() {
+            // Tell any buffering intermediary after us (nginx honours
+            // `X-Accel-Buffering: no`) to pass each event on as it comes.
+            let _ = resp.headers.set(b"x-accel-buffering", b"no");
+        }
+        let field = match (out, resp.framing) {
+            (OutMode::Same, Framing::Length(n)) => BodyField::Length(n),
+            (OutMode::Same | OutMode::Chunk, _) => BodyField::Chunked,
+            (OutMode::None, _) => resp.advertised_length.map_or(BodyField::Omitted, BodyField::Length),
+            (OutMode::Raw, _) => BodyField::Omitted,
+        };
+        write::response_head(
+            &mut self.to_client,
+            resp.status,
+            &resp.reason,
+            &resp.headers,
+            field,
+            self.close_after,
+        );
+        self.ex.status = resp.status;
+        let input_done = matches!(input, InFraming::None | InFraming::Length { remaining: 0 });
+        self.phase = Phase::Relay { input, out, input_done, rewriter };
+        if input_done {
+            // An empty body: nothing for the rewriter to see.
+            if let Phase::Relay { rewriter, .. } = &mut self.phase {
+                *rewriter = None;
+            }
+        }
+    }
+
+    /// Queue payload bytes made by the proxy (rewritten SSE), framed as one
+    /// chunk unless the client reads a close-delimited body.
+    pub(super) fn emit_payload(&mut self, out: OutMode) {
+        if self.scratch.is_empty() {
+            return;
+        }
+        if out == OutMode::Raw {
+            self.to_client.extend_from_slice(&self.scratch);
+        } else {
+            write::push_hex(&mut self.to_client, self.scratch.len() as u64);
+            self.to_client.extend_from_slice(b"\r\n");
+            self.to_client.extend_from_slice(&self.scratch);
+            self.to_client.extend_from_slice(b"\r\n");
+        }
+        self.ex.bytes_out += self.scratch.len() as u64;
+        self.scratch.clear();
+    }
+
+    pub(super) fn relay(&mut self, ctx: &Ctx) -> bool {
+        let Phase::Relay { input_done, .. } = &self.phase else { return false };
+        let (mut n, mut eof) = (0, false);
+        if !*input_done {
+            (n, eof) = self.read_upstream();
+        }
+        let mut progressed = n > 0;
+        if n > 0 {
+            self.last_activity = ctx.now;
+        }
+        let Phase::Relay { mut input, out, mut input_done, mut rewriter } =
+            mem::replace(&mut self.phase, Phase::ReadHead)
+        else {
+            return progressed;
+        };
+        // Why the body was cut short, if it was.
+        let mut cut: Option<&'static str> = None;
+        // Classify the unread bytes: pass them, copy them re-framed, or drop
+        // them. Dropping needs the bytes before them written first.
+        while self.skip == 0 && !input_done {
+            let avail = &self.upstream_buf.data()[self.pass..];
+            let copying = out == OutMode::Chunk || rewriter.is_some();
+            if avail.is_empty() || (copying && self.to_client.len() > IO_BUF_SIZE) {
+                break;
+            }
+            let (len, piece) = match &mut input {
+                InFraming::None => break,
+                InFraming::Length { remaining } => {
+                    let n = (*remaining).min(avail.len() as u64);
+                    *remaining -= n;
+                    input_done = *remaining == 0;
+                    (n as usize, Piece::Data)
+                }
+                InFraming::Chunked(t) => match t.step(avail) {
+                    Ok(Some(step)) => {
+                        input_done = t.is_done();
+                        (step.len, step.piece)
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        warn!("conn {}: invalid chunked body from upstream: {e}", self.id);
+                        cut = Some("invalid chunked body from upstream");
+                        break;
+                    }
+                },
+                InFraming::UntilClose => (avail.len(), Piece::Data),
+            };
+            progressed = true;
+            if let Some(rw) = rewriter.as_mut() {
+                // Nothing is passed while rewriting (pass == 0): payload goes
+                // through the rewriter, upstream framing is replaced by ours.
+                if piece == Piece::Data {
+                    rw.feed(&avail[..len], &mut self.scratch);
+                }
+                self.upstream_buf.consume(len);
+                if input_done {
+                    rw.finish(&mut self.scratch);
+                }
+                self.emit_payload(out);
+                let boundary = match &input {
+                    InFraming::Chunked(t) => t.at_chunk_boundary(),
+                    _ => true,
+                };
+                if input_done && out != OutMode::Raw {
+                    // Ours: the upstream's last chunk (if any) was dropped
+                    // with its framing.
+                    self.to_client.extend_from_slice(b"0\r\n\r\n");
+                }
+                if input_done || (rw.is_done() && boundary) {
+                    rewriter = None;
+                }
+                continue;
+            }
+            match (out, piece) {
+                (OutMode::Same, Piece::Data | Piece::Framing) | (OutMode::Raw, Piece::Data) => {
+                    self.pass += len
+                }
+                (OutMode::Chunk, Piece::Data) => {
+                    self.scratch.extend_from_slice(&avail[..len]);
+                    self.upstream_buf.consume(len);
+                    self.emit_payload(out);
+                    if input_done {
+                        // A Content-Length body re-framed after a rewrite.
+                        self.to_client.extend_from_slice(b"0\r\n\r\n");
+                    }
+                }
+                _ if self.pass == 0 => self.upstream_buf.consume(len),
+                _ => self.skip = len,
+            }
+        }
+        if eof {
+            if let Some(u) = self.upstream.take() {
+                self.released = Some((u.stream, false));
+            }
+            if matches!(input, InFraming::UntilClose) && self.upstream_buf.len() == self.pass {
+                input_done = true;
+                if let Some(mut rw) = rewriter.take() {
+                    rw.finish(&mut self.scratch);
+                    self.emit_payload(out);
+                }
+                if out == OutMode::Chunk {
+                    self.to_client.extend_from_slice(b"0\r\n\r\n");
+                }
+                progressed = true;
+            } else if !input_done {
+                debug!("conn {}: upstream closed mid-body", self.id);
+                cut = cut.or(Some("upstream closed mid-body"));
+            }
+        }
+        if let Some(ending) = cut {
+            // Headers are gone already: the only honest signal left is to
+            // flush what arrived and close without a terminating chunk
+            // (RFC 9112 §8: a chunked body without its zero-size last chunk
+            // is incomplete, so a truncated body is never presented as
+            // complete).
+            self.upstream_reusable = false;
+            if let Some(u) = self.upstream.take() {
+                self.released = Some((u.stream, false));
+            }
+            self.log_exchange(ctx.now, &ending);
+            self.phase = Phase::Reply { close: true, reason: CloseReason::UpstreamTruncated };
+            return true;
+        }
+        self.phase = Phase::Relay { input, out, input_done, rewriter };
+        progressed |= self.flush_client(ctx.now);
+        if input_done && !self.client_output_pending() && self.skip == 0 {
+            if let Phase::Relay { .. } = self.phase {
+                self.finish_exchange(ctx);
+                return true;
+            }
+        }
+        // A quiet stream holds no buffer: memory per open SSE stream is the
+        // connection struct, not two 16 KiB buffers (the relay bench holds
+        // it to 16 KiB per idle stream).
+        let upstream_idle = self.upstream.as_ref().is_some_and(|u| !u.ready.readable);
+        if upstream_idle && self.pass == 0 && self.skip == 0 {
+            self.upstream_buf.release_if_empty();
+        }
+        if !self.client_ready.readable {
+            self.client_buf.release_if_empty();
+        }
+        progressed
+    }
+
+    pub(super) fn finish_exchange(&mut self, ctx: &Ctx) {
+        self.log_exchange(ctx.now, &"complete");
+        let reusable = self.upstream_reusable && self.upstream_buf.is_empty() && !ctx.shutting_down;
+        match self.upstream.as_mut() {
+            Some(u) if reusable && !self.close_after => {
+                // Keep it for this client's next request.
+                u.reused = true;
+                u.received = false;
+                self.upstream_idle_since = Some(ctx.now);
+            }
+            Some(_) => {
+                if let Some(u) = self.upstream.take() {
+                    self.released = Some((u.stream, reusable));
+                }
+            }
+            None => {}
+        }
+        self.upstream_buf.clear();
+        if self.close_after {
+            self.linger(ctx.now, CloseReason::Done);
+        } else {
+            self.next_exchange(ctx.now);
+        }
+    }
+}
+
+pub(super) fn in_framing(f: Framing) -> InFraming {
+    match f {
+        Framing::None => InFraming::None,
+        Framing::Length(n) => InFraming::Length { remaining: n },
+        Framing::Chunked => InFraming::Chunked(ChunkTracker::new()),
+        Framing::UntilClose => InFraming::UntilClose,
+    }
+}
