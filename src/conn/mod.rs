@@ -3,9 +3,17 @@
 //! be done and returns a `Verdict`; the event loop owns `Poll`, the pool and
 //! the sockets' registration. A failing connection only closes itself.
 //!
-//! Phases of one exchange (`mem::replace` + `match` for every transition):
+//! Phases of one exchange, each holding its own data:
 //! `ReadHead -> [ReadBody] -> Connect -> SendRequest -> ReadResponseHead ->
-//! Relay -> ReadHead | Closing`, plus `Reply` for proxy-generated answers.
+//! Relay -> ReadHead | Linger -> Closed`, plus `Reply` for proxy-made answers
+//! (and for what arrived of a truncated response), after which the
+//! connection goes on (`ReadHead`) or lingers. Every change goes through
+//! `set_phase`, which logs it at `trace`; a phase taken out to be worked on
+//! (`take_phase`) leaves `Closed` behind until it is put back.
+//!
+//! `request` is the client-to-upstream direction, `response` the
+//! upstream-to-client one with the client output queue, `upstream` the
+//! upstream socket; `answer` and `editor` decide without a socket.
 
 mod answer;
 pub mod editor;
@@ -22,13 +30,14 @@ use crate::io::{read_into, Outcome};
 use crate::limits::{ANSWER_FLUSH_TIMEOUT, MAX_IO_PER_EVENT, MAX_REQUEST_HEAD};
 use crate::mcp::sse::EndpointRewriter;
 use answer::Answer;
-use log::{debug, info, warn};
+use log::{debug, info, trace, warn};
 use mio::net::TcpStream;
-use response::{InFraming, OutMode};
+use request::Exchange;
+use response::{ClientOut, InFraming, OutMode};
 use std::fmt;
 use std::mem;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use upstream::UpstreamSock;
 
 /// What the event loop hands a connection on every drive: configuration,
@@ -75,6 +84,8 @@ pub enum CloseReason {
     IdleTimeout,
     Done,
     Shutdown,
+    /// A phase taken out to be worked on was not put back (a bug).
+    PhaseLost,
 }
 
 impl fmt::Display for CloseReason {
@@ -91,6 +102,7 @@ impl fmt::Display for CloseReason {
             CloseReason::IdleTimeout => "exchange idle timeout",
             CloseReason::Done => "exchange done, connection not reusable",
             CloseReason::Shutdown => "shutting down",
+            CloseReason::PhaseLost => "internal error: phase not put back",
         })
     }
 }
@@ -163,40 +175,6 @@ impl Phase {
     }
 }
 
-/// The current request/response pair. Its vectors are reused across
-/// exchanges on one connection.
-#[derive(Default)]
-struct Exchange {
-    method: smallvec::SmallVec<[u8; 16]>,
-    target: smallvec::SmallVec<[u8; 64]>,
-    /// The Host the client used (for `Location` rewriting).
-    client_host: smallvec::SmallVec<[u8; 32]>,
-    http10: bool,
-    /// The rewritten request head for the upstream.
-    head_out: Vec<u8>,
-    /// The whole request body (de-chunked), read before anything is sent.
-    body: Vec<u8>,
-    /// The client delimited a body (Content-Length or chunked).
-    framed: bool,
-    /// End-to-end request fields as they go upstream.
-    headers: crate::http::headers::HeaderList,
-    start: Option<Instant>,
-    status: u16,
-    bytes_out: u64,
-    /// A stale pooled connection was already replaced once.
-    retried: bool,
-    /// Splices that put the agent's name into the body.
-    plan: crate::mcp::stamp::Plan,
-}
-
-impl Exchange {
-    /// May be sent again after a stale pooled connection failed (RFC 9110
-    /// §9.2.2).
-    fn idempotent(&self) -> bool {
-        matches!(self.method.as_slice(), b"GET" | b"HEAD" | b"OPTIONS" | b"DELETE" | b"PUT")
-    }
-}
-
 pub struct Conn {
     id: u64,
     peer: SocketAddr,
@@ -207,15 +185,9 @@ pub struct Conn {
     released: Option<(TcpStream, bool)>,
     client_buf: Buf,
     upstream_buf: Buf,
-    /// Proxy-made bytes for the client (heads, 100 Continue, re-framed
-    /// chunks, canned replies), written before `pass` bytes.
-    to_client: Vec<u8>,
-    to_client_pos: usize,
-    /// Bytes at the front of `upstream_buf` to pass to the client as they are.
-    pass: usize,
-    /// Bytes right after `pass` to drop once `pass` is written (trailers,
-    /// chunk framing for HTTP/1.0 clients).
-    skip: usize,
+    /// What is owed to the client: proxy-made bytes, then bytes of
+    /// `upstream_buf` passed as they are.
+    out: ClientOut,
     phase: Phase,
     ex: Exchange,
     /// The client connection closes once the current exchange is done.
@@ -231,8 +203,6 @@ pub struct Conn {
     /// The upstream socket is kept, idle, for this client's next request
     /// (since when): no trip through the pool, no epoll_ctl, no probe.
     upstream_idle_since: Option<Instant>,
-    /// Output of the SSE endpoint rewriter before it is framed.
-    scratch: Vec<u8>,
 }
 
 impl Conn {
@@ -247,10 +217,7 @@ impl Conn {
             released: None,
             client_buf: Buf::new(MAX_REQUEST_HEAD),
             upstream_buf: Buf::new(crate::limits::MAX_RELAY_BUF),
-            to_client: Vec::new(),
-            to_client_pos: 0,
-            pass: 0,
-            skip: 0,
+            out: ClientOut::default(),
             phase: Phase::ReadHead,
             ex: Exchange::default(),
             close_after: false,
@@ -259,8 +226,29 @@ impl Conn {
             scanned: 0,
             upstream_reusable: false,
             upstream_idle_since: None,
-            scratch: Vec::new(),
         }
+    }
+
+    /// Every phase change goes through here.
+    fn set_phase(&mut self, next: Phase) {
+        trace!("conn {}: {} -> {}", self.id, self.phase.name(), next.name());
+        self.phase = next;
+    }
+
+    /// Takes the phase out to work on its data, leaving `Closed` behind: a
+    /// path that forgets to put it back closes the connection instead of
+    /// leaving it in a live phase.
+    fn take_phase(&mut self) -> Phase {
+        mem::replace(&mut self.phase, Phase::Closed(CloseReason::PhaseLost))
+    }
+
+    /// Puts back a phase taken with `take_phase` (no change of phase).
+    fn put_back(&mut self, phase: Phase) {
+        debug_assert!(
+            matches!(self.phase, Phase::Closed(CloseReason::PhaseLost)),
+            "phase put back over a live one"
+        );
+        self.phase = phase;
     }
 
     /// Why the connection closed, once it has.
@@ -311,7 +299,7 @@ impl Conn {
     fn close(&mut self, reason: CloseReason) {
         debug!("conn {} ({}): closed in {}: {reason}", self.id, self.peer, self.phase.name());
         self.release_upstream();
-        self.phase = Phase::Closed(reason);
+        self.set_phase(Phase::Closed(reason));
     }
 
     /// The exchange's one `info` line, saying how it ended.
@@ -333,17 +321,16 @@ impl Conn {
         self.release_upstream();
         let close = answer.closes() || self.close_after || self.ex.http10;
         let mut body = Vec::new();
-        let len = answer.write(close, &mut body, &mut self.to_client);
+        let len = answer.write(close, &mut body, self.out.own());
         self.ex.status = answer.status();
         self.ex.bytes_out = len as u64;
         if self.ex.start.is_none() {
             self.ex.start = Some(now);
         }
         self.log_exchange(now, &answer);
-        self.pass = 0;
-        self.skip = 0;
+        self.out.drop_upstream_bytes();
         self.upstream_buf.clear();
-        self.phase = Phase::Reply { close, reason: answer.close_reason() };
+        self.set_phase(Phase::Reply { close, reason: answer.close_reason() });
     }
 
     /// Move bytes until nothing more can be done now.
@@ -381,17 +368,17 @@ impl Conn {
 
     fn on_deadline(&mut self, ctx: &Ctx) {
         let now = ctx.now;
-        match mem::replace(&mut self.phase, Phase::ReadHead) {
-            Phase::ReadHead if self.request_started.is_none() => {
-                self.phase = Phase::ReadHead;
-                self.close(CloseReason::ClientIdle);
-            }
+        match self.phase {
+            Phase::ReadHead if self.request_started.is_none() => self.close(CloseReason::ClientIdle),
             Phase::ReadHead | Phase::ReadBody { .. } => {
                 warn!("conn {}: request head or body not received in time", self.id);
                 self.reply_error(now, Answer::RequestTimeout);
             }
-            Phase::Connect { attempt, retry_at: Some(_), since } => {
-                self.phase = Phase::Connect { attempt, retry_at: None, since };
+            Phase::Connect { retry_at: Some(_), .. } => {
+                // The retry delay is over: ask the loop for a socket again.
+                if let Phase::Connect { retry_at, .. } = &mut self.phase {
+                    *retry_at = None;
+                }
             }
             Phase::Connect { .. } => {
                 warn!("conn {}: upstream connect timed out", self.id);
@@ -407,7 +394,7 @@ impl Conn {
             }
             Phase::Reply { .. } => self.close(CloseReason::ClientError),
             Phase::Linger { reason, .. } => self.close(reason),
-            closed @ Phase::Closed(_) => self.phase = closed,
+            Phase::Closed(_) => {}
         }
     }
 
@@ -435,7 +422,7 @@ impl Conn {
             Phase::ReadResponseHead { .. } => self.read_response_head(ctx),
             Phase::Relay { .. } => self.relay(ctx),
             Phase::Reply { close, reason } => {
-                if self.client_output_pending() {
+                if self.out.pending() {
                     false
                 } else if close {
                     self.linger(ctx.now, reason);
@@ -459,43 +446,14 @@ impl Conn {
     }
 
     fn next_exchange(&mut self, now: Instant) -> bool {
-        self.phase = Phase::ReadHead;
+        self.set_phase(Phase::ReadHead);
         self.scanned = 0;
         // Pipelined bytes already here start the next request's clock.
         self.request_started = if self.client_buf.is_empty() { None } else { Some(now) };
         self.last_activity = now;
         true
     }
-
-    /// Shut our sending side and drain the client for a moment before the
-    /// socket is dropped.
-    fn linger(&mut self, now: Instant, reason: CloseReason) {
-        self.release_upstream();
-        let _ = self.client.shutdown(std::net::Shutdown::Write);
-        self.client_buf.clear();
-        self.phase = Phase::Linger { until: now + LINGER, reason };
-    }
-
-    fn drain_client(&mut self) -> bool {
-        let Phase::Linger { reason, .. } = self.phase else {
-            return false;
-        };
-        loop {
-            self.client_buf.clear();
-            let (n, gone) = self.read_client();
-            if gone {
-                self.close(reason);
-                return true;
-            }
-            if n == 0 {
-                return false;
-            }
-        }
-    }
 }
-
-/// How long a closing connection drains unread client bytes.
-const LINGER: Duration = Duration::from_secs(2);
 
 /// Read into `buf` until the socket is drained or `buf` is full; returns
 /// (bytes, eof/error). With edge-triggered readiness a short read means the

@@ -10,13 +10,76 @@ use crate::http::head::{self, RequestHead};
 use crate::io::{slices_after, write_vectored, Outcome};
 use crate::limits::{MAX_REQUEST_HEAD, MAX_STAMP_BODY};
 use log::{debug, warn};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long a closing connection drains unread client bytes.
+const LINGER: Duration = Duration::from_secs(2);
 
 /// RFC 9110 §10.1.1: a client that sent `Expect: 100-continue` waits for
 /// this before its body.
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
+/// The current request/response pair. Its vectors are reused across
+/// exchanges on one connection.
+#[derive(Default)]
+pub(super) struct Exchange {
+    pub(super) method: smallvec::SmallVec<[u8; 16]>,
+    pub(super) target: smallvec::SmallVec<[u8; 64]>,
+    /// The Host the client used (for `Location` rewriting).
+    pub(super) client_host: smallvec::SmallVec<[u8; 32]>,
+    pub(super) http10: bool,
+    /// The rewritten request head for the upstream.
+    pub(super) head_out: Vec<u8>,
+    /// The whole request body (de-chunked), read before anything is sent.
+    pub(super) body: Vec<u8>,
+    /// The client delimited a body (Content-Length or chunked).
+    pub(super) framed: bool,
+    /// End-to-end request fields as they go upstream.
+    pub(super) headers: crate::http::headers::HeaderList,
+    pub(super) start: Option<Instant>,
+    pub(super) status: u16,
+    pub(super) bytes_out: u64,
+    /// A stale pooled connection was already replaced once.
+    pub(super) retried: bool,
+    /// Splices that put the agent's name into the body.
+    pub(super) plan: crate::mcp::stamp::Plan,
+}
+
+impl Exchange {
+    /// May be sent again after a stale pooled connection failed (RFC 9110
+    /// §9.2.2).
+    pub(super) fn idempotent(&self) -> bool {
+        matches!(self.method.as_slice(), b"GET" | b"HEAD" | b"OPTIONS" | b"DELETE" | b"PUT")
+    }
+}
+
 impl Conn {
+    /// Shut our sending side and drain the client for a moment before the
+    /// socket is dropped.
+    pub(super) fn linger(&mut self, now: Instant, reason: CloseReason) {
+        self.release_upstream();
+        let _ = self.client.shutdown(std::net::Shutdown::Write);
+        self.client_buf.clear();
+        self.set_phase(Phase::Linger { until: now + LINGER, reason });
+    }
+
+    pub(super) fn drain_client(&mut self) -> bool {
+        let Phase::Linger { reason, .. } = self.phase else {
+            return false;
+        };
+        loop {
+            self.client_buf.clear();
+            let (n, gone) = self.read_client();
+            if gone {
+                self.close(reason);
+                return true;
+            }
+            if n == 0 {
+                return false;
+            }
+        }
+    }
+
     /// Read from the client into `client_buf`; returns (bytes, eof/error).
     pub(super) fn read_client(&mut self) -> (usize, bool) {
         fill_from(&mut self.client, &mut self.client_ready, &mut self.client_buf)
@@ -130,13 +193,13 @@ impl Conn {
             }
         }
         if req.expect_continue && req.framing != Framing::None {
-            self.to_client.extend_from_slice(CONTINUE);
+            self.out.own().extend_from_slice(CONTINUE);
         }
         self.ex.headers = req.headers;
         // Every body is read whole before anything goes upstream, so that
         // all of it is scanned (`editor::plan_request` states the rule).
         match BodyReader::new(req.framing, MAX_STAMP_BODY) {
-            Some(reader) => self.phase = Phase::ReadBody { reader },
+            Some(reader) => self.set_phase(Phase::ReadBody { reader }),
             None => self.finish_request_head(ctx),
         }
     }
@@ -159,7 +222,7 @@ impl Conn {
                 return;
             }
         }
-        self.phase = Phase::Connect { attempt: 0, retry_at: None, since: ctx.now };
+        self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
     }
 
     pub(super) fn read_body(&mut self, ctx: &Ctx) -> bool {
@@ -252,7 +315,7 @@ impl Conn {
             self.last_activity = ctx.now;
         }
         if done {
-            self.phase = Phase::ReadResponseHead { since: ctx.now };
+            self.set_phase(Phase::ReadResponseHead { since: ctx.now });
             return true;
         }
         progressed

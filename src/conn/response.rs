@@ -3,6 +3,7 @@
 
 use super::answer::Answer;
 use super::{fill_from, CloseReason, Conn, Ctx, Phase};
+use crate::buf::Buf;
 use crate::http::chunked::{ChunkTracker, Piece};
 use crate::http::framing::Framing;
 use crate::http::head::{self, ResponseHead};
@@ -11,7 +12,6 @@ use crate::io::{slices_after, write_vectored, Outcome};
 use crate::limits::IO_BUF_SIZE;
 use crate::mcp::sse::EndpointRewriter;
 use log::{debug, warn};
-use std::mem;
 use std::time::Instant;
 
 /// How the response body is written to the client.
@@ -38,35 +38,119 @@ pub(super) enum InFraming {
     UntilClose,
 }
 
-impl Conn {
-    pub(super) fn client_output_pending(&self) -> bool {
-        self.to_client_pos < self.to_client.len() || self.pass > 0
+/// The bytes owed to the client, in order: `own[pos..]`, made by the proxy
+/// (heads, 100 Continue, re-framed chunks, answers), then the first `pass`
+/// bytes of the upstream buffer as they are. Once those are written, the
+/// `skip` bytes right after them (framing or trailers the client must not
+/// see) are dropped. `relay` classifies upstream bytes into it and
+/// `flush_client` writes it out.
+///
+/// Invariant: `pos <= own.len()`; `pass + skip <= upstream_buf.len()`;
+/// `own` is emptied (and `pos` reset) as soon as it is all written.
+#[derive(Default)]
+pub(super) struct ClientOut {
+    own: Vec<u8>,
+    pos: usize,
+    pass: usize,
+    skip: usize,
+    /// Payload made by the proxy (rewritten SSE) before it is framed.
+    scratch: Vec<u8>,
+}
+
+impl ClientOut {
+    /// Anything left to write.
+    pub(super) fn pending(&self) -> bool {
+        self.pos < self.own.len() || self.pass > 0
     }
 
-    /// Write queued bytes to the client: `to_client`, then `pass` bytes of
-    /// `upstream_buf`, in one vectored write per round.
+    /// Proxy-made bytes to append to.
+    pub(super) fn own(&mut self) -> &mut Vec<u8> {
+        &mut self.own
+    }
+
+    /// Nothing of the upstream buffer is owed: it may be released.
+    pub(super) fn holds_no_upstream_bytes(&self) -> bool {
+        self.pass == 0 && self.skip == 0
+    }
+
+    /// Forget the upstream bytes owed (the upstream buffer is being cleared).
+    pub(super) fn drop_upstream_bytes(&mut self) {
+        self.pass = 0;
+        self.skip = 0;
+    }
+
+    /// One vectored write of `own[pos..]` then the passed bytes; returns
+    /// (bytes written, of which passed, outcome).
+    fn write_to(&mut self, sock: &mut mio::net::TcpStream, upstream: &mut Buf) -> (usize, usize, Outcome) {
+        self.check(upstream);
+        let own_len = self.own.len() - self.pos;
+        let (n, outcome) = {
+            let own = &self.own[self.pos..];
+            let passed = &upstream.data()[..self.pass];
+            let slices = slices_after::<2>(&[own, passed], 0);
+            write_vectored(sock, &slices)
+        };
+        let own_n = n.min(own_len);
+        self.pos += own_n;
+        let pass_n = n - own_n;
+        if pass_n > 0 {
+            upstream.consume(pass_n);
+            self.pass -= pass_n;
+        }
+        if self.pos == self.own.len() {
+            self.own.clear();
+            self.pos = 0;
+        }
+        (n, pass_n, outcome)
+    }
+
+    /// Drops the skipped bytes once everything before them is written;
+    /// true if it did.
+    fn settle(&mut self, upstream: &mut Buf) -> bool {
+        if self.pass == 0 && self.skip > 0 {
+            upstream.consume(self.skip);
+            self.skip = 0;
+            return true;
+        }
+        false
+    }
+
+    /// Frames the proxy-made payload in `scratch` as one chunk (or as it is
+    /// for a close-delimited body) into `own`; returns its length.
+    fn emit(&mut self, out: OutMode) -> u64 {
+        if self.scratch.is_empty() {
+            return 0;
+        }
+        if out == OutMode::Raw {
+            self.own.extend_from_slice(&self.scratch);
+        } else {
+            write::push_hex(&mut self.own, self.scratch.len() as u64);
+            self.own.extend_from_slice(b"\r\n");
+            self.own.extend_from_slice(&self.scratch);
+            self.own.extend_from_slice(b"\r\n");
+        }
+        let n = self.scratch.len() as u64;
+        self.scratch.clear();
+        n
+    }
+
+    fn check(&self, upstream: &Buf) {
+        debug_assert!(self.pos <= self.own.len(), "client output cursor past its bytes");
+        debug_assert!(
+            self.pass + self.skip <= upstream.len(),
+            "client output owes more than the upstream buffer holds"
+        );
+        debug_assert!(self.pos == 0 || self.pos < self.own.len(), "written proxy bytes not released");
+    }
+}
+
+impl Conn {
+    /// Write the client output queue, one vectored write per round.
     pub(super) fn flush_client(&mut self, now: Instant) -> bool {
         let mut progressed = false;
-        while self.client_output_pending() && self.client_ready.writable {
-            let own_len = self.to_client.len() - self.to_client_pos;
-            let (n, outcome) = {
-                let own = &self.to_client[self.to_client_pos..];
-                let passed = &self.upstream_buf.data()[..self.pass];
-                let slices = slices_after::<2>(&[own, passed], 0);
-                write_vectored(&mut self.client, &slices)
-            };
-            let own_n = n.min(own_len);
-            self.to_client_pos += own_n;
-            let pass_n = n - own_n;
-            if pass_n > 0 {
-                self.upstream_buf.consume(pass_n);
-                self.pass -= pass_n;
-                self.ex.bytes_out += pass_n as u64;
-            }
-            if self.to_client_pos == self.to_client.len() {
-                self.to_client.clear();
-                self.to_client_pos = 0;
-            }
+        while self.out.pending() && self.client_ready.writable {
+            let (n, pass_n, outcome) = self.out.write_to(&mut self.client, &mut self.upstream_buf);
+            self.ex.bytes_out += pass_n as u64;
             if n > 0 {
                 progressed = true;
                 self.last_activity = now;
@@ -81,11 +165,7 @@ impl Conn {
                 }
             }
         }
-        if self.pass == 0 && self.skip > 0 {
-            self.upstream_buf.consume(self.skip);
-            self.skip = 0;
-            progressed = true;
-        }
+        progressed |= self.out.settle(&mut self.upstream_buf);
         progressed
     }
 
@@ -97,7 +177,7 @@ impl Conn {
         let Some(u) = self.upstream.as_mut() else {
             return (0, false);
         };
-        if !self.upstream_buf.has_space() && self.pass == 0 && self.to_client.is_empty() {
+        if !self.upstream_buf.has_space() && self.out.pass == 0 && self.out.own.is_empty() {
             self.upstream_buf.grow();
         }
         let (total, eof) = fill_from(&mut u.stream, &mut u.ready, &mut self.upstream_buf);
@@ -210,7 +290,7 @@ impl Conn {
             (OutMode::Raw, _) => BodyField::Omitted,
         };
         write::response_head(
-            &mut self.to_client,
+            &mut self.out.own,
             resp.status,
             &resp.reason,
             &resp.headers,
@@ -219,7 +299,7 @@ impl Conn {
         );
         self.ex.status = resp.status;
         let input_done = matches!(input, InFraming::None | InFraming::Length { remaining: 0 });
-        self.phase = Phase::Relay { input, out, input_done, rewriter };
+        self.set_phase(Phase::Relay { input, out, input_done, rewriter });
         if input_done {
             // An empty body: nothing for the rewriter to see.
             if let Phase::Relay { rewriter, .. } = &mut self.phase {
@@ -231,19 +311,7 @@ impl Conn {
     /// Queue payload bytes made by the proxy (rewritten SSE), framed as one
     /// chunk unless the client reads a close-delimited body.
     pub(super) fn emit_payload(&mut self, out: OutMode) {
-        if self.scratch.is_empty() {
-            return;
-        }
-        if out == OutMode::Raw {
-            self.to_client.extend_from_slice(&self.scratch);
-        } else {
-            write::push_hex(&mut self.to_client, self.scratch.len() as u64);
-            self.to_client.extend_from_slice(b"\r\n");
-            self.to_client.extend_from_slice(&self.scratch);
-            self.to_client.extend_from_slice(b"\r\n");
-        }
-        self.ex.bytes_out += self.scratch.len() as u64;
-        self.scratch.clear();
+        self.ex.bytes_out += self.out.emit(out);
     }
 
     pub(super) fn relay(&mut self, ctx: &Ctx) -> bool {
@@ -256,19 +324,17 @@ impl Conn {
         if n > 0 {
             self.last_activity = ctx.now;
         }
-        let Phase::Relay { mut input, out, mut input_done, mut rewriter } =
-            mem::replace(&mut self.phase, Phase::ReadHead)
-        else {
+        let Phase::Relay { mut input, out, mut input_done, mut rewriter } = self.take_phase() else {
             return progressed;
         };
         // Why the body was cut short, if it was.
         let mut cut: Option<&'static str> = None;
         // Classify the unread bytes: pass them, copy them re-framed, or drop
         // them. Dropping needs the bytes before them written first.
-        while self.skip == 0 && !input_done {
-            let avail = &self.upstream_buf.data()[self.pass..];
+        while self.out.skip == 0 && !input_done {
+            let avail = &self.upstream_buf.data()[self.out.pass..];
             let copying = out == OutMode::Chunk || rewriter.is_some();
-            if avail.is_empty() || (copying && self.to_client.len() > IO_BUF_SIZE) {
+            if avail.is_empty() || (copying && self.out.own.len() > IO_BUF_SIZE) {
                 break;
             }
             let (len, piece) = match &mut input {
@@ -298,11 +364,11 @@ impl Conn {
                 // Nothing is passed while rewriting (pass == 0): payload goes
                 // through the rewriter, upstream framing is replaced by ours.
                 if piece == Piece::Data {
-                    rw.feed(&avail[..len], &mut self.scratch);
+                    rw.feed(&avail[..len], &mut self.out.scratch);
                 }
                 self.upstream_buf.consume(len);
                 if input_done {
-                    rw.finish(&mut self.scratch);
+                    rw.finish(&mut self.out.scratch);
                 }
                 self.emit_payload(out);
                 let boundary = match &input {
@@ -312,7 +378,7 @@ impl Conn {
                 if input_done && out != OutMode::Raw {
                     // Ours: the upstream's last chunk (if any) was dropped
                     // with its framing.
-                    self.to_client.extend_from_slice(b"0\r\n\r\n");
+                    self.out.own.extend_from_slice(b"0\r\n\r\n");
                 }
                 if input_done || (rw.is_done() && boundary) {
                     rewriter = None;
@@ -321,33 +387,33 @@ impl Conn {
             }
             match (out, piece) {
                 (OutMode::Same, Piece::Data | Piece::Framing) | (OutMode::Raw, Piece::Data) => {
-                    self.pass += len
+                    self.out.pass += len
                 }
                 (OutMode::Chunk, Piece::Data) => {
-                    self.scratch.extend_from_slice(&avail[..len]);
+                    self.out.scratch.extend_from_slice(&avail[..len]);
                     self.upstream_buf.consume(len);
                     self.emit_payload(out);
                     if input_done {
                         // A Content-Length body re-framed after a rewrite.
-                        self.to_client.extend_from_slice(b"0\r\n\r\n");
+                        self.out.own.extend_from_slice(b"0\r\n\r\n");
                     }
                 }
-                _ if self.pass == 0 => self.upstream_buf.consume(len),
-                _ => self.skip = len,
+                _ if self.out.pass == 0 => self.upstream_buf.consume(len),
+                _ => self.out.skip = len,
             }
         }
         if eof {
             if let Some(u) = self.upstream.take() {
                 self.released = Some((u.stream, false));
             }
-            if matches!(input, InFraming::UntilClose) && self.upstream_buf.len() == self.pass {
+            if matches!(input, InFraming::UntilClose) && self.upstream_buf.len() == self.out.pass {
                 input_done = true;
                 if let Some(mut rw) = rewriter.take() {
-                    rw.finish(&mut self.scratch);
+                    rw.finish(&mut self.out.scratch);
                     self.emit_payload(out);
                 }
                 if out == OutMode::Chunk {
-                    self.to_client.extend_from_slice(b"0\r\n\r\n");
+                    self.out.own.extend_from_slice(b"0\r\n\r\n");
                 }
                 progressed = true;
             } else if !input_done {
@@ -366,12 +432,13 @@ impl Conn {
                 self.released = Some((u.stream, false));
             }
             self.log_exchange(ctx.now, &ending);
-            self.phase = Phase::Reply { close: true, reason: CloseReason::UpstreamTruncated };
+            self.put_back(Phase::Relay { input, out, input_done, rewriter });
+            self.set_phase(Phase::Reply { close: true, reason: CloseReason::UpstreamTruncated });
             return true;
         }
-        self.phase = Phase::Relay { input, out, input_done, rewriter };
+        self.put_back(Phase::Relay { input, out, input_done, rewriter });
         progressed |= self.flush_client(ctx.now);
-        if input_done && !self.client_output_pending() && self.skip == 0 {
+        if input_done && !self.out.pending() && self.out.skip == 0 {
             if let Phase::Relay { .. } = self.phase {
                 self.finish_exchange(ctx);
                 return true;
@@ -381,7 +448,7 @@ impl Conn {
         // connection struct, not two 16 KiB buffers (the relay bench holds
         // it to 16 KiB per idle stream).
         let upstream_idle = self.upstream.as_ref().is_some_and(|u| !u.ready.readable);
-        if upstream_idle && self.pass == 0 && self.skip == 0 {
+        if upstream_idle && self.out.holds_no_upstream_bytes() {
             self.upstream_buf.release_if_empty();
         }
         if !self.client_ready.readable {

@@ -115,7 +115,7 @@ impl Conn {
             }
         }
         self.last_activity = ctx.now;
-        self.phase = Phase::SendRequest { written: 0 };
+        self.set_phase(Phase::SendRequest { written: 0 });
         true
     }
 
@@ -129,8 +129,8 @@ impl Conn {
             return;
         };
         if attempt < CONNECT_RETRIES {
-            self.phase =
-                Phase::Connect { attempt: attempt + 1, retry_at: Some(ctx.now + CONNECT_RETRY_DELAY), since };
+            let retry_at = Some(ctx.now + CONNECT_RETRY_DELAY);
+            self.set_phase(Phase::Connect { attempt: attempt + 1, retry_at, since });
         } else {
             warn!("conn {}: upstream unreachable after {} attempts", self.id, attempt + 1);
             self.reply_error(ctx.now, Answer::UpstreamUnreachable);
@@ -150,7 +150,7 @@ impl Conn {
             debug!("conn {}: pooled upstream connection was stale; reconnecting", self.id);
             self.ex.retried = true;
             self.upstream_buf.clear();
-            self.phase = Phase::Connect { attempt: 0, retry_at: None, since: ctx.now };
+            self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
             return;
         }
         warn!("conn {}: upstream closed the connection before answering", self.id);
