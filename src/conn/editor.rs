@@ -111,6 +111,31 @@ pub fn apply_credentials(headers: &mut HeaderList, who: &Credentials, authority:
     }
 }
 
+/// The response is an SSE stream (`text/event-stream`, any parameters).
+pub fn is_event_stream(headers: &HeaderList) -> bool {
+    headers
+        .get(b"content-type")
+        .is_some_and(|v| v.len() >= 17 && v[..17].eq_ignore_ascii_case(b"text/event-stream"))
+}
+
+/// The edits to a response head on its way to the client (hop-by-hop
+/// fields are already gone: the parser drops them). A `Location` naming the
+/// upstream is made to name the proxy as the client called it, so that a
+/// redirect does not lead the client around the proxy; an SSE stream gets
+/// `x-accel-buffering: no` unless the upstream chose, so that a buffering
+/// intermediary after us (nginx honours it) passes each event on as it
+/// comes.
+pub fn edit_response(headers: &mut HeaderList, upstream_authority: &[u8], client_host: &[u8]) {
+    if let Some(loc) = headers.get(b"location") {
+        if let Some(new) = crate::mcp::sse::rewrite_location(loc, upstream_authority, client_host) {
+            let _ = headers.set(b"location", &new);
+        }
+    }
+    if is_event_stream(headers) && headers.get(b"x-accel-buffering").is_none() {
+        let _ = headers.set(b"x-accel-buffering", b"no");
+    }
+}
+
 /// What `forward_whole` decided for one raw request.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Forwarded {
@@ -162,6 +187,40 @@ pub fn forward_whole(raw: &[u8], who: &Credentials, route: &Route) -> Forwarded 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fields(pairs: &[(&[u8], &[u8])]) -> HeaderList {
+        let mut h = HeaderList::new();
+        for (n, v) in pairs {
+            h.set(n, v).unwrap();
+        }
+        h
+    }
+
+    #[test]
+    fn response_edits_rewrite_location_and_unbuffer_event_streams() {
+        let up: &[u8] = b"127.0.0.1:8200";
+        let me: &[u8] = b"localhost:8300";
+        let cases: &[(&[(&[u8], &[u8])], Option<&[u8]>, Option<&[u8]>)] = &[
+            // (fields in, location out, x-accel-buffering out)
+            (
+                &[(b"location", b"http://127.0.0.1:8200/mcp?s=1")],
+                Some(b"http://localhost:8300/mcp?s=1"),
+                None,
+            ),
+            (&[(b"location", b"http://elsewhere:8200/mcp")], Some(b"http://elsewhere:8200/mcp"), None),
+            (&[(b"location", b"/relative")], Some(b"/relative"), None),
+            (&[(b"content-type", b"text/event-stream; charset=utf-8")], None, Some(b"no")),
+            (&[(b"content-type", b"Text/Event-Stream")], None, Some(b"no")),
+            (&[(b"content-type", b"text/event-stream"), (b"x-accel-buffering", b"yes")], None, Some(b"yes")),
+            (&[(b"content-type", b"application/json")], None, None),
+        ];
+        for (input, location, accel) in cases {
+            let mut h = fields(input);
+            edit_response(&mut h, up, me);
+            assert_eq!(h.get(b"location"), *location, "{input:?}");
+            assert_eq!(h.get(b"x-accel-buffering"), *accel, "{input:?}");
+        }
+    }
     use crate::conn::upstream_invariant::{check, Expect};
     use crate::test_rng::Rng;
 

@@ -2,7 +2,7 @@
 //! body (re-framed when it must be), and write the client output queue.
 
 use super::answer::Answer;
-use super::{fill_from, CloseReason, Conn, Ctx, Phase};
+use super::{editor, fill_from, CloseReason, Conn, Ctx, Phase};
 use crate::buf::Buf;
 use crate::http::chunked::{ChunkTracker, Piece};
 use crate::http::framing::Framing;
@@ -246,10 +246,7 @@ impl Conn {
 
     pub(super) fn start_relay(&mut self, mut resp: ResponseHead, ctx: &Ctx) {
         let http10 = self.ex.http10;
-        let sse = resp
-            .headers
-            .get(b"content-type")
-            .is_some_and(|v| v.len() >= 17 && v[..17].eq_ignore_ascii_case(b"text/event-stream"));
+        let sse = editor::is_event_stream(&resp.headers);
         // Legacy SSE (MCP specification 2024-11-05, Transports, HTTP with
         // SSE): the first event of a GET stream, `endpoint`, may announce an
         // absolute upstream URL. Only bodies that can carry events qualify.
@@ -272,17 +269,11 @@ impl Conn {
         if out == OutMode::Raw {
             self.close_after = true;
         }
-        if let Some(loc) = resp.headers.get(b"location") {
-            let upstream = ctx.config.upstream.authority.as_bytes();
-            if let Some(new) = crate::mcp::sse::rewrite_location(loc, upstream, &self.ex.client_host) {
-                let _ = resp.headers.set(b"location", &new);
-            }
-        }
-        if sse && resp.headers.get(b"x-accel-buffering").is_none() {
-            // Tell any buffering intermediary after us (nginx honours
-            // `X-Accel-Buffering: no`) to pass each event on as it comes.
-            let _ = resp.headers.set(b"x-accel-buffering", b"no");
-        }
+        editor::edit_response(
+            &mut resp.headers,
+            ctx.config.upstream.authority.as_bytes(),
+            &self.ex.client_host,
+        );
         let field = match (out, resp.framing) {
             (OutMode::Same, Framing::Length(n)) => BodyField::Length(n),
             (OutMode::Same | OutMode::Chunk, _) => BodyField::Chunked,
