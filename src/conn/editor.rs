@@ -4,7 +4,7 @@
 //! them. Pure: values in, bytes out; `Conn` only moves the bytes.
 
 use crate::http::body::BodyError;
-use crate::http::body::BodyReader;
+use crate::http::body::Decoder;
 use crate::http::framing::Framing;
 use crate::http::head;
 use crate::http::headers::HeaderList;
@@ -164,9 +164,9 @@ pub fn forward_whole(raw: &[u8], who: &Credentials, route: &Route) -> Forwarded 
             return Forwarded::Refused(413);
         }
     }
-    if let Some(mut reader) = BodyReader::new(req.framing, MAX_STAMP_BODY) {
-        match reader.feed(raw.get(req.len..).unwrap_or_default(), &mut body) {
-            Ok(_) if reader.is_done() => {}
+    if let Some(mut decoder) = Decoder::for_request(req.framing) {
+        match decoder.read_bounded(raw.get(req.len..).unwrap_or_default(), &mut body, MAX_STAMP_BODY) {
+            Ok(_) if decoder.is_done() => {}
             Ok(_) => return Forwarded::Incomplete,
             Err(BodyError::TooLarge) => return Forwarded::Refused(413),
             Err(BodyError::Malformed(_)) => return Forwarded::Refused(400),

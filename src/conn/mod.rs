@@ -25,7 +25,7 @@ mod upstream_invariant;
 
 use crate::buf::Buf;
 use crate::config::Config;
-use crate::http::body::BodyReader;
+use crate::http::body::{Decoder, Encoder};
 use crate::io::{read_into, Outcome};
 use crate::limits::{ANSWER_FLUSH_TIMEOUT, MAX_IO_PER_EVENT, MAX_REQUEST_HEAD};
 use crate::mcp::sse::EndpointRewriter;
@@ -33,7 +33,7 @@ use answer::Answer;
 use log::{debug, info, trace, warn};
 use mio::net::TcpStream;
 use request::Exchange;
-use response::{ClientOut, InFraming, OutMode};
+use response::ClientOut;
 use std::fmt;
 use std::mem;
 use std::net::SocketAddr;
@@ -120,7 +120,7 @@ pub struct Ready {
 enum Phase {
     ReadHead,
     ReadBody {
-        reader: BodyReader,
+        decoder: Decoder,
     },
     Connect {
         attempt: u32,
@@ -134,8 +134,8 @@ enum Phase {
         since: Instant,
     },
     Relay {
-        input: InFraming,
-        out: OutMode,
+        input: Decoder,
+        out: Encoder,
         input_done: bool,
         /// Legacy SSE (MCP specification 2024-11-05, Transports, HTTP with
         /// SSE: the server's first event is `endpoint`, the URI the client

@@ -3,7 +3,7 @@
 
 use super::answer::Answer;
 use super::{editor, fill_from, CloseReason, Conn, Ctx, Phase};
-use crate::http::body::{BodyError, BodyReader};
+use crate::http::body::{BodyError, Decoder};
 use crate::http::framing::Framing;
 use crate::http::guard::{self, Policy};
 use crate::http::head::{self, RequestHead};
@@ -198,8 +198,8 @@ impl Conn {
         self.ex.headers = req.headers;
         // Every body is read whole before anything goes upstream, so that
         // all of it is scanned (`editor::plan_request` states the rule).
-        match BodyReader::new(req.framing, MAX_STAMP_BODY) {
-            Some(reader) => self.set_phase(Phase::ReadBody { reader }),
+        match Decoder::for_request(req.framing) {
+            Some(decoder) => self.set_phase(Phase::ReadBody { decoder }),
             None => self.finish_request_head(ctx),
         }
     }
@@ -226,12 +226,12 @@ impl Conn {
     }
 
     pub(super) fn read_body(&mut self, ctx: &Ctx) -> bool {
-        let Phase::ReadBody { reader } = &mut self.phase else {
+        let Phase::ReadBody { decoder } = &mut self.phase else {
             return false;
         };
         let mut progressed = false;
         if !self.client_buf.is_empty() {
-            match reader.feed(self.client_buf.data(), &mut self.ex.body) {
+            match decoder.read_bounded(self.client_buf.data(), &mut self.ex.body, MAX_STAMP_BODY) {
                 Ok(n) => {
                     self.client_buf.consume(n);
                     progressed = n > 0;
@@ -252,7 +252,7 @@ impl Conn {
                 }
             }
         }
-        if reader.is_done() {
+        if decoder.is_done() {
             self.finish_request_head(ctx);
             return true;
         }

@@ -4,39 +4,16 @@
 use super::answer::Answer;
 use super::{editor, fill_from, CloseReason, Conn, Ctx, Phase};
 use crate::buf::Buf;
-use crate::http::chunked::{ChunkTracker, Piece};
+use crate::http::body::{Decoder, Encoder};
+use crate::http::chunked::Piece;
 use crate::http::framing::Framing;
 use crate::http::head::{self, ResponseHead};
-use crate::http::write::{self, BodyField};
+use crate::http::write;
 use crate::io::{slices_after, write_vectored, Outcome};
 use crate::limits::IO_BUF_SIZE;
 use crate::mcp::sse::EndpointRewriter;
 use log::{debug, warn};
 use std::time::Instant;
-
-/// How the response body is written to the client.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum OutMode {
-    /// No body.
-    None,
-    /// Bytes pass through unchanged (Content-Length, or chunked with
-    /// trailers dropped).
-    Same,
-    /// Payload re-framed as chunks by the proxy (close-delimited upstream
-    /// body to an HTTP/1.1 client).
-    Chunk,
-    /// Payload only, close-delimited (HTTP/1.0 client).
-    Raw,
-}
-
-/// How the upstream body ends.
-#[derive(Clone, Debug)]
-pub(super) enum InFraming {
-    None,
-    Length { remaining: u64 },
-    Chunked(ChunkTracker),
-    UntilClose,
-}
 
 /// The bytes owed to the client, in order: `own[pos..]`, made by the proxy
 /// (heads, 100 Continue, re-framed chunks, answers), then the first `pass`
@@ -117,18 +94,8 @@ impl ClientOut {
 
     /// Frames the proxy-made payload in `scratch` as one chunk (or as it is
     /// for a close-delimited body) into `own`; returns its length.
-    fn emit(&mut self, out: OutMode) -> u64 {
-        if self.scratch.is_empty() {
-            return 0;
-        }
-        if out == OutMode::Raw {
-            self.own.extend_from_slice(&self.scratch);
-        } else {
-            write::push_hex(&mut self.own, self.scratch.len() as u64);
-            self.own.extend_from_slice(b"\r\n");
-            self.own.extend_from_slice(&self.scratch);
-            self.own.extend_from_slice(b"\r\n");
-        }
+    fn emit(&mut self, out: Encoder) -> u64 {
+        out.frame(&self.scratch, &mut self.own);
         let n = self.scratch.len() as u64;
         self.scratch.clear();
         n
@@ -255,18 +222,13 @@ impl Conn {
             && resp.status == 200
             && resp.framing != Framing::None
             && !self.ex.client_host.is_empty();
-        let (input, out) = match resp.framing {
-            Framing::None => (InFraming::None, OutMode::None),
-            _ if http10 => (in_framing(resp.framing), OutMode::Raw),
-            Framing::Length(_) if rewrite => (in_framing(resp.framing), OutMode::Chunk),
-            Framing::Length(_) | Framing::Chunked => (in_framing(resp.framing), OutMode::Same),
-            Framing::UntilClose => (InFraming::UntilClose, OutMode::Chunk),
-        };
+        let input = Decoder::new(resp.framing);
+        let out = Encoder::for_response(resp.framing, http10, rewrite);
         let rewriter = rewrite.then(|| {
             Box::new(EndpointRewriter::new(ctx.config.upstream.authority.as_bytes(), &self.ex.client_host))
         });
         self.upstream_reusable = resp.keep_alive;
-        if out == OutMode::Raw {
+        if out == Encoder::CloseDelimited {
             self.close_after = true;
         }
         editor::edit_response(
@@ -274,12 +236,7 @@ impl Conn {
             ctx.config.upstream.authority.as_bytes(),
             &self.ex.client_host,
         );
-        let field = match (out, resp.framing) {
-            (OutMode::Same, Framing::Length(n)) => BodyField::Length(n),
-            (OutMode::Same | OutMode::Chunk, _) => BodyField::Chunked,
-            (OutMode::None, _) => resp.advertised_length.map_or(BodyField::Omitted, BodyField::Length),
-            (OutMode::Raw, _) => BodyField::Omitted,
-        };
+        let field = out.field(resp.framing, resp.advertised_length);
         write::response_head(
             &mut self.out.own,
             resp.status,
@@ -289,7 +246,7 @@ impl Conn {
             self.close_after,
         );
         self.ex.status = resp.status;
-        let input_done = matches!(input, InFraming::None | InFraming::Length { remaining: 0 });
+        let input_done = input.is_done();
         self.set_phase(Phase::Relay { input, out, input_done, rewriter });
         if input_done {
             // An empty body: nothing for the rewriter to see.
@@ -301,7 +258,7 @@ impl Conn {
 
     /// Queue payload bytes made by the proxy (rewritten SSE), framed as one
     /// chunk unless the client reads a close-delimited body.
-    pub(super) fn emit_payload(&mut self, out: OutMode) {
+    pub(super) fn emit_payload(&mut self, out: Encoder) {
         self.ex.bytes_out += self.out.emit(out);
     }
 
@@ -324,32 +281,20 @@ impl Conn {
         // them. Dropping needs the bytes before them written first.
         while self.out.skip == 0 && !input_done {
             let avail = &self.upstream_buf.data()[self.out.pass..];
-            let copying = out == OutMode::Chunk || rewriter.is_some();
+            let copying = out.copies() || rewriter.is_some();
             if avail.is_empty() || (copying && self.out.own.len() > IO_BUF_SIZE) {
                 break;
             }
-            let (len, piece) = match &mut input {
-                InFraming::None => break,
-                InFraming::Length { remaining } => {
-                    let n = (*remaining).min(avail.len() as u64);
-                    *remaining -= n;
-                    input_done = *remaining == 0;
-                    (n as usize, Piece::Data)
+            let (len, piece) = match input.step(avail) {
+                Ok(Some(run)) => run,
+                Ok(None) => break,
+                Err(e) => {
+                    warn!("conn {}: invalid chunked body from upstream: {e}", self.id);
+                    cut = Some("invalid chunked body from upstream");
+                    break;
                 }
-                InFraming::Chunked(t) => match t.step(avail) {
-                    Ok(Some(step)) => {
-                        input_done = t.is_done();
-                        (step.len, step.piece)
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        warn!("conn {}: invalid chunked body from upstream: {e}", self.id);
-                        cut = Some("invalid chunked body from upstream");
-                        break;
-                    }
-                },
-                InFraming::UntilClose => (avail.len(), Piece::Data),
             };
+            input_done = input.is_done();
             progressed = true;
             if let Some(rw) = rewriter.as_mut() {
                 // Nothing is passed while rewriting (pass == 0): payload goes
@@ -362,50 +307,43 @@ impl Conn {
                     rw.finish(&mut self.out.scratch);
                 }
                 self.emit_payload(out);
-                let boundary = match &input {
-                    InFraming::Chunked(t) => t.at_chunk_boundary(),
-                    _ => true,
-                };
-                if input_done && out != OutMode::Raw {
+                if input_done {
                     // Ours: the upstream's last chunk (if any) was dropped
                     // with its framing.
-                    self.out.own.extend_from_slice(b"0\r\n\r\n");
+                    out.finish(&mut self.out.own);
                 }
-                if input_done || (rw.is_done() && boundary) {
+                if input_done || (rw.is_done() && input.at_chunk_boundary()) {
                     rewriter = None;
                 }
                 continue;
             }
-            match (out, piece) {
-                (OutMode::Same, Piece::Data | Piece::Framing) | (OutMode::Raw, Piece::Data) => {
-                    self.out.pass += len
+            if out.passes(piece) {
+                self.out.pass += len;
+            } else if out.copies() && piece == Piece::Data {
+                out.frame(&avail[..len], &mut self.out.own);
+                self.ex.bytes_out += len as u64;
+                self.upstream_buf.consume(len);
+                if input_done {
+                    // A Content-Length body re-framed after a rewrite.
+                    out.finish(&mut self.out.own);
                 }
-                (OutMode::Chunk, Piece::Data) => {
-                    self.out.scratch.extend_from_slice(&avail[..len]);
-                    self.upstream_buf.consume(len);
-                    self.emit_payload(out);
-                    if input_done {
-                        // A Content-Length body re-framed after a rewrite.
-                        self.out.own.extend_from_slice(b"0\r\n\r\n");
-                    }
-                }
-                _ if self.out.pass == 0 => self.upstream_buf.consume(len),
-                _ => self.out.skip = len,
+            } else if self.out.pass == 0 {
+                self.upstream_buf.consume(len);
+            } else {
+                self.out.skip = len;
             }
         }
         if eof {
             if let Some(u) = self.upstream.take() {
                 self.released = Some((u.stream, false));
             }
-            if matches!(input, InFraming::UntilClose) && self.upstream_buf.len() == self.out.pass {
+            if input.until_close() && self.upstream_buf.len() == self.out.pass {
                 input_done = true;
                 if let Some(mut rw) = rewriter.take() {
                     rw.finish(&mut self.out.scratch);
                     self.emit_payload(out);
                 }
-                if out == OutMode::Chunk {
-                    self.out.own.extend_from_slice(b"0\r\n\r\n");
-                }
+                out.finish(&mut self.out.own);
                 progressed = true;
             } else if !input_done {
                 debug!("conn {}: upstream closed mid-body", self.id);
@@ -471,14 +409,5 @@ impl Conn {
         } else {
             self.next_exchange(ctx.now);
         }
-    }
-}
-
-pub(super) fn in_framing(f: Framing) -> InFraming {
-    match f {
-        Framing::None => InFraming::None,
-        Framing::Length(n) => InFraming::Length { remaining: n },
-        Framing::Chunked => InFraming::Chunked(ChunkTracker::new()),
-        Framing::UntilClose => InFraming::UntilClose,
     }
 }
