@@ -22,11 +22,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use mcp_identity_proxy::conn::editor::{self, Credentials, Outgoing, Route};
-use mcp_identity_proxy::http::body::BodyReader;
+use mcp_identity_proxy::http::body::Decoder;
 use mcp_identity_proxy::http::framing::Framing;
 use mcp_identity_proxy::http::head::{parse_request, parse_response};
-use mcp_identity_proxy::limits::MAX_STAMP_BODY;
 use mcp_identity_proxy::mcp::stamp::{Plan, StampMap};
+
+/// The proxy's request body bound (`limits::MAX_STAMP_BODY`, crate-private).
+const MAX_BODY: usize = 8 * 1024 * 1024;
 
 /// Counts allocations (not frees) made through the global allocator.
 struct Counting;
@@ -127,8 +129,9 @@ fn request_path(raw: &[u8], r: &mut Reused, stamps: &StampMap) -> usize {
     let framed = req.framing != Framing::None;
     let mut headers = req.headers;
     r.body.clear();
-    if let Some(mut reader) = BodyReader::new(req.framing, MAX_STAMP_BODY) {
-        if reader.feed(raw.get(req.len..).unwrap_or_default(), &mut r.body).is_err() || !reader.is_done() {
+    if let Some(mut decoder) = Decoder::for_request(req.framing) {
+        let rest = raw.get(req.len..).unwrap_or_default();
+        if decoder.read_bounded(rest, &mut r.body, MAX_BODY).is_err() || !decoder.is_done() {
             return 0;
         }
     }

@@ -4,10 +4,11 @@
 //! them. Pure: values in, bytes out; `Conn` only moves the bytes.
 
 use crate::http::body::BodyError;
-use crate::http::body::BodyReader;
+use crate::http::body::Decoder;
 use crate::http::framing::Framing;
 use crate::http::head;
 use crate::http::headers::HeaderList;
+use crate::http::write::{self, BodyField};
 use crate::limits::MAX_STAMP_BODY;
 use crate::mcp::stamp::{self, Plan, StampError, StampMap};
 
@@ -78,21 +79,16 @@ pub fn plan_request(
         }
     }
     apply_credentials(headers, who, route.authority);
-    head.clear();
-    head.extend_from_slice(req.method);
-    head.push(b' ');
-    head.extend_from_slice(req.target);
-    head.extend_from_slice(b" HTTP/1.1\r\n");
-    headers.write_to(head);
     // RFC 9110 §8.6: a length for every body, and for a method that defines
     // content even when it has none.
     let defines_content = matches!(req.method, b"POST" | b"PUT" | b"PATCH");
-    if req.framed || !body.is_empty() || defines_content {
-        head.extend_from_slice(b"content-length: ");
-        push_decimal(head, plan.new_len(body.len()) as u64);
-        head.extend_from_slice(b"\r\n");
-    }
-    head.extend_from_slice(b"\r\n");
+    let length = if req.framed || !body.is_empty() || defines_content {
+        BodyField::Length(plan.new_len(body.len()) as u64)
+    } else {
+        BodyField::Omitted
+    };
+    head.clear();
+    write::request_head(head, req.method, req.target, headers, length);
     Ok(plan)
 }
 
@@ -115,19 +111,29 @@ pub fn apply_credentials(headers: &mut HeaderList, who: &Credentials, authority:
     }
 }
 
-/// Appends `n` in decimal, without `core::fmt`.
-pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
+/// The response is an SSE stream (`text/event-stream`, any parameters).
+pub fn is_event_stream(headers: &HeaderList) -> bool {
+    headers
+        .get(b"content-type")
+        .is_some_and(|v| v.len() >= 17 && v[..17].eq_ignore_ascii_case(b"text/event-stream"))
+}
+
+/// The edits to a response head on its way to the client (hop-by-hop
+/// fields are already gone: the parser drops them). A `Location` naming the
+/// upstream is made to name the proxy as the client called it, so that a
+/// redirect does not lead the client around the proxy; an SSE stream gets
+/// `x-accel-buffering: no` unless the upstream chose, so that a buffering
+/// intermediary after us (nginx honours it) passes each event on as it
+/// comes.
+pub fn edit_response(headers: &mut HeaderList, upstream_authority: &[u8], client_host: &[u8]) {
+    if let Some(loc) = headers.get(b"location") {
+        if let Some(new) = crate::mcp::sse::rewrite_location(loc, upstream_authority, client_host) {
+            let _ = headers.set(b"location", &new);
         }
     }
-    out.extend_from_slice(&digits[i..]);
+    if is_event_stream(headers) && headers.get(b"x-accel-buffering").is_none() {
+        let _ = headers.set(b"x-accel-buffering", b"no");
+    }
 }
 
 /// What `forward_whole` decided for one raw request.
@@ -158,9 +164,9 @@ pub fn forward_whole(raw: &[u8], who: &Credentials, route: &Route) -> Forwarded 
             return Forwarded::Refused(413);
         }
     }
-    if let Some(mut reader) = BodyReader::new(req.framing, MAX_STAMP_BODY) {
-        match reader.feed(raw.get(req.len..).unwrap_or_default(), &mut body) {
-            Ok(_) if reader.is_done() => {}
+    if let Some(mut decoder) = Decoder::for_request(req.framing) {
+        match decoder.read_bounded(raw.get(req.len..).unwrap_or_default(), &mut body, MAX_STAMP_BODY) {
+            Ok(_) if decoder.is_done() => {}
             Ok(_) => return Forwarded::Incomplete,
             Err(BodyError::TooLarge) => return Forwarded::Refused(413),
             Err(BodyError::Malformed(_)) => return Forwarded::Refused(400),
@@ -181,6 +187,40 @@ pub fn forward_whole(raw: &[u8], who: &Credentials, route: &Route) -> Forwarded 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fields(pairs: &[(&[u8], &[u8])]) -> HeaderList {
+        let mut h = HeaderList::new();
+        for (n, v) in pairs {
+            h.set(n, v).unwrap();
+        }
+        h
+    }
+
+    #[test]
+    fn response_edits_rewrite_location_and_unbuffer_event_streams() {
+        let up: &[u8] = b"127.0.0.1:8200";
+        let me: &[u8] = b"localhost:8300";
+        let cases: &[(&[(&[u8], &[u8])], Option<&[u8]>, Option<&[u8]>)] = &[
+            // (fields in, location out, x-accel-buffering out)
+            (
+                &[(b"location", b"http://127.0.0.1:8200/mcp?s=1")],
+                Some(b"http://localhost:8300/mcp?s=1"),
+                None,
+            ),
+            (&[(b"location", b"http://elsewhere:8200/mcp")], Some(b"http://elsewhere:8200/mcp"), None),
+            (&[(b"location", b"/relative")], Some(b"/relative"), None),
+            (&[(b"content-type", b"text/event-stream; charset=utf-8")], None, Some(b"no")),
+            (&[(b"content-type", b"Text/Event-Stream")], None, Some(b"no")),
+            (&[(b"content-type", b"text/event-stream"), (b"x-accel-buffering", b"yes")], None, Some(b"yes")),
+            (&[(b"content-type", b"application/json")], None, None),
+        ];
+        for (input, location, accel) in cases {
+            let mut h = fields(input);
+            edit_response(&mut h, up, me);
+            assert_eq!(h.get(b"location"), *location, "{input:?}");
+            assert_eq!(h.get(b"x-accel-buffering"), *accel, "{input:?}");
+        }
+    }
     use crate::conn::upstream_invariant::{check, Expect};
     use crate::test_rng::Rng;
 

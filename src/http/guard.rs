@@ -1,10 +1,96 @@
 //! Who may talk to the proxy: the DNS-rebinding guard on `Host` and `Origin`
-//! (PROTOCOL.md §1.7, R26, R27) and the `--client-token` bearer check.
-//! Pure: values in, verdicts out.
+//! (MCP specification 2025-11-25, Basic > Transports > Streamable HTTP,
+//! "Security Warning": a server must validate the `Origin` header of every
+//! incoming connection against DNS rebinding and, running locally, should
+//! bind to localhost only) and the
+//! `--client-token` bearer check (RFC 6750 §2.1). `admission` decides a
+//! request head from a small `Policy`. Pure: values in, verdicts out.
 //!
 //! The proxy adds the agent's credentials to everything it forwards, and it
 //! rewrites `Host` upstream, so the upstream can no longer see a rebound
 //! name: these checks run before any upstream contact.
+
+use crate::http::head::RequestHead;
+
+/// What admission needs to know of the configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy<'a> {
+    /// The port the proxy listens on (the Host check).
+    pub listen_port: u16,
+    /// `--client-token`: when set, it replaces the Host check.
+    pub client_token: Option<&'a [u8]>,
+    /// `--allow-origin` values, allowed besides the loopback origins.
+    pub allow_origins: &'a [String],
+}
+
+/// Why a request was refused at admission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// An absolute-form or authority-form target (400).
+    TargetNotPath,
+    /// A Host other than a loopback name with the proxy's port (403).
+    Host,
+    /// No or the wrong `--client-token` bearer (401).
+    ClientToken,
+    /// An Origin other than a loopback or listed one (403).
+    Origin,
+}
+
+impl Refusal {
+    /// The status the client is answered with.
+    pub fn status(self) -> u16 {
+        match self {
+            Refusal::TargetNotPath => 400,
+            Refusal::Host | Refusal::Origin => 403,
+            Refusal::ClientToken => 401,
+        }
+    }
+
+    /// The message of the answer; it names no value the client sent.
+    pub fn message(self) -> &'static str {
+        match self {
+            Refusal::TargetNotPath => "request target must be a path",
+            Refusal::Host => "Host not allowed",
+            Refusal::ClientToken => "client token required",
+            Refusal::Origin => "Origin not allowed",
+        }
+    }
+}
+
+/// Who may use the proxy: before any upstream contact, the request must name
+/// the proxy by a loopback Host (a DNS-rebound name cannot) or carry the
+/// client token, and any Origin must be a loopback or listed one. Only
+/// origin-form targets are relayed (RFC 9112 §3.2.1; `*` for OPTIONS,
+/// §3.2.4): an absolute-form target would name an authority other than the
+/// one checked.
+pub fn admission(req: &RequestHead, policy: &Policy) -> Result<(), Refusal> {
+    let target = req.target.as_slice();
+    if !(target.starts_with(b"/") || (target == b"*" && req.is_method(b"OPTIONS"))) {
+        return Err(Refusal::TargetNotPath);
+    }
+    match policy.client_token {
+        None => {
+            let host = req.headers.get(b"host").unwrap_or_default();
+            if !host_allowed(host, policy.listen_port) {
+                return Err(Refusal::Host);
+            }
+        }
+        Some(secret) => {
+            let presented = req.headers.get(b"authorization").unwrap_or_default();
+            if !bearer_matches(presented, secret) {
+                return Err(Refusal::ClientToken);
+            }
+        }
+    }
+    if let Some(origin) = req.headers.get(b"origin") {
+        let extra: smallvec::SmallVec<[&[u8]; 4]> =
+            policy.allow_origins.iter().map(|o| o.as_bytes()).collect();
+        if !origin_allowed(origin, &extra) {
+            return Err(Refusal::Origin);
+        }
+    }
+    Ok(())
+}
 
 /// The loopback hosts a client may name, as they appear in `Host` and in a
 /// serialised origin (RFC 6454 §6.1).
@@ -137,6 +223,49 @@ fn trim_ows(value: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn head(raw: &[u8]) -> RequestHead {
+        crate::http::head::parse_request(raw).unwrap().unwrap()
+    }
+
+    #[test]
+    fn admission_checks_target_host_token_and_origin() {
+        let origins = ["https://app.example".to_string()];
+        let open = Policy { listen_port: 8300, client_token: None, allow_origins: &origins };
+        let tokened = Policy { client_token: Some(b"s3cret"), ..open };
+        let cases: &[(&Policy, &[u8], Result<(), Refusal>)] = &[
+            (&open, b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:8300\r\n\r\n", Ok(())),
+            (&open, b"OPTIONS * HTTP/1.1\r\nHost: localhost:8300\r\n\r\n", Ok(())),
+            (&open, b"GET * HTTP/1.1\r\nHost: localhost:8300\r\n\r\n", Err(Refusal::TargetNotPath)),
+            (&open, b"GET http://x/ HTTP/1.1\r\nHost: localhost:8300\r\n\r\n", Err(Refusal::TargetNotPath)),
+            (&open, b"POST /mcp HTTP/1.1\r\nHost: evil.example:8300\r\n\r\n", Err(Refusal::Host)),
+            (&open, b"POST /mcp HTTP/1.1\r\nHost: [::1]:8301\r\n\r\n", Err(Refusal::Host)),
+            (
+                &tokened,
+                b"POST /mcp HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer s3cret\r\n\r\n",
+                Ok(()),
+            ),
+            (&tokened, b"POST /mcp HTTP/1.1\r\nHost: localhost:8300\r\n\r\n", Err(Refusal::ClientToken)),
+            (
+                &open,
+                b"POST /mcp HTTP/1.1\r\nHost: localhost:8300\r\nOrigin: https://app.example\r\n\r\n",
+                Ok(()),
+            ),
+            (
+                &open,
+                b"POST /mcp HTTP/1.1\r\nHost: localhost:8300\r\nOrigin: http://evil\r\n\r\n",
+                Err(Refusal::Origin),
+            ),
+        ];
+        for (policy, raw, want) in cases {
+            assert_eq!(admission(&head(raw), policy), *want, "{}", String::from_utf8_lossy(raw));
+        }
+        assert_eq!(
+            [Refusal::TargetNotPath, Refusal::Host, Refusal::ClientToken, Refusal::Origin]
+                .map(Refusal::status),
+            [400, 403, 401, 403]
+        );
+    }
 
     /// Obviously-right twin of `host_allowed`: build the three allowed
     /// strings and compare.

@@ -6,3 +6,4 @@ pub mod framing;
 pub mod guard;
 pub mod head;
 pub mod headers;
+pub mod write;

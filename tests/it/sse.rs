@@ -152,3 +152,24 @@ fn content_length_event_stream_is_rewritten_and_reframed_with_a_last_chunk() {
     c.send(&get_sse(&p));
     assert_eq!(c.read_response("GET").status, 200);
 }
+
+#[test]
+fn empty_content_length_event_stream_is_reframed_with_its_last_chunk() {
+    // `Content-Length: 0` on a legacy stream: the rewrite makes the proxy
+    // answer chunked, and with no body byte to relay its last chunk must
+    // still be written, or the client waits for the end of a body forever.
+    let up = StubUpstream::start(|_req: &Req, s: &mut TcpStream| {
+        let _ =
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 0\r\n\r\n");
+        Next::KeepAlive
+    });
+    let p = start(&up);
+    let mut c = RawClient::new(p.connect());
+    for _ in 0..2 {
+        c.send(&get_sse(&p));
+        let resp = c.read_response("GET");
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.one("transfer-encoding"), "chunked");
+        assert!(resp.body.is_empty(), "{:?}", resp.body);
+    }
+}

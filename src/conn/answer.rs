@@ -1,0 +1,339 @@
+//! Every response the proxy makes itself, as one `Answer`: its status, its
+//! JSON-RPC error code, whether the connection closes after it, the reason
+//! logged when it does, and its message. The client's side of a failure
+//! gets a 4xx, the upstream's a 502 or 504 (RFC 9110 §15.6.3, §15.6.5: a
+//! gateway that got an invalid response or none in time). Pure.
+
+use super::{CloseReason, Conn, Phase};
+use crate::http::guard::Refusal;
+use crate::http::head::ParseError;
+use crate::http::headers::HeaderList;
+use crate::http::write::{self, BodyField};
+use crate::mcp::rpc::{self, INVALID_REQUEST, SERVER_ERROR};
+use crate::mcp::stamp::StampError;
+use log::warn;
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Instant;
+
+/// A response made by the proxy instead of the upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The request head could not be parsed (400, 431 or 501).
+    BadHead(ParseError),
+    /// Admission refused the request (400, 401 or 403).
+    Refused(Refusal),
+    /// The request body, announced or read, passes the bound (413).
+    BodyTooLarge,
+    /// The request's chunked framing is invalid (400).
+    MalformedBody,
+    /// The body could not be scanned or stamped: never forwarded (400).
+    BodyRefused(StampError),
+    /// The request head or body did not arrive in time (408).
+    RequestTimeout,
+    /// No upstream connection could be made (502).
+    UpstreamUnreachable,
+    /// The upstream connect did not complete in time (504).
+    ConnectTimeout,
+    /// The upstream closed without a response (502).
+    UpstreamClosed,
+    /// The upstream's response head was invalid or too large (502).
+    BadUpstream,
+    /// No response head from the upstream in time (504).
+    UpstreamTimeout,
+    /// The upstream could not be reached for a request in a recorded MCP
+    /// session, through the restart grace (502 for GET and DELETE; a POST
+    /// gets 200 or 202 from `Conn::answer_outage`).
+    UpstreamUnavailable,
+}
+
+impl Answer {
+    pub fn status(self) -> u16 {
+        match self {
+            Answer::BadHead(e) => e.client_status(),
+            Answer::Refused(r) => r.status(),
+            Answer::BodyTooLarge => 413,
+            Answer::MalformedBody | Answer::BodyRefused(_) => 400,
+            Answer::RequestTimeout => 408,
+            Answer::UpstreamUnreachable
+            | Answer::UpstreamClosed
+            | Answer::BadUpstream
+            | Answer::UpstreamUnavailable => 502,
+            Answer::ConnectTimeout | Answer::UpstreamTimeout => 504,
+        }
+    }
+
+    pub fn jsonrpc_code(self) -> i32 {
+        match self {
+            Answer::BodyRefused(e) => e.jsonrpc_code(),
+            Answer::BadHead(_)
+            | Answer::Refused(_)
+            | Answer::BodyTooLarge
+            | Answer::MalformedBody
+            | Answer::RequestTimeout => INVALID_REQUEST,
+            Answer::UpstreamUnreachable
+            | Answer::ConnectTimeout
+            | Answer::UpstreamClosed
+            | Answer::BadUpstream
+            | Answer::UpstreamTimeout
+            | Answer::UpstreamUnavailable => SERVER_ERROR,
+        }
+    }
+
+    /// The client's connection closes after this answer: its request
+    /// stream can no longer be trusted (a head or body not read to its
+    /// end, or a client that is not admitted).
+    pub fn closes(self) -> bool {
+        matches!(
+            self,
+            Answer::BadHead(_)
+                | Answer::Refused(_)
+                | Answer::BodyTooLarge
+                | Answer::MalformedBody
+                | Answer::RequestTimeout
+        )
+    }
+
+    /// Logged when the connection closes after this answer.
+    pub fn close_reason(self) -> CloseReason {
+        match self.status() {
+            408 => CloseReason::RequestTimeout,
+            502 => CloseReason::UpstreamFailed,
+            504 => CloseReason::UpstreamTimeout,
+            _ => CloseReason::BadRequest,
+        }
+    }
+
+    /// The JSON-RPC error message; it carries no byte of the request.
+    pub fn message(self) -> Cow<'static, str> {
+        Cow::Borrowed(match self {
+            Answer::BadHead(e) => return Cow::Owned(e.to_string()),
+            Answer::BodyRefused(e) => return Cow::Owned(e.to_string()),
+            Answer::Refused(r) => r.message(),
+            Answer::BodyTooLarge => "request body too large",
+            Answer::MalformedBody => "malformed chunked body",
+            Answer::RequestTimeout => "request not received in time",
+            Answer::UpstreamUnreachable => "upstream unreachable",
+            Answer::ConnectTimeout => "upstream connect timed out",
+            Answer::UpstreamClosed => "upstream closed the connection without a response",
+            Answer::BadUpstream => "invalid upstream response",
+            Answer::UpstreamTimeout => "upstream did not answer in time",
+            Answer::UpstreamUnavailable => "upstream unavailable",
+        })
+    }
+
+    /// The JSON-RPC errors answering `answered` (JSON-RPC 2.0 §5): one per
+    /// request in it that expects an answer, with that request's `id`, an
+    /// array for a batch; one with a null id when the body could not be
+    /// read (`None`). Returns how many were written: 0 when `answered`
+    /// holds only notifications or responses. rmcp clients (Codex) wait
+    /// for an answer to their id and ignore an error without it.
+    pub fn write_errors(self, answered: Option<&rpc::Body<'_>>, out: &mut Vec<u8>) -> usize {
+        rpc::write_error(out, answered, self.jsonrpc_code(), &self.message())
+    }
+
+    /// The error body of an HTTP error: `write_errors`, or one error with a
+    /// null id when nothing in `answered` has an id to carry (an HTTP error
+    /// still needs a body that says what happened).
+    pub fn write_body(self, answered: Option<&rpc::Body<'_>>, out: &mut Vec<u8>) {
+        if self.write_errors(answered, out) == 0 {
+            self.write_errors(None, out);
+        }
+    }
+}
+
+/// Appends a proxy-made response with `body` (JSON, or empty) to `out`.
+pub fn write_response(status: u16, body: &[u8], close: bool, out: &mut Vec<u8>) {
+    let mut fields = HeaderList::new();
+    if !body.is_empty() {
+        // A constant, valid field: `set` cannot fail here.
+        let _ = fields.set(b"content-type", b"application/json");
+    }
+    write::response_head(
+        out,
+        status,
+        reason_phrase(status),
+        &fields,
+        BodyField::Length(body.len() as u64),
+        close,
+    );
+    out.extend_from_slice(body);
+}
+
+impl fmt::Display for Answer {
+    /// How the exchange ended, for its log line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+fn reason_phrase(status: u16) -> &'static [u8] {
+    match status {
+        200 => b"OK",
+        202 => b"Accepted",
+        400 => b"Bad Request",
+        401 => b"Unauthorized",
+        403 => b"Forbidden",
+        408 => b"Request Timeout",
+        413 => b"Content Too Large",
+        431 => b"Request Header Fields Too Large",
+        501 => b"Not Implemented",
+        502 => b"Bad Gateway",
+        504 => b"Gateway Timeout",
+        _ => b"Error",
+    }
+}
+
+impl Conn {
+    /// Queue a proxy-made error response and stop the exchange. Its
+    /// JSON-RPC errors carry the ids of the requests they answer once the
+    /// body has been read whole (JSON-RPC 2.0 §5: null only when the id
+    /// cannot be read).
+    pub(super) fn reply_error(&mut self, now: Instant, answer: Answer) {
+        let mut body = Vec::new();
+        {
+            let parsed = if self.ex.body_read { rpc::parse(&self.ex.body).ok() } else { None };
+            answer.write_body(parsed.as_ref(), &mut body);
+        }
+        self.queue_answer(now, answer.status(), &body, answer);
+    }
+
+    /// The upstream cannot be reached for a request in a recorded MCP
+    /// session, through the restart grace: it is restarting, and the
+    /// client's session must survive the answer. Python SDK 1.x sessions
+    /// die on any 5xx, even to a notification; a 200 carrying a JSON-RPC
+    /// error with the request's id fails only that call, for every client.
+    /// Notifications alone get 202 (dropped). Never 404: that would tell
+    /// the client its session is gone (MCP Session Management). GET and
+    /// DELETE, and a body that is not JSON-RPC, get 502.
+    pub(super) fn answer_outage(&mut self, now: Instant) {
+        let answer = Answer::UpstreamUnavailable;
+        warn!("conn {}: upstream unavailable for a request in a recorded session", self.id);
+        if self.ex.method.as_slice() == b"POST" {
+            let mut body = Vec::new();
+            let written =
+                rpc::parse(&self.ex.body).ok().map(|parsed| answer.write_errors(Some(&parsed), &mut body));
+            if let Some(n) = written {
+                let status = if n == 0 {
+                    warn!("conn {}: notification dropped: upstream unavailable", self.id);
+                    202
+                } else {
+                    200
+                };
+                self.queue_answer(now, status, &body, answer);
+                return;
+            }
+        }
+        self.reply_error(now, answer);
+    }
+
+    /// Queue a proxy-made response with `body` (JSON, or empty) and stop
+    /// the exchange; `answer` says why, for the log and the close.
+    pub(super) fn queue_answer(&mut self, now: Instant, status: u16, body: &[u8], answer: Answer) {
+        self.release_upstream();
+        let close = answer.closes() || self.close_after || self.ex.http10;
+        write_response(status, body, close, self.out.own());
+        self.ex.status = status;
+        self.ex.bytes_out = body.len() as u64;
+        if self.ex.start.is_none() {
+            self.ex.start = Some(now);
+        }
+        self.log_exchange(now, &answer);
+        self.out.drop_upstream_bytes();
+        self.upstream_buf.clear();
+        self.set_phase(Phase::Reply { close, reason: answer.close_reason() });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_answer_is_a_complete_json_response() {
+        let all = [
+            Answer::BadHead(ParseError::TooLarge),
+            Answer::BadHead(ParseError::Host),
+            Answer::Refused(Refusal::ClientToken),
+            Answer::Refused(Refusal::Origin),
+            Answer::BodyTooLarge,
+            Answer::MalformedBody,
+            Answer::RequestTimeout,
+            Answer::UpstreamUnreachable,
+            Answer::ConnectTimeout,
+            Answer::UpstreamClosed,
+            Answer::BadUpstream,
+            Answer::UpstreamTimeout,
+            Answer::UpstreamUnavailable,
+        ];
+        for a in all {
+            let (mut body, mut out) = (Vec::new(), Vec::new());
+            a.write_body(None, &mut body);
+            write_response(a.status(), &body, a.closes(), &mut out);
+            let n = body.len();
+            let text = String::from_utf8(out).unwrap();
+            let (head, json) = text.split_once("\r\n\r\n").unwrap();
+            assert_eq!(json.len(), n, "{a:?}");
+            assert!(head.starts_with(&format!("HTTP/1.1 {} ", a.status())), "{head}");
+            assert!(head.contains(&format!("\r\ncontent-length: {n}")), "{head}");
+            assert_eq!(head.ends_with("connection: close"), a.closes(), "{head}");
+            let v: serde_json::Value = serde_json::from_str(json).unwrap();
+            assert_eq!(v["jsonrpc"], "2.0");
+            assert_eq!(v["error"]["code"], a.jsonrpc_code());
+            assert_eq!(v["error"]["message"], a.to_string());
+            assert_eq!(v["id"], serde_json::Value::Null);
+        }
+    }
+
+    #[test]
+    fn errors_carry_the_ids_they_answer() {
+        let cases: [(&[u8], &str); 5] = [
+            (br#"{"jsonrpc":"2.0","id":7,"method":"tools/call"}"#, r#"{"jsonrpc":"2.0","id":7,"#),
+            (br#"{"jsonrpc":"2.0","id":"a\"b","method":"x"}"#, r#"{"jsonrpc":"2.0","id":"a\"b","#),
+            (br#"[{"jsonrpc":"2.0","id":1,"method":"x"},{"jsonrpc":"2.0","method":"n"},{"jsonrpc":"2.0","id":2,"method":"y"}]"#, "[{"),
+            // Only a notification: no id to carry, the HTTP error still says why.
+            (br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, r#"{"jsonrpc":"2.0","id":null,"#),
+            (b"[]", r#"{"jsonrpc":"2.0","id":null,"#),
+        ];
+        for (request, starts) in cases {
+            let parsed = rpc::parse(request).unwrap();
+            let mut body = Vec::new();
+            Answer::UpstreamClosed.write_body(Some(&parsed), &mut body);
+            let text = String::from_utf8(body).unwrap();
+            assert!(text.starts_with(starts), "{text}");
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            if let Some(batch) = v.as_array() {
+                let ids: Vec<_> = batch.iter().map(|e| e["id"].clone()).collect();
+                assert_eq!(ids, [serde_json::json!(1), serde_json::json!(2)]);
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_body_has_no_content_type() {
+        let mut out = Vec::new();
+        write_response(202, b"", false, &mut out);
+        assert_eq!(out, b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n");
+    }
+
+    #[test]
+    fn the_side_at_fault_chooses_the_status() {
+        let cases = [
+            (Answer::BadHead(ParseError::TooLarge), 431, -32600, true, CloseReason::BadRequest),
+            (Answer::Refused(Refusal::Host), 403, -32600, true, CloseReason::BadRequest),
+            (Answer::BodyTooLarge, 413, -32600, true, CloseReason::BadRequest),
+            (Answer::RequestTimeout, 408, -32600, true, CloseReason::RequestTimeout),
+            (Answer::UpstreamUnreachable, 502, -32000, false, CloseReason::UpstreamFailed),
+            (Answer::BadUpstream, 502, -32000, false, CloseReason::UpstreamFailed),
+            (Answer::UpstreamTimeout, 504, -32000, false, CloseReason::UpstreamTimeout),
+            (Answer::ConnectTimeout, 504, -32000, false, CloseReason::UpstreamTimeout),
+            (Answer::UpstreamUnavailable, 502, -32000, false, CloseReason::UpstreamFailed),
+        ];
+        for (a, status, code, closes, reason) in cases {
+            assert_eq!(
+                (a.status(), a.jsonrpc_code(), a.closes(), a.close_reason()),
+                (status, code, closes, reason)
+            );
+        }
+    }
+}

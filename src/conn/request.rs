@@ -1,0 +1,335 @@
+//! The client-to-upstream direction: read the request head and body from
+//! the client, admit, scan and stamp it, and write it to the upstream.
+
+use super::answer::Answer;
+use super::{editor, fill_from, CloseReason, Conn, Ctx, Phase};
+use crate::http::body::{BodyError, Decoder};
+use crate::http::framing::Framing;
+use crate::http::guard::{self, Policy};
+use crate::http::head::{self, RequestHead};
+use crate::io::{slices_after, write_vectored, Outcome};
+use crate::limits::{MAX_REQUEST_HEAD, MAX_STAMP_BODY};
+use log::{debug, warn};
+use std::time::{Duration, Instant};
+
+/// How long a closing connection drains unread client bytes.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// RFC 9110 §10.1.1: a client that sent `Expect: 100-continue` waits for
+/// this before its body.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// The current request/response pair. Its vectors are reused across
+/// exchanges on one connection.
+#[derive(Default)]
+pub(super) struct Exchange {
+    pub(super) method: smallvec::SmallVec<[u8; 16]>,
+    pub(super) target: smallvec::SmallVec<[u8; 64]>,
+    /// The Host the client used (for `Location` rewriting).
+    pub(super) client_host: smallvec::SmallVec<[u8; 32]>,
+    pub(super) http10: bool,
+    /// The rewritten request head for the upstream.
+    pub(super) head_out: Vec<u8>,
+    /// The whole request body (de-chunked), read before anything is sent.
+    pub(super) body: Vec<u8>,
+    /// The client delimited a body (Content-Length or chunked).
+    pub(super) framed: bool,
+    /// End-to-end request fields as they go upstream.
+    pub(super) headers: crate::http::headers::HeaderList,
+    pub(super) start: Option<Instant>,
+    pub(super) status: u16,
+    pub(super) bytes_out: u64,
+    /// A stale pooled connection was already replaced once.
+    pub(super) retried: bool,
+    /// The whole body has been read (so its ids can be read).
+    pub(super) body_read: bool,
+    /// The client's `Mcp-Session-Id`, as sent (empty: none).
+    pub(super) session_id: smallvec::SmallVec<[u8; 64]>,
+    /// `session_id` names a session this proxy saw created.
+    pub(super) in_session: bool,
+    /// Splices that put the agent's name into the body.
+    pub(super) plan: crate::mcp::stamp::Plan,
+}
+
+impl Exchange {
+    /// May be sent again after a stale pooled connection failed (RFC 9110
+    /// §9.2.2).
+    pub(super) fn idempotent(&self) -> bool {
+        matches!(self.method.as_slice(), b"GET" | b"HEAD" | b"OPTIONS" | b"DELETE" | b"PUT")
+    }
+}
+
+impl Conn {
+    /// Shut our sending side and drain the client for a moment before the
+    /// socket is dropped.
+    pub(super) fn linger(&mut self, now: Instant, reason: CloseReason) {
+        self.release_upstream();
+        let _ = self.client.shutdown(std::net::Shutdown::Write);
+        self.client_buf.clear();
+        self.set_phase(Phase::Linger { until: now + LINGER, reason });
+    }
+
+    pub(super) fn drain_client(&mut self) -> bool {
+        let Phase::Linger { reason, .. } = self.phase else {
+            return false;
+        };
+        loop {
+            self.client_buf.clear();
+            let (n, gone) = self.read_client();
+            if gone {
+                self.close(reason);
+                return true;
+            }
+            if n == 0 {
+                return false;
+            }
+        }
+    }
+
+    /// Read from the client into `client_buf`; returns (bytes, eof/error).
+    pub(super) fn read_client(&mut self) -> (usize, bool) {
+        fill_from(&mut self.client, &mut self.client_ready, &mut self.client_buf)
+    }
+
+    /// During connect/response phases: notice a client that went away.
+    pub(super) fn watch_client(&mut self) -> bool {
+        if !self.client_ready.readable || !self.client_buf.has_space() {
+            return false;
+        }
+        let (n, gone) = self.read_client();
+        if gone {
+            debug!("conn {}: client went away mid-exchange", self.id);
+            self.ex.status = 499;
+            self.log_exchange(Instant::now(), &CloseReason::ClientClosed);
+            self.close(CloseReason::ClientClosed);
+            return true;
+        }
+        n > 0
+    }
+
+    pub(super) fn read_head(&mut self, ctx: &Ctx) -> bool {
+        let mut progressed = false;
+        if !self.client_buf.is_empty() && head::may_be_complete(self.client_buf.data(), self.scanned) {
+            return self.parse_head(ctx);
+        }
+        self.scanned = self.client_buf.len();
+        if self.client_ready.readable && !self.client_buf.has_space() && !self.client_buf.grow() {
+            // Full at MAX_REQUEST_HEAD without a complete head.
+            return self.parse_head(ctx);
+        }
+        let (n, gone) = self.read_client();
+        if n > 0 {
+            progressed = true;
+            self.last_activity = ctx.now;
+            self.request_started.get_or_insert(ctx.now);
+            if head::may_be_complete(self.client_buf.data(), self.scanned)
+                || self.client_buf.len() >= MAX_REQUEST_HEAD
+            {
+                return self.parse_head(ctx);
+            }
+            self.scanned = self.client_buf.len();
+        }
+        if gone {
+            let reason =
+                if self.client_buf.is_empty() { CloseReason::ClientClosed } else { CloseReason::ClientError };
+            self.close(reason);
+            return true;
+        }
+        if self.client_buf.is_empty() {
+            self.client_buf.release_if_empty();
+            self.upstream_buf.release_if_empty();
+        }
+        progressed
+    }
+
+    pub(super) fn parse_head(&mut self, ctx: &Ctx) -> bool {
+        match head::parse_request(self.client_buf.data()) {
+            Ok(None) => {
+                self.scanned = self.client_buf.len();
+                false
+            }
+            Ok(Some(req)) => {
+                self.client_buf.consume(req.len);
+                self.scanned = 0;
+                self.start_exchange(req, ctx);
+                true
+            }
+            Err(e) => {
+                warn!("conn {} ({}): bad request: {e}", self.id, self.peer);
+                self.ex.method.clear();
+                self.ex.target.clear();
+                self.client_buf.clear();
+                self.reply_error(ctx.now, Answer::BadHead(e));
+                true
+            }
+        }
+    }
+
+    pub(super) fn start_exchange(&mut self, req: RequestHead, ctx: &Ctx) {
+        let ex = &mut self.ex;
+        ex.method = req.method.clone();
+        ex.target = req.target.clone();
+        ex.client_host = req.headers.get(b"host").map(smallvec::SmallVec::from_slice).unwrap_or_default();
+        ex.http10 = req.http10;
+        ex.start = Some(ctx.now);
+        ex.status = 0;
+        ex.bytes_out = 0;
+        ex.retried = false;
+        ex.body.clear();
+        ex.body_read = false;
+        ex.in_session = false;
+        ex.session_id =
+            req.headers.get(b"mcp-session-id").map(smallvec::SmallVec::from_slice).unwrap_or_default();
+        ex.framed = req.framing != Framing::None;
+        if !req.keep_alive || ctx.shutting_down {
+            self.close_after = true;
+        }
+        let policy = Policy {
+            listen_port: ctx.listen_port,
+            client_token: ctx.config.client_token.as_ref().map(|t| t.as_bytes()),
+            allow_origins: &ctx.config.allow_origins,
+        };
+        if let Err(refusal) = guard::admission(&req, &policy) {
+            warn!("conn {} ({}): refused: {}", self.id, self.peer, refusal.message());
+            self.reply_error(ctx.now, Answer::Refused(refusal));
+            return;
+        }
+        if let Framing::Length(n) = req.framing {
+            // Refused before a byte of it is read.
+            if n > MAX_STAMP_BODY as u64 {
+                warn!("conn {}: request body of {n} bytes refused", self.id);
+                self.reply_error(ctx.now, Answer::BodyTooLarge);
+                return;
+            }
+        }
+        if req.expect_continue && req.framing != Framing::None {
+            self.out.own().extend_from_slice(CONTINUE);
+        }
+        self.ex.headers = req.headers;
+        // Every body is read whole before anything goes upstream, so that
+        // all of it is scanned (`editor::plan_request` states the rule).
+        match Decoder::for_request(req.framing) {
+            Some(decoder) => self.set_phase(Phase::ReadBody { decoder }),
+            None => self.finish_request_head(ctx),
+        }
+    }
+
+    /// The request is whole: scan and stamp its body, apply the current
+    /// identity and write the upstream head, then go to Connect.
+    pub(super) fn finish_request_head(&mut self, ctx: &Ctx) {
+        self.request_started = None;
+        let ex = &mut self.ex;
+        ex.body_read = true;
+        ex.in_session = !ex.session_id.is_empty() && ctx.sessions.borrow_mut().touch(&ex.session_id, ctx.now);
+        let req = editor::Outgoing { method: &ex.method, target: &ex.target, framed: ex.framed };
+        let who = editor::Credentials { agent: ctx.agent, bearer: ctx.bearer, token: ctx.token };
+        let route =
+            editor::Route { authority: ctx.config.upstream.authority.as_bytes(), stamps: &ctx.config.stamps };
+        match editor::plan_request(&req, &mut ex.headers, &ex.body, &who, &route, &mut ex.head_out) {
+            Ok(plan) => ex.plan = plan,
+            Err(e) => {
+                // Fail closed: never forwarded unstamped.
+                warn!("conn {}: request body refused: {e}", self.id);
+                self.reply_error(ctx.now, Answer::BodyRefused(e));
+                return;
+            }
+        }
+        self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
+    }
+
+    pub(super) fn read_body(&mut self, ctx: &Ctx) -> bool {
+        let Phase::ReadBody { decoder } = &mut self.phase else {
+            return false;
+        };
+        let mut progressed = false;
+        if !self.client_buf.is_empty() {
+            match decoder.read_bounded(self.client_buf.data(), &mut self.ex.body, MAX_STAMP_BODY) {
+                Ok(n) => {
+                    self.client_buf.consume(n);
+                    progressed = n > 0;
+                }
+                Err(e) => {
+                    let answer = match e {
+                        BodyError::Malformed(e) => {
+                            warn!("conn {}: bad chunked request body: {e}", self.id);
+                            Answer::MalformedBody
+                        }
+                        BodyError::TooLarge => {
+                            warn!("conn {}: request body over {MAX_STAMP_BODY} bytes refused", self.id);
+                            Answer::BodyTooLarge
+                        }
+                    };
+                    self.reply_error(ctx.now, answer);
+                    return true;
+                }
+            }
+        }
+        if decoder.is_done() {
+            self.finish_request_head(ctx);
+            return true;
+        }
+        let (n, gone) = self.read_client();
+        if n > 0 {
+            self.last_activity = ctx.now;
+            progressed = true;
+        }
+        if gone && n == 0 {
+            self.ex.status = 499;
+            self.log_exchange(ctx.now, &CloseReason::ClientClosed);
+            self.close(CloseReason::ClientClosed);
+            return true;
+        }
+        progressed
+    }
+
+    pub(super) fn send_request(&mut self, ctx: &Ctx) -> bool {
+        let Phase::SendRequest { written } = &mut self.phase else {
+            return false;
+        };
+        let Some(u) = self.upstream.as_mut() else {
+            return false;
+        };
+        let mut progressed = false;
+        let mut lost = false;
+        // [head, body before splice, splice, body after, ...]: one vectored
+        // write; the body is never copied.
+        let mut parts: smallvec::SmallVec<[&[u8]; 8]> = smallvec::smallvec![self.ex.head_out.as_slice()];
+        let body = self.ex.body.as_slice();
+        let mut at = 0;
+        for splice in self.ex.plan.splices() {
+            parts.push(body.get(at..splice.start).unwrap_or_default());
+            parts.push(&splice.insert);
+            at = splice.end;
+        }
+        parts.push(body.get(at..).unwrap_or_default());
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        while *written < total && u.ready.writable {
+            let slices = slices_after::<8>(&parts, *written);
+            let (n, outcome) = write_vectored(&mut u.stream, &slices);
+            *written += n;
+            progressed |= n > 0;
+            match outcome {
+                Outcome::Open => {}
+                Outcome::WouldBlock => u.ready.writable = false,
+                Outcome::Closed | Outcome::Error(_) => {
+                    lost = true;
+                    break;
+                }
+            }
+        }
+        let done = *written >= total;
+        drop(parts);
+        if lost {
+            self.upstream_lost_before_response(ctx);
+            return true;
+        }
+        if progressed {
+            self.last_activity = ctx.now;
+        }
+        if done {
+            self.set_phase(Phase::ReadResponseHead { since: ctx.now });
+            return true;
+        }
+        progressed
+    }
+}

@@ -1,0 +1,418 @@
+//! The upstream-to-client direction: read the response head, relay the
+//! body (re-framed when it must be), and write the client output queue.
+
+use super::answer::Answer;
+use super::{editor, fill_from, CloseReason, Conn, Ctx, Phase};
+use crate::buf::Buf;
+use crate::http::body::{Decoder, Encoder};
+use crate::http::chunked::Piece;
+use crate::http::framing::Framing;
+use crate::http::head::{self, ResponseHead};
+use crate::http::write;
+use crate::io::{slices_after, write_vectored, Outcome};
+use crate::limits::IO_BUF_SIZE;
+use crate::mcp::sse::EndpointRewriter;
+use log::{debug, warn};
+use std::time::Instant;
+
+/// The bytes owed to the client, in order: `own[pos..]`, made by the proxy
+/// (heads, 100 Continue, re-framed chunks, answers), then the first `pass`
+/// bytes of the upstream buffer as they are. Once those are written, the
+/// `skip` bytes right after them (framing or trailers the client must not
+/// see) are dropped. `relay` classifies upstream bytes into it and
+/// `flush_client` writes it out.
+///
+/// Invariant: `pos <= own.len()`; `pass + skip <= upstream_buf.len()`;
+/// `own` is emptied (and `pos` reset) as soon as it is all written.
+#[derive(Default)]
+pub(super) struct ClientOut {
+    own: Vec<u8>,
+    pos: usize,
+    pass: usize,
+    skip: usize,
+    /// Payload made by the proxy (rewritten SSE) before it is framed.
+    scratch: Vec<u8>,
+}
+
+impl ClientOut {
+    /// Anything left to write.
+    pub(super) fn pending(&self) -> bool {
+        self.pos < self.own.len() || self.pass > 0
+    }
+
+    /// Proxy-made bytes to append to.
+    pub(super) fn own(&mut self) -> &mut Vec<u8> {
+        &mut self.own
+    }
+
+    /// Nothing of the upstream buffer is owed: it may be released.
+    pub(super) fn holds_no_upstream_bytes(&self) -> bool {
+        self.pass == 0 && self.skip == 0
+    }
+
+    /// Forget the upstream bytes owed (the upstream buffer is being cleared).
+    pub(super) fn drop_upstream_bytes(&mut self) {
+        self.pass = 0;
+        self.skip = 0;
+    }
+
+    /// One vectored write of `own[pos..]` then the passed bytes; returns
+    /// (bytes written, of which passed, outcome).
+    fn write_to(&mut self, sock: &mut mio::net::TcpStream, upstream: &mut Buf) -> (usize, usize, Outcome) {
+        self.check(upstream);
+        let own_len = self.own.len() - self.pos;
+        let (n, outcome) = {
+            let own = &self.own[self.pos..];
+            let passed = &upstream.data()[..self.pass];
+            let slices = slices_after::<2>(&[own, passed], 0);
+            write_vectored(sock, &slices)
+        };
+        let own_n = n.min(own_len);
+        self.pos += own_n;
+        let pass_n = n - own_n;
+        if pass_n > 0 {
+            upstream.consume(pass_n);
+            self.pass -= pass_n;
+        }
+        if self.pos == self.own.len() {
+            self.own.clear();
+            self.pos = 0;
+        }
+        (n, pass_n, outcome)
+    }
+
+    /// Drops the skipped bytes once everything before them is written;
+    /// true if it did.
+    fn settle(&mut self, upstream: &mut Buf) -> bool {
+        if self.pass == 0 && self.skip > 0 {
+            upstream.consume(self.skip);
+            self.skip = 0;
+            return true;
+        }
+        false
+    }
+
+    /// Frames the proxy-made payload in `scratch` as one chunk (or as it is
+    /// for a close-delimited body) into `own`; returns its length.
+    fn emit(&mut self, out: Encoder) -> u64 {
+        out.frame(&self.scratch, &mut self.own);
+        let n = self.scratch.len() as u64;
+        self.scratch.clear();
+        n
+    }
+
+    fn check(&self, upstream: &Buf) {
+        debug_assert!(self.pos <= self.own.len(), "client output cursor past its bytes");
+        debug_assert!(
+            self.pass + self.skip <= upstream.len(),
+            "client output owes more than the upstream buffer holds"
+        );
+        debug_assert!(self.pos == 0 || self.pos < self.own.len(), "written proxy bytes not released");
+    }
+}
+
+impl Conn {
+    /// Write the client output queue, one vectored write per round.
+    pub(super) fn flush_client(&mut self, now: Instant) -> bool {
+        let mut progressed = false;
+        while self.out.pending() && self.client_ready.writable {
+            let (n, pass_n, outcome) = self.out.write_to(&mut self.client, &mut self.upstream_buf);
+            self.ex.bytes_out += pass_n as u64;
+            if n > 0 {
+                progressed = true;
+                self.last_activity = now;
+            }
+            match outcome {
+                Outcome::Open => {}
+                Outcome::WouldBlock => self.client_ready.writable = false,
+                Outcome::Closed | Outcome::Error(_) => {
+                    self.log_exchange(now, &CloseReason::ClientClosed);
+                    self.close(CloseReason::ClientClosed);
+                    return true;
+                }
+            }
+        }
+        progressed |= self.out.settle(&mut self.upstream_buf);
+        progressed
+    }
+
+    /// Read from the upstream into `upstream_buf`; returns (bytes, eof/error).
+    /// A read that fills all the room while nothing waits for the client
+    /// grows the buffer for the next one (fewer syscalls on busy streams; a
+    /// quiet stream gives it back).
+    pub(super) fn read_upstream(&mut self) -> (usize, bool) {
+        let Some(u) = self.upstream.as_mut() else {
+            return (0, false);
+        };
+        if !self.upstream_buf.has_space() && self.out.pass == 0 && self.out.own.is_empty() {
+            self.upstream_buf.grow();
+        }
+        let (total, eof) = fill_from(&mut u.stream, &mut u.ready, &mut self.upstream_buf);
+        if total > 0 {
+            u.received = true;
+        }
+        (total, eof)
+    }
+
+    pub(super) fn read_response_head(&mut self, ctx: &Ctx) -> bool {
+        if !self.upstream_buf.has_space() {
+            self.upstream_buf.grow();
+        }
+        let (n, eof) = self.read_upstream();
+        let mut progressed = n > 0;
+        if n > 0 {
+            self.last_activity = ctx.now;
+        }
+        loop {
+            if self.upstream_buf.is_empty() {
+                break;
+            }
+            match head::parse_response(self.upstream_buf.data(), self.ex.method.as_slice() == b"HEAD") {
+                Ok(Some(resp)) if resp.is_interim() => {
+                    // 100 Continue and 103 Early Hints are interim (RFC
+                    // 9110 §15.2: the final response follows them) and are
+                    // not relayed; 101 cannot happen: Upgrade is never
+                    // forwarded.
+                    self.upstream_buf.consume(resp.len);
+                    if resp.status == 101 {
+                        warn!("conn {}: upstream switched protocols unasked", self.id);
+                        self.reply_error(ctx.now, Answer::BadUpstream);
+                        return true;
+                    }
+                    progressed = true;
+                }
+                Ok(Some(resp)) => {
+                    self.upstream_buf.consume(resp.len);
+                    self.start_relay(resp, ctx);
+                    // Classify the body bytes already here so that head and
+                    // body leave in one write.
+                    self.relay(ctx);
+                    return true;
+                }
+                Ok(None) => {
+                    if !self.upstream_buf.has_space() && !self.upstream_buf.grow() {
+                        warn!("conn {}: upstream response head too large", self.id);
+                        self.reply_error(ctx.now, Answer::BadUpstream);
+                        return true;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    warn!("conn {}: invalid upstream response: {e}", self.id);
+                    self.reply_error(ctx.now, Answer::BadUpstream);
+                    return true;
+                }
+            }
+        }
+        if eof {
+            self.upstream_lost_before_response(ctx);
+            return true;
+        }
+        progressed
+    }
+
+    pub(super) fn start_relay(&mut self, mut resp: ResponseHead, ctx: &Ctx) {
+        self.note_session(&resp, ctx);
+        let http10 = self.ex.http10;
+        let sse = editor::is_event_stream(&resp.headers);
+        // Legacy SSE (MCP specification 2024-11-05, Transports, HTTP with
+        // SSE): the first event of a GET stream, `endpoint`, may announce an
+        // absolute upstream URL. Only bodies that can carry events qualify.
+        let rewrite = sse
+            && self.ex.method.as_slice() == b"GET"
+            && resp.status == 200
+            && resp.framing != Framing::None
+            && !self.ex.client_host.is_empty();
+        let input = Decoder::new(resp.framing);
+        let out = Encoder::for_response(resp.framing, http10, rewrite);
+        let rewriter = rewrite.then(|| {
+            Box::new(EndpointRewriter::new(ctx.config.upstream.authority.as_bytes(), &self.ex.client_host))
+        });
+        self.upstream_reusable = resp.keep_alive;
+        if out == Encoder::CloseDelimited {
+            self.close_after = true;
+        }
+        editor::edit_response(
+            &mut resp.headers,
+            ctx.config.upstream.authority.as_bytes(),
+            &self.ex.client_host,
+        );
+        let field = out.field(resp.framing, resp.advertised_length);
+        write::response_head(
+            &mut self.out.own,
+            resp.status,
+            &resp.reason,
+            &resp.headers,
+            field,
+            self.close_after,
+        );
+        self.ex.status = resp.status;
+        let input_done = input.is_done();
+        self.set_phase(Phase::Relay { input, out, input_done, rewriter });
+        if input_done {
+            // An empty body: nothing for the rewriter to see, and the relay
+            // loop never runs, so a body the proxy frames itself (an empty
+            // Content-Length event stream re-framed as chunks for the
+            // rewrite) gets its last chunk here.
+            out.finish(&mut self.out.own);
+            if let Phase::Relay { rewriter, .. } = &mut self.phase {
+                *rewriter = None;
+            }
+        }
+    }
+
+    /// Queue payload bytes made by the proxy (rewritten SSE), framed as one
+    /// chunk unless the client reads a close-delimited body.
+    pub(super) fn emit_payload(&mut self, out: Encoder) {
+        self.ex.bytes_out += self.out.emit(out);
+    }
+
+    pub(super) fn relay(&mut self, ctx: &Ctx) -> bool {
+        let Phase::Relay { input_done, .. } = &self.phase else { return false };
+        let (mut n, mut eof) = (0, false);
+        if !*input_done {
+            (n, eof) = self.read_upstream();
+        }
+        let mut progressed = n > 0;
+        if n > 0 {
+            self.last_activity = ctx.now;
+        }
+        let Phase::Relay { mut input, out, mut input_done, mut rewriter } = self.take_phase() else {
+            return progressed;
+        };
+        // Why the body was cut short, if it was.
+        let mut cut: Option<&'static str> = None;
+        // Classify the unread bytes: pass them, copy them re-framed, or drop
+        // them. Dropping needs the bytes before them written first.
+        while self.out.skip == 0 && !input_done {
+            let avail = &self.upstream_buf.data()[self.out.pass..];
+            let copying = out.copies() || rewriter.is_some();
+            if avail.is_empty() || (copying && self.out.own.len() > IO_BUF_SIZE) {
+                break;
+            }
+            let (len, piece) = match input.step(avail) {
+                Ok(Some(run)) => run,
+                Ok(None) => break,
+                Err(e) => {
+                    warn!("conn {}: invalid chunked body from upstream: {e}", self.id);
+                    cut = Some("invalid chunked body from upstream");
+                    break;
+                }
+            };
+            input_done = input.is_done();
+            progressed = true;
+            if let Some(rw) = rewriter.as_mut() {
+                // Nothing is passed while rewriting (pass == 0): payload goes
+                // through the rewriter, upstream framing is replaced by ours.
+                if piece == Piece::Data {
+                    rw.feed(&avail[..len], &mut self.out.scratch);
+                }
+                self.upstream_buf.consume(len);
+                if input_done {
+                    rw.finish(&mut self.out.scratch);
+                }
+                self.emit_payload(out);
+                if input_done {
+                    // Ours: the upstream's last chunk (if any) was dropped
+                    // with its framing.
+                    out.finish(&mut self.out.own);
+                }
+                if input_done || (rw.is_done() && input.at_chunk_boundary()) {
+                    rewriter = None;
+                }
+                continue;
+            }
+            if out.passes(piece) {
+                self.out.pass += len;
+            } else if out.copies() && piece == Piece::Data {
+                out.frame(&avail[..len], &mut self.out.own);
+                self.ex.bytes_out += len as u64;
+                self.upstream_buf.consume(len);
+                if input_done {
+                    // A Content-Length body re-framed after a rewrite.
+                    out.finish(&mut self.out.own);
+                }
+            } else if self.out.pass == 0 {
+                self.upstream_buf.consume(len);
+            } else {
+                self.out.skip = len;
+            }
+        }
+        if eof {
+            if let Some(u) = self.upstream.take() {
+                self.released = Some((u.stream, false));
+            }
+            if input.until_close() && self.upstream_buf.len() == self.out.pass {
+                input_done = true;
+                if let Some(mut rw) = rewriter.take() {
+                    rw.finish(&mut self.out.scratch);
+                    self.emit_payload(out);
+                }
+                out.finish(&mut self.out.own);
+                progressed = true;
+            } else if !input_done {
+                debug!("conn {}: upstream closed mid-body", self.id);
+                cut = cut.or(Some("upstream closed mid-body"));
+            }
+        }
+        if let Some(ending) = cut {
+            // Headers are gone already: the only honest signal left is to
+            // flush what arrived and close without a terminating chunk
+            // (RFC 9112 §8: a chunked body without its zero-size last chunk
+            // is incomplete, so a truncated body is never presented as
+            // complete).
+            self.upstream_reusable = false;
+            if let Some(u) = self.upstream.take() {
+                self.released = Some((u.stream, false));
+            }
+            self.log_exchange(ctx.now, &ending);
+            self.put_back(Phase::Relay { input, out, input_done, rewriter });
+            self.set_phase(Phase::Reply { close: true, reason: CloseReason::UpstreamTruncated });
+            return true;
+        }
+        self.put_back(Phase::Relay { input, out, input_done, rewriter });
+        progressed |= self.flush_client(ctx.now);
+        if input_done && !self.out.pending() && self.out.skip == 0 {
+            if let Phase::Relay { .. } = self.phase {
+                self.finish_exchange(ctx);
+                return true;
+            }
+        }
+        // A quiet stream holds no buffer: memory per open SSE stream is the
+        // connection struct, not two 16 KiB buffers (the relay bench holds
+        // it to 16 KiB per idle stream).
+        let upstream_idle = self.upstream.as_ref().is_some_and(|u| !u.ready.readable);
+        if upstream_idle && self.out.holds_no_upstream_bytes() {
+            self.upstream_buf.release_if_empty();
+        }
+        if !self.client_ready.readable {
+            self.client_buf.release_if_empty();
+        }
+        progressed
+    }
+
+    pub(super) fn finish_exchange(&mut self, ctx: &Ctx) {
+        self.log_exchange(ctx.now, &"complete");
+        let reusable = self.upstream_reusable && self.upstream_buf.is_empty() && !ctx.shutting_down;
+        match self.upstream.as_mut() {
+            Some(u) if reusable && !self.close_after => {
+                // Keep it for this client's next request.
+                u.reused = true;
+                u.received = false;
+                self.upstream_idle_since = Some(ctx.now);
+            }
+            Some(_) => {
+                if let Some(u) = self.upstream.take() {
+                    self.released = Some((u.stream, reusable));
+                }
+            }
+            None => {}
+        }
+        self.upstream_buf.clear();
+        if self.close_after {
+            self.linger(ctx.now, CloseReason::Done);
+        } else {
+            self.next_exchange(ctx.now);
+        }
+    }
+}

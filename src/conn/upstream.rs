@@ -1,0 +1,171 @@
+//! The upstream socket of an exchange: connect (with retries), attach a
+//! fresh or pooled socket, release it to the loop, and whether it may be
+//! reused.
+
+use super::answer::Answer;
+use super::{Conn, Ctx, Phase, Ready};
+use crate::limits::{CONNECT_RETRIES, CONNECT_RETRY_DELAY, POOL_IDLE_TIMEOUT};
+use log::{debug, warn};
+use mio::net::TcpStream;
+
+pub(super) struct UpstreamSock {
+    pub(super) stream: TcpStream,
+    pub(super) ready: Ready,
+    pub(super) connected: bool,
+    /// Taken from the keep-alive pool (may have been closed by the peer).
+    pub(super) reused: bool,
+    /// Any response byte received on it for this exchange.
+    pub(super) received: bool,
+}
+
+impl Conn {
+    /// Record readiness from an event on the upstream socket.
+    pub fn upstream_event(&mut self, readable: bool, writable: bool, hup: bool) {
+        if let Some(u) = self.upstream.as_mut() {
+            u.ready.readable |= readable;
+            u.ready.writable |= writable;
+            u.ready.hup |= hup;
+        }
+    }
+
+    /// The upstream socket the loop must deregister and pool or drop.
+    pub fn take_released(&mut self) -> Option<(TcpStream, bool)> {
+        self.released.take()
+    }
+
+    /// Index into the upstream's addresses for the next connect.
+    pub fn connect_attempt(&self) -> u32 {
+        match self.phase {
+            Phase::Connect { attempt, .. } => attempt,
+            _ => 0,
+        }
+    }
+
+    /// Whether a pooled connection may be used (not after a stale one failed).
+    pub fn may_use_pool(&self) -> bool {
+        !self.ex.retried
+    }
+
+    /// Hand over an upstream socket: fresh (connecting) or from the pool.
+    pub fn attach_upstream(&mut self, stream: TcpStream, reused: bool) {
+        if !reused {
+            // Pooled sockets already have it: one syscall less per request.
+            let _ = stream.set_nodelay(true);
+        }
+        self.upstream = Some(UpstreamSock {
+            stream,
+            ready: Ready { readable: reused, writable: reused, hup: false },
+            connected: reused,
+            reused,
+            received: false,
+        });
+    }
+
+    /// The loop could not even start a connect (e.g. out of descriptors).
+    pub fn connect_failed(&mut self, ctx: &Ctx, err: &std::io::Error) {
+        debug!("conn {}: upstream connect failed: {}", self.id, err.kind());
+        self.upstream_connect_error(ctx);
+    }
+
+    /// Hand the upstream socket back to the loop: to the pool if it sits idle
+    /// and healthy between exchanges, else to be closed.
+    pub(super) fn release_upstream(&mut self) {
+        let idle = self.upstream_idle_since.take().is_some();
+        if let Some(u) = self.upstream.take() {
+            let healthy = idle && !u.ready.readable && !u.ready.hup;
+            self.released = Some((u.stream, healthy));
+        }
+    }
+
+    pub(super) fn connect_progress(&mut self, ctx: &Ctx) -> bool {
+        if let Some(since) = self.upstream_idle_since.take() {
+            // The socket kept from the previous exchange: usable unless the
+            // upstream spoke or closed meanwhile, or it idled too long
+            // (uvicorn closes after 5 s).
+            let fresh = ctx.now.saturating_duration_since(since) < POOL_IDLE_TIMEOUT;
+            let quiet = self.upstream.as_ref().is_some_and(|u| !u.ready.readable && !u.ready.hup);
+            if !(fresh && quiet) {
+                if let Some(u) = self.upstream.take() {
+                    self.released = Some((u.stream, false));
+                }
+                return true;
+            }
+        }
+        let Some(u) = self.upstream.as_mut() else {
+            return false;
+        };
+        if !u.connected {
+            if !u.ready.writable && !u.ready.readable {
+                return false;
+            }
+            if let Ok(Some(_)) | Err(_) = u.stream.take_error() {
+                self.upstream_connect_error(ctx);
+                return true;
+            }
+            match u.stream.peer_addr() {
+                Ok(_) => u.connected = true,
+                Err(e) if e.kind() == std::io::ErrorKind::NotConnected => {
+                    u.ready = Ready::default();
+                    return false;
+                }
+                Err(_) => {
+                    self.upstream_connect_error(ctx);
+                    return true;
+                }
+            }
+        }
+        self.last_activity = ctx.now;
+        self.set_phase(Phase::SendRequest { written: 0 });
+        true
+    }
+
+    /// A connect was refused or failed: retry shortly (nothing was sent, so
+    /// retrying is safe for every method), then 502.
+    pub(super) fn upstream_connect_error(&mut self, ctx: &Ctx) {
+        if let Some(u) = self.upstream.take() {
+            self.released = Some((u.stream, false));
+        }
+        let Phase::Connect { attempt, since, .. } = self.phase else {
+            return;
+        };
+        let retry_at = ctx.now + CONNECT_RETRY_DELAY;
+        // In a recorded session a refused connect is most likely a restart:
+        // keep trying for the grace, then answer so the session survives.
+        let in_grace = self.ex.in_session && retry_at <= since + ctx.config.restart_grace;
+        if attempt < CONNECT_RETRIES || in_grace {
+            self.set_phase(Phase::Connect { attempt: attempt + 1, retry_at: Some(retry_at), since });
+        } else if self.ex.in_session {
+            self.answer_outage(ctx.now);
+        } else {
+            warn!("conn {}: upstream unreachable after {} attempts", self.id, attempt + 1);
+            self.reply_error(ctx.now, Answer::UpstreamUnreachable);
+        }
+    }
+
+    /// The upstream connection failed before any response byte. A stale
+    /// pooled connection is replaced once for idempotent requests; a POST
+    /// whose bytes were written is never replayed (RFC 9110 §9.2.2: a proxy
+    /// must not retry a non-idempotent request automatically).
+    pub(super) fn upstream_lost_before_response(&mut self, ctx: &Ctx) {
+        let stale = self.upstream.as_ref().is_some_and(|u| u.reused && !u.received);
+        if let Some(u) = self.upstream.take() {
+            self.released = Some((u.stream, false));
+        }
+        if stale && !self.ex.retried && self.ex.idempotent() {
+            debug!("conn {}: pooled upstream connection was stale; reconnecting", self.id);
+            self.ex.retried = true;
+            self.upstream_buf.clear();
+            self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
+            return;
+        }
+        if self.ex.in_session {
+            // Reset before any byte of a response: the upstream died under
+            // the request. It is not sent again (it may have been
+            // processed); the answer keeps the session alive.
+            self.answer_outage(ctx.now);
+            return;
+        }
+        warn!("conn {}: upstream closed the connection before answering", self.id);
+        self.reply_error(ctx.now, Answer::UpstreamClosed);
+    }
+}
