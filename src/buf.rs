@@ -88,6 +88,26 @@ impl Buf {
         true
     }
 
+    /// Appends `data`, growing as needed; false (nothing appended) when it
+    /// would pass the limit.
+    pub fn push(&mut self, data: &[u8]) -> bool {
+        if self.len() + data.len() > self.limit {
+            return false;
+        }
+        let mut rest = data;
+        while !rest.is_empty() {
+            if !self.has_space() && !self.grow() {
+                return false;
+            }
+            let space = self.space();
+            let n = space.len().min(rest.len());
+            space[..n].copy_from_slice(&rest[..n]);
+            self.fill(n);
+            rest = &rest[n..];
+        }
+        true
+    }
+
     /// Mark `n` bytes of `space()` as filled.
     pub fn fill(&mut self, n: usize) {
         debug_assert!(self.end + n <= self.bytes.len(), "fill past capacity");

@@ -173,3 +173,18 @@ pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 /// Least time between two re-initialisations of one session: a server that
 /// answers 404 to everything must not cause a storm of `initialize`s.
 pub const REOPEN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Largest upstream answer held whole during a re-initialisation: the 404
+/// being recovered from (relayed as it came if the recovery fails) and the
+/// answers to the replayed `initialize` and `notifications/initialized`.
+/// FastMCP's are a few hundred bytes; a larger 404 is relayed at once.
+pub const MAX_REOPEN_ANSWER: usize = 64 * 1024;
+
+/// How long a request whose session is being re-initialised by another
+/// request waits for it before getting the server's 404 (the whole wait
+/// stays under the 10 s clients allow).
+pub const REOPEN_WAIT: Duration = Duration::from_secs(8);
+
+/// How often a waiting request looks at the session table (only while a
+/// re-initialisation is in flight).
+pub const REOPEN_POLL: Duration = Duration::from_millis(10);

@@ -4,7 +4,7 @@
 //! gets a 4xx, the upstream's a 502 or 504 (RFC 9110 §15.6.3, §15.6.5: a
 //! gateway that got an invalid response or none in time). Pure.
 
-use super::{CloseReason, Conn, Phase};
+use super::{CloseReason, Conn, Ctx, Phase};
 use crate::http::guard::Refusal;
 use crate::http::head::ParseError;
 use crate::http::headers::HeaderList;
@@ -14,7 +14,6 @@ use crate::mcp::stamp::StampError;
 use log::warn;
 use std::borrow::Cow;
 use std::fmt;
-use std::time::Instant;
 
 /// A response made by the proxy instead of the upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,13 +188,13 @@ impl Conn {
     /// JSON-RPC errors carry the ids of the requests they answer once the
     /// body has been read whole (JSON-RPC 2.0 §5: null only when the id
     /// cannot be read).
-    pub(super) fn reply_error(&mut self, now: Instant, answer: Answer) {
+    pub(super) fn reply_error(&mut self, ctx: &Ctx, answer: Answer) {
         let mut body = Vec::new();
         {
             let parsed = if self.ex.body_read { rpc::parse(&self.ex.body).ok() } else { None };
             answer.write_body(parsed.as_ref(), &mut body);
         }
-        self.queue_answer(now, answer.status(), &body, answer);
+        self.queue_answer(ctx, answer.status(), &body, answer);
     }
 
     /// The upstream cannot be reached for a request in a recorded MCP
@@ -206,7 +205,7 @@ impl Conn {
     /// Notifications alone get 202 (dropped). Never 404: that would tell
     /// the client its session is gone (MCP Session Management). GET and
     /// DELETE, and a body that is not JSON-RPC, get 502.
-    pub(super) fn answer_outage(&mut self, now: Instant) {
+    pub(super) fn answer_outage(&mut self, ctx: &Ctx) {
         let answer = Answer::UpstreamUnavailable;
         warn!("conn {}: upstream unavailable for a request in a recorded session", self.id);
         if self.ex.method.as_slice() == b"POST" {
@@ -220,16 +219,23 @@ impl Conn {
                 } else {
                     200
                 };
-                self.queue_answer(now, status, &body, answer);
+                self.queue_answer(ctx, status, &body, answer);
                 return;
             }
         }
-        self.reply_error(now, answer);
+        self.reply_error(ctx, answer);
     }
 
     /// Queue a proxy-made response with `body` (JSON, or empty) and stop
     /// the exchange; `answer` says why, for the log and the close.
-    pub(super) fn queue_answer(&mut self, now: Instant, status: u16, body: &[u8], answer: Answer) {
+    pub(super) fn queue_answer(&mut self, ctx: &Ctx, status: u16, body: &[u8], answer: Answer) {
+        if self.ex.reopen.as_deref().is_some_and(|r| r.replaying()) {
+            // A request of the proxy's own failed: the client gets the
+            // upstream's 404 it was recovering from, not this answer.
+            self.fail_reopen(ctx, &answer.message());
+            return;
+        }
+        let now = ctx.now;
         self.release_upstream();
         let close = answer.closes() || self.close_after || self.ex.http10;
         write_response(status, body, close, self.out.own());

@@ -17,6 +17,7 @@
 
 mod answer;
 pub mod editor;
+mod reopen;
 mod request;
 mod response;
 mod session;
@@ -138,6 +139,18 @@ enum Phase {
     ReadResponseHead {
         since: Instant,
     },
+    /// An upstream answer read whole instead of relayed (a 404 the session
+    /// may recover from, or the answer to a request of a re-initialisation):
+    /// `upstream_buf` holds it from its head; `at` is how far it was walked.
+    Collect {
+        input: Decoder,
+        at: usize,
+    },
+    /// Another exchange is re-initialising this one's session.
+    AwaitReopen {
+        until: Instant,
+        next_check: Instant,
+    },
     Relay {
         input: Decoder,
         out: Encoder,
@@ -172,6 +185,8 @@ impl Phase {
             Phase::Connect { .. } => "connect",
             Phase::SendRequest { .. } => "send-request",
             Phase::ReadResponseHead { .. } => "read-response-head",
+            Phase::Collect { .. } => "collect",
+            Phase::AwaitReopen { .. } => "await-reopen",
             Phase::Relay { .. } => "relay",
             Phase::Reply { .. } => "reply",
             Phase::Linger { .. } => "linger",
@@ -294,6 +309,8 @@ impl Conn {
                 };
                 Some(since + config.response_timeout)
             }
+            Phase::Collect { .. } => Some(self.last_activity + config.response_timeout),
+            Phase::AwaitReopen { until, next_check } => Some((*until).min(*next_check)),
             Phase::Relay { .. } => Some(self.last_activity + config.idle_timeout),
             Phase::Reply { .. } => Some(self.last_activity + ANSWER_FLUSH_TIMEOUT),
             Phase::Linger { until, .. } => Some(*until),
@@ -360,7 +377,7 @@ impl Conn {
             Phase::ReadHead if self.request_started.is_none() => self.close(CloseReason::ClientIdle),
             Phase::ReadHead | Phase::ReadBody { .. } => {
                 warn!("conn {}: request head or body not received in time", self.id);
-                self.reply_error(now, Answer::RequestTimeout);
+                self.reply_error(ctx, Answer::RequestTimeout);
             }
             Phase::Connect { retry_at: Some(_), .. } => {
                 // The retry delay is over: ask the loop for a socket again.
@@ -368,14 +385,21 @@ impl Conn {
                     *retry_at = None;
                 }
             }
-            Phase::Connect { .. } if self.ex.in_session => self.answer_outage(now),
+            Phase::Connect { .. } if self.ex.in_session => self.answer_outage(ctx),
             Phase::Connect { .. } => {
                 warn!("conn {}: upstream connect timed out", self.id);
-                self.reply_error(now, Answer::ConnectTimeout);
+                self.reply_error(ctx, Answer::ConnectTimeout);
             }
             Phase::SendRequest { .. } | Phase::ReadResponseHead { .. } => {
                 warn!("conn {}: no response head from upstream in time", self.id);
-                self.reply_error(now, Answer::UpstreamTimeout);
+                self.reply_error(ctx, Answer::UpstreamTimeout);
+            }
+            Phase::Collect { .. } => {
+                warn!("conn {}: upstream answer not received in time", self.id);
+                self.collect_failed(ctx);
+            }
+            Phase::AwaitReopen { .. } => {
+                self.await_reopen(ctx);
             }
             Phase::Relay { .. } => {
                 self.log_exchange(now, &CloseReason::IdleTimeout);
@@ -409,6 +433,8 @@ impl Conn {
             Phase::Connect { .. } => self.connect_progress(ctx),
             Phase::SendRequest { .. } => self.send_request(ctx),
             Phase::ReadResponseHead { .. } => self.read_response_head(ctx),
+            Phase::Collect { .. } => self.collect(ctx),
+            Phase::AwaitReopen { .. } => self.await_reopen(ctx),
             Phase::Relay { .. } => self.relay(ctx),
             Phase::Reply { close, reason } => {
                 if self.out.pending() {
@@ -427,8 +453,14 @@ impl Conn {
         // exchange (no one is left to read the answer, and the upstream
         // stream must not outlive it), and pipelined requests wait in
         // client_buf.
-        if matches!(self.phase, Phase::Connect { .. } | Phase::ReadResponseHead { .. } | Phase::Relay { .. })
-        {
+        if matches!(
+            self.phase,
+            Phase::Connect { .. }
+                | Phase::ReadResponseHead { .. }
+                | Phase::Collect { .. }
+                | Phase::AwaitReopen { .. }
+                | Phase::Relay { .. }
+        ) {
             progressed |= self.watch_client();
         }
         progressed

@@ -49,6 +49,12 @@ pub(super) struct Exchange {
     pub(super) in_session: bool,
     /// Splices that put the agent's name into the body.
     pub(super) plan: crate::mcp::stamp::Plan,
+    /// The re-initialisation of this exchange's session, once its upstream
+    /// answered 404.
+    pub(super) reopen: Option<Box<super::reopen::Reopen>>,
+    /// A copy of the start of a recorded `initialize`'s answer, kept until
+    /// its `protocolVersion` is read.
+    pub(super) version_capture: Option<Box<super::reopen::VersionCapture>>,
 }
 
 impl Exchange {
@@ -159,7 +165,7 @@ impl Conn {
                 self.ex.method.clear();
                 self.ex.target.clear();
                 self.client_buf.clear();
-                self.reply_error(ctx.now, Answer::BadHead(e));
+                self.reply_error(ctx, Answer::BadHead(e));
                 true
             }
         }
@@ -178,6 +184,8 @@ impl Conn {
         ex.body.clear();
         ex.body_read = false;
         ex.in_session = false;
+        ex.reopen = None;
+        ex.version_capture = None;
         ex.session_id =
             req.headers.get(b"mcp-session-id").map(smallvec::SmallVec::from_slice).unwrap_or_default();
         ex.framed = req.framing != Framing::None;
@@ -191,14 +199,14 @@ impl Conn {
         };
         if let Err(refusal) = guard::admission(&req, &policy) {
             warn!("conn {} ({}): refused: {}", self.id, self.peer, refusal.message());
-            self.reply_error(ctx.now, Answer::Refused(refusal));
+            self.reply_error(ctx, Answer::Refused(refusal));
             return;
         }
         if let Framing::Length(n) = req.framing {
             // Refused before a byte of it is read.
             if n > MAX_STAMP_BODY as u64 {
                 warn!("conn {}: request body of {n} bytes refused", self.id);
-                self.reply_error(ctx.now, Answer::BodyTooLarge);
+                self.reply_error(ctx, Answer::BodyTooLarge);
                 return;
             }
         }
@@ -221,6 +229,8 @@ impl Conn {
         let ex = &mut self.ex;
         ex.body_read = true;
         ex.in_session = !ex.session_id.is_empty() && ctx.sessions.borrow_mut().touch(&ex.session_id, ctx.now);
+        // C -> U' for a re-initialised session (nothing until a first one).
+        super::reopen::map_request_session(&mut ex.headers, &ex.session_id, &ctx.sessions.borrow());
         let req = editor::Outgoing { method: &ex.method, target: &ex.target, framed: ex.framed };
         let who = editor::Credentials { agent: ctx.agent, bearer: ctx.bearer, token: ctx.token };
         let route =
@@ -230,7 +240,7 @@ impl Conn {
             Err(e) => {
                 // Fail closed: never forwarded unstamped.
                 warn!("conn {}: request body refused: {e}", self.id);
-                self.reply_error(ctx.now, Answer::BodyRefused(e));
+                self.reply_error(ctx, Answer::BodyRefused(e));
                 return;
             }
         }
@@ -259,7 +269,7 @@ impl Conn {
                             Answer::BodyTooLarge
                         }
                     };
-                    self.reply_error(ctx.now, answer);
+                    self.reply_error(ctx, answer);
                     return true;
                 }
             }
@@ -293,15 +303,21 @@ impl Conn {
         let mut lost = false;
         // [head, body before splice, splice, body after, ...]: one vectored
         // write; the body is never copied.
-        let mut parts: smallvec::SmallVec<[&[u8]; 8]> = smallvec::smallvec![self.ex.head_out.as_slice()];
-        let body = self.ex.body.as_slice();
-        let mut at = 0;
-        for splice in self.ex.plan.splices() {
-            parts.push(body.get(at..splice.start).unwrap_or_default());
-            parts.push(&splice.insert);
-            at = splice.end;
+        let mut parts: smallvec::SmallVec<[&[u8]; 8]> = smallvec::SmallVec::new();
+        if let Some(replay) = self.ex.reopen.as_deref().and_then(|r| r.replay_bytes()) {
+            // A request of the proxy's own, during a re-initialisation.
+            parts.push(replay);
+        } else {
+            parts.push(self.ex.head_out.as_slice());
+            let body = self.ex.body.as_slice();
+            let mut at = 0;
+            for splice in self.ex.plan.splices() {
+                parts.push(body.get(at..splice.start).unwrap_or_default());
+                parts.push(&splice.insert);
+                at = splice.end;
+            }
+            parts.push(body.get(at..).unwrap_or_default());
         }
-        parts.push(body.get(at..).unwrap_or_default());
         let total: usize = parts.iter().map(|p| p.len()).sum();
         while *written < total && u.ready.writable {
             let slices = slices_after::<8>(&parts, *written);

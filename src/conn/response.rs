@@ -176,12 +176,15 @@ impl Conn {
                     self.upstream_buf.consume(resp.len);
                     if resp.status == 101 {
                         warn!("conn {}: upstream switched protocols unasked", self.id);
-                        self.reply_error(ctx.now, Answer::BadUpstream);
+                        self.reply_error(ctx, Answer::BadUpstream);
                         return true;
                     }
                     progressed = true;
                 }
                 Ok(Some(resp)) => {
+                    if self.reopen_takes(&resp, ctx) {
+                        return true;
+                    }
                     self.upstream_buf.consume(resp.len);
                     self.start_relay(resp, ctx);
                     // Classify the body bytes already here so that head and
@@ -192,14 +195,14 @@ impl Conn {
                 Ok(None) => {
                     if !self.upstream_buf.has_space() && !self.upstream_buf.grow() {
                         warn!("conn {}: upstream response head too large", self.id);
-                        self.reply_error(ctx.now, Answer::BadUpstream);
+                        self.reply_error(ctx, Answer::BadUpstream);
                         return true;
                     }
                     break;
                 }
                 Err(e) => {
                     warn!("conn {}: invalid upstream response: {e}", self.id);
-                    self.reply_error(ctx.now, Answer::BadUpstream);
+                    self.reply_error(ctx, Answer::BadUpstream);
                     return true;
                 }
             }
@@ -212,7 +215,10 @@ impl Conn {
     }
 
     pub(super) fn start_relay(&mut self, mut resp: ResponseHead, ctx: &Ctx) {
-        self.note_session(&resp, ctx);
+        // U' -> C for a re-initialised session (nothing until a first one),
+        // before a DELETE's answer forgets the session.
+        super::reopen::map_response_session(&mut resp.headers, &ctx.sessions.borrow());
+        self.ex.version_capture = self.note_session(&resp, ctx).map(Box::new);
         let http10 = self.ex.http10;
         let sse = editor::is_event_stream(&resp.headers);
         // Legacy SSE (MCP specification 2024-11-05, Transports, HTTP with
@@ -301,6 +307,12 @@ impl Conn {
             };
             input_done = input.is_done();
             progressed = true;
+            // Copied (never altered): a recorded initialize's answer.
+            if let (Some(c), Piece::Data) = (self.ex.version_capture.as_deref_mut(), piece) {
+                if !c.feed(avail.get(..len).unwrap_or_default(), &mut ctx.sessions.borrow_mut()) {
+                    self.ex.version_capture = None;
+                }
+            }
             if let Some(rw) = rewriter.as_mut() {
                 // Nothing is passed while rewriting (pass == 0): payload goes
                 // through the rewriter, upstream framing is replaced by ours.

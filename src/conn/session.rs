@@ -2,6 +2,7 @@
 //! sessions seen created through this proxy are recorded, so that an
 //! upstream restart under one of them gets an answer the session survives.
 
+use super::reopen::VersionCapture;
 use super::{Conn, Ctx};
 use crate::http::head::ResponseHead;
 use crate::mcp::rpc;
@@ -13,7 +14,9 @@ impl Conn {
     /// second, different one is refused by the parser); the client's DELETE
     /// is the only signal that a session really ended, whatever the upstream
     /// answered.
-    pub(super) fn note_session(&self, resp: &ResponseHead, ctx: &Ctx) {
+    /// Returns the capture that reads the chosen `protocolVersion` from the
+    /// body of a recorded `initialize`'s answer as it is relayed.
+    pub(super) fn note_session(&self, resp: &ResponseHead, ctx: &Ctx) -> Option<VersionCapture> {
         let ex = &self.ex;
         let mut table = ctx.sessions.borrow_mut();
         match ex.method.as_slice() {
@@ -21,11 +24,9 @@ impl Conn {
                 table.forget(&ex.session_id);
             }
             b"POST" if ex.session_id.is_empty() && resp.status == 200 => {
-                let Some(id) = resp.headers.get(b"mcp-session-id") else { return };
-                let Ok(body) = rpc::parse(&ex.body) else { return };
-                if !body.single().is_some_and(|m| m.is_method(rpc::INITIALIZE)) {
-                    return;
-                }
+                let id = resp.headers.get(b"mcp-session-id")?;
+                let Ok(body) = rpc::parse(&ex.body) else { return None };
+                let init = body.single().filter(|m| m.is_method(rpc::INITIALIZE))?;
                 // What a replay needs: end-to-end fields without the
                 // credentials (the identity current at replay time is used).
                 let fields = ex.headers.iter().map(|h| (h.name(), h.value())).filter(|(name, _)| {
@@ -33,7 +34,11 @@ impl Conn {
                 });
                 table.expire(ctx.now);
                 match table.record(id, &ex.body, fields, "", ctx.now) {
-                    Ok(()) => debug!("conn {}: MCP session recorded", self.id),
+                    Ok(()) => {
+                        debug!("conn {}: MCP session recorded", self.id);
+                        let content_type = resp.headers.get(b"content-type").unwrap_or_default();
+                        return VersionCapture::new(id, init.id().json(), content_type);
+                    }
                     Err(why) => debug!("conn {}: MCP session not tracked: {why:?}", self.id),
                 }
             }
@@ -45,5 +50,6 @@ impl Conn {
             }
             _ => {}
         }
+        None
     }
 }

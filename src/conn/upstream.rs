@@ -43,7 +43,7 @@ impl Conn {
 
     /// Whether a pooled connection may be used (not after a stale one failed).
     pub fn may_use_pool(&self) -> bool {
-        !self.ex.retried
+        !self.ex.retried && !self.ex.reopen.as_deref().is_some_and(|r| r.avoids_pool())
     }
 
     /// Hand over an upstream socket: fresh (connecting) or from the pool.
@@ -135,10 +135,10 @@ impl Conn {
         if attempt < CONNECT_RETRIES || in_grace {
             self.set_phase(Phase::Connect { attempt: attempt + 1, retry_at: Some(retry_at), since });
         } else if self.ex.in_session {
-            self.answer_outage(ctx.now);
+            self.answer_outage(ctx);
         } else {
             warn!("conn {}: upstream unreachable after {} attempts", self.id, attempt + 1);
-            self.reply_error(ctx.now, Answer::UpstreamUnreachable);
+            self.reply_error(ctx, Answer::UpstreamUnreachable);
         }
     }
 
@@ -162,10 +162,10 @@ impl Conn {
             // Reset before any byte of a response: the upstream died under
             // the request. It is not sent again (it may have been
             // processed); the answer keeps the session alive.
-            self.answer_outage(ctx.now);
+            self.answer_outage(ctx);
             return;
         }
         warn!("conn {}: upstream closed the connection before answering", self.id);
-        self.reply_error(ctx.now, Answer::UpstreamClosed);
+        self.reply_error(ctx, Answer::UpstreamClosed);
     }
 }

@@ -15,7 +15,8 @@
 use std::time::Instant;
 
 use crate::limits::{
-    MAX_RECORDED_INITIALIZE, MAX_SESSIONS, MAX_SESSION_ID_LEN, REOPEN_INTERVAL, SESSION_IDLE_TIMEOUT,
+    MAX_RECORDED_INITIALIZE, MAX_SESSIONS, MAX_SESSION_ID_LEN, REOPEN_INTERVAL, REOPEN_WAIT,
+    SESSION_IDLE_TIMEOUT,
 };
 
 /// One recorded session, keyed by the id the client holds.
@@ -199,6 +200,13 @@ impl SessionTable {
         Ok(())
     }
 
+    /// Sets the `protocolVersion` the answer to the session's `initialize`
+    /// chose (read from the answer's body after the session was recorded
+    /// from its head). False when it is not recorded.
+    pub fn set_protocol_version(&mut self, client_id: &[u8], version: &str) -> bool {
+        self.get_mut(client_id).map(|s| s.protocol_version = version.into()).is_some()
+    }
+
     /// The session the client knows as `client_id`.
     pub fn get(&self, client_id: &[u8]) -> Option<&Session> {
         self.sessions.iter().find(|s| &*s.client_id == client_id)
@@ -268,10 +276,13 @@ impl SessionTable {
     /// one [`SessionTable::finish_reopen`].
     pub fn try_begin_reopen(&mut self, client_id: &[u8], now: Instant) -> Result<(), ReopenRefused> {
         let s = self.get_mut(client_id).ok_or(ReopenRefused::Unknown)?;
-        if s.reopening {
+        let since = s.last_reopen.map(|t| now.saturating_duration_since(t));
+        // A reopen whose leader went away (its client closed mid-replay)
+        // never finishes: after REOPEN_WAIT the next 404 takes it over.
+        if s.reopening && since.is_some_and(|d| d < REOPEN_WAIT) {
             return Err(ReopenRefused::InFlight);
         }
-        if s.last_reopen.is_some_and(|t| now.saturating_duration_since(t) < REOPEN_INTERVAL) {
+        if !s.reopening && since.is_some_and(|d| d < REOPEN_INTERVAL) {
             return Err(ReopenRefused::TooSoon);
         }
         s.reopening = true;
@@ -502,6 +513,12 @@ mod tests {
         assert_eq!(t.try_begin_reopen(b"c", t0 + ms(999)), Err(ReopenRefused::TooSoon));
         assert_eq!(t.try_begin_reopen(b"c", t0 + ms(1000)), Ok(()));
         assert_eq!(t.try_begin_reopen(b"x", t0), Err(ReopenRefused::Unknown));
+        // A leader that never finishes (its client went away) is taken over
+        // once REOPEN_WAIT has passed since it began.
+        let begun = t0 + ms(1000);
+        assert_eq!(t.try_begin_reopen(b"c", begun + REOPEN_WAIT - ms(1)), Err(ReopenRefused::InFlight));
+        assert_eq!(t.try_begin_reopen(b"c", begun + REOPEN_WAIT), Ok(()));
+        assert!(t.get(b"c").is_some_and(Session::is_reopening));
     }
 
     #[test]

@@ -25,6 +25,8 @@ mod hostile;
 mod identity;
 /// The upstream restarting under a live MCP session: --restart-grace, answers the session survives.
 mod restarts;
+/// A session the upstream lost (404) re-initialised for the client on the wire, and when it is not.
+mod session_recovery;
 /// MCP sessions (one session header) and connection lifecycle, keep-alive, pipelining, reuse.
 mod sessions;
 /// The agentchattr drop-in: its wrapper script driving the binary.
