@@ -4,7 +4,7 @@
 //! gets a 4xx, the upstream's a 502 or 504 (RFC 9110 §15.6.3, §15.6.5: a
 //! gateway that got an invalid response or none in time). Pure.
 
-use super::{CloseReason, Conn, Ctx, Phase};
+use super::{Conn, Ctx, Phase};
 use crate::http::guard::Refusal;
 use crate::http::head::ParseError;
 use crate::http::headers::HeaderList;
@@ -14,6 +14,43 @@ use crate::mcp::stamp::StampError;
 use log::warn;
 use std::borrow::Cow;
 use std::fmt;
+
+/// Why a connection ended; logged once at debug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    ClientClosed,
+    ClientError,
+    ClientIdle,
+    RequestTimeout,
+    BadRequest,
+    UpstreamFailed,
+    UpstreamTruncated,
+    UpstreamTimeout,
+    IdleTimeout,
+    Done,
+    Shutdown,
+    /// A phase taken out to be worked on was not put back (a bug).
+    PhaseLost,
+}
+
+impl fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CloseReason::ClientClosed => "client closed",
+            CloseReason::ClientError => "client socket error",
+            CloseReason::ClientIdle => "idle keep-alive timeout",
+            CloseReason::RequestTimeout => "request head or body not received in time",
+            CloseReason::BadRequest => "bad request answered",
+            CloseReason::UpstreamFailed => "upstream failed",
+            CloseReason::UpstreamTruncated => "upstream closed mid-body",
+            CloseReason::UpstreamTimeout => "upstream timeout",
+            CloseReason::IdleTimeout => "exchange idle timeout",
+            CloseReason::Done => "exchange done, connection not reusable",
+            CloseReason::Shutdown => "shutting down",
+            CloseReason::PhaseLost => "internal error: phase not put back",
+        })
+    }
+}
 
 /// A response made by the proxy instead of the upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,6 +16,7 @@
 //! upstream socket; `answer` and `editor` decide without a socket.
 
 mod answer;
+pub use answer::CloseReason;
 pub mod editor;
 mod reopen;
 mod request;
@@ -74,43 +75,6 @@ pub enum Verdict {
     NeedUpstream,
     /// Drop the connection (its reason has been logged).
     Close,
-}
-
-/// Why a connection ended; logged once at debug.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CloseReason {
-    ClientClosed,
-    ClientError,
-    ClientIdle,
-    RequestTimeout,
-    BadRequest,
-    UpstreamFailed,
-    UpstreamTruncated,
-    UpstreamTimeout,
-    IdleTimeout,
-    Done,
-    Shutdown,
-    /// A phase taken out to be worked on was not put back (a bug).
-    PhaseLost,
-}
-
-impl fmt::Display for CloseReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            CloseReason::ClientClosed => "client closed",
-            CloseReason::ClientError => "client socket error",
-            CloseReason::ClientIdle => "idle keep-alive timeout",
-            CloseReason::RequestTimeout => "request head or body not received in time",
-            CloseReason::BadRequest => "bad request answered",
-            CloseReason::UpstreamFailed => "upstream failed",
-            CloseReason::UpstreamTruncated => "upstream closed mid-body",
-            CloseReason::UpstreamTimeout => "upstream timeout",
-            CloseReason::IdleTimeout => "exchange idle timeout",
-            CloseReason::Done => "exchange done, connection not reusable",
-            CloseReason::Shutdown => "shutting down",
-            CloseReason::PhaseLost => "internal error: phase not put back",
-        })
-    }
 }
 
 /// Readiness seen on a socket since the last WouldBlock (edge-triggered).

@@ -25,88 +25,17 @@
 //! first reopen nothing is rewritten: the relay stays byte-exact.
 
 use super::{editor, Conn, Ctx, Phase};
-use crate::http::body::Decoder;
-use crate::http::chunked::Piece;
 use crate::http::framing::Framing;
 use crate::http::head::ResponseHead;
 use crate::http::headers::HeaderList;
 use crate::limits::{MAX_REOPEN_ANSWER, REOPEN_POLL, REOPEN_WAIT};
 use crate::mcp::initialize::{self, Format};
 use crate::mcp::rpc;
-use crate::mcp::session::{ReopenRefused, ReplayFailed, SessionTable};
+use crate::mcp::session::{ReopenRefused, ReplayFailed};
 use log::{debug, info, warn};
-
-/// At most this much of an `initialize` answer's body is copied to find its
-/// `protocolVersion`; a longer answer leaves the version unrecorded (and
-/// the session is then never replayed: the version could not be checked).
-pub const MAX_CAPTURE: usize = 4 * 1024;
 
 /// The `notifications/initialized` a replay sends when the client had.
 const INITIALIZED: &[u8] = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-
-/// A copy of the start of the body of an answer to a recorded `initialize`,
-/// kept until its `protocolVersion` is found. It only reads: the relay is
-/// neither delayed nor altered.
-#[derive(Debug)]
-pub struct VersionCapture {
-    client_id: Box<[u8]>,
-    format: Format,
-    request_id: Box<[u8]>,
-    bytes: Vec<u8>,
-}
-
-impl VersionCapture {
-    /// A capture for the session `client_id` whose `initialize` had the id
-    /// `request_id` (its JSON text), answered with `content_type`; `None`
-    /// when the answer is neither JSON nor SSE.
-    pub fn new(client_id: &[u8], request_id: &[u8], content_type: &[u8]) -> Option<VersionCapture> {
-        Some(VersionCapture {
-            client_id: client_id.into(),
-            format: Format::from_content_type(content_type)?,
-            request_id: request_id.into(),
-            bytes: Vec::new(),
-        })
-    }
-
-    /// Copies payload bytes (no transfer framing) as they are relayed.
-    /// Returns false once the capture is over (version found and recorded,
-    /// an answer without one, or the copy limit reached): drop it then.
-    pub fn feed(&mut self, data: &[u8], table: &mut SessionTable) -> bool {
-        let room = MAX_CAPTURE.saturating_sub(self.bytes.len());
-        self.bytes.extend_from_slice(data.get(..data.len().min(room)).unwrap_or_default());
-        match initialize::protocol_version(&self.bytes, self.format, &self.request_id) {
-            initialize::Answer::Version(v) => {
-                table.set_protocol_version(&self.client_id, &v);
-                false
-            }
-            initialize::Answer::NoVersion => false,
-            initialize::Answer::NotFound => self.bytes.len() < MAX_CAPTURE,
-        }
-    }
-}
-
-/// Request side of the mapping: a request carrying the client's id C of a
-/// reopened session goes upstream with U'. Until a first reopen the table
-/// maps nothing and the request is left byte-exact.
-pub fn map_request_session(headers: &mut HeaderList, client_id: &[u8], table: &SessionTable) {
-    if client_id.is_empty() {
-        return;
-    }
-    if let Some(upstream_id) = table.upstream_id_for(client_id) {
-        // Both ids passed the table's check (visible ASCII): `set` cannot
-        // refuse them.
-        let _ = headers.set(b"mcp-session-id", upstream_id);
-    }
-}
-
-/// Response side: the client never sees U' (a client adopts any session id
-/// it is sent: the TypeScript SDK does), only its own C.
-pub fn map_response_session(headers: &mut HeaderList, table: &SessionTable) {
-    let Some(id) = headers.get(b"mcp-session-id") else { return };
-    if let Some(client_id) = table.client_id_for(id).map(<[u8]>::to_vec) {
-        let _ = headers.set(b"mcp-session-id", &client_id);
-    }
-}
 
 /// Where the re-initialisation of the current exchange's session stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,6 +106,19 @@ impl Reopen {
         self.replaying().then_some(self.request.as_slice())
     }
 
+    /// Keeps payload of an answer to a replayed request (bounded; the 404
+    /// is held whole from the buffer instead).
+    pub(super) fn keep_payload(&mut self, data: &[u8]) {
+        if self.replaying() && self.payload.len() + data.len() <= MAX_REOPEN_ANSWER {
+            self.payload.extend_from_slice(data);
+        }
+    }
+
+    /// The upstream keeps the connection after the collected answer.
+    pub(super) fn keeps_connection(&self) -> bool {
+        self.keep_alive
+    }
+
     /// Sockets of a reopen are fresh: after a restart the pool holds the old
     /// upstream's dead connections, and a POST is never sent twice.
     pub(super) fn avoids_pool(&self) -> bool {
@@ -231,60 +173,6 @@ impl Conn {
             && ctx.sessions.borrow().get(&self.ex.session_id).is_some()
     }
 
-    fn start_collect(&mut self, resp: &ResponseHead) {
-        self.set_phase(Phase::Collect { input: Decoder::new(resp.framing), at: resp.len });
-    }
-
-    /// `Phase::Collect`: read the upstream's answer whole, without relaying
-    /// it (the head stays at the front of `upstream_buf`).
-    pub(super) fn collect(&mut self, ctx: &Ctx) -> bool {
-        if !self.upstream_buf.has_space() {
-            self.upstream_buf.grow();
-        }
-        let (n, eof) = self.read_upstream();
-        if n > 0 {
-            self.last_activity = ctx.now;
-        }
-        let Phase::Collect { input, at } = &mut self.phase else {
-            return false;
-        };
-        let mut broken = false;
-        while !input.is_done() {
-            let avail = self.upstream_buf.data().get(*at..).unwrap_or_default();
-            if avail.is_empty() {
-                break;
-            }
-            match input.step(avail) {
-                Ok(Some((len, piece))) => {
-                    if let (Some(r), Piece::Data) = (self.ex.reopen.as_deref_mut(), piece) {
-                        if r.replaying() && r.payload.len() + len <= MAX_REOPEN_ANSWER {
-                            r.payload.extend_from_slice(avail.get(..len).unwrap_or_default());
-                        }
-                    }
-                    *at += len;
-                }
-                Ok(None) => break,
-                Err(_) => {
-                    broken = true;
-                    break;
-                }
-            }
-        }
-        let (done, at) = (input.is_done(), *at);
-        if done {
-            self.collected(ctx, at);
-            return true;
-        }
-        let full = self.upstream_buf.len() > MAX_REOPEN_ANSWER
-            || (!self.upstream_buf.has_space() && !self.upstream_buf.grow());
-        if broken || eof || full {
-            debug!("conn {}: upstream answer not read whole during a reopen", self.id);
-            self.collect_failed(ctx);
-            return true;
-        }
-        n > 0
-    }
-
     /// The answer being collected could not be read whole (cut, too large,
     /// bad framing, too slow).
     pub(super) fn collect_failed(&mut self, ctx: &Ctx) {
@@ -300,18 +188,7 @@ impl Conn {
         }
     }
 
-    /// Hands the socket that carried a collected answer back to the loop:
-    /// to the pool when the upstream keeps it and nothing follows the
-    /// answer.
-    fn release_collected(&mut self, at: usize) {
-        let exact = self.upstream_buf.len() == at;
-        let keep = self.ex.reopen.as_deref().is_some_and(|r| r.keep_alive) && exact;
-        if let Some(u) = self.upstream.take() {
-            self.released = Some((u.stream, keep));
-        }
-    }
-
-    fn collected(&mut self, ctx: &Ctx, at: usize) {
+    pub(super) fn collected(&mut self, ctx: &Ctx, at: usize) {
         let step = self.ex.reopen.as_deref().map_or(Step::Done, |r| r.step);
         let whole = self.upstream_buf.data().get(..at).unwrap_or_default().to_vec();
         self.release_collected(at);
@@ -583,60 +460,5 @@ impl Conn {
             r.step = Step::Retry;
         }
         self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Instant;
-
-    fn table_with(id: &[u8]) -> SessionTable {
-        let mut t = SessionTable::new();
-        t.record(id, b"{}", std::iter::empty(), "", Instant::now()).unwrap();
-        t
-    }
-
-    #[test]
-    fn json_answer_in_pieces() {
-        let mut t = table_with(b"c1");
-        let mut c = VersionCapture::new(b"c1", b"1", b"application/json").unwrap();
-        let body = br#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18"}}"#;
-        assert!(c.feed(&body[..20], &mut t));
-        assert!(!c.feed(&body[20..], &mut t));
-        assert_eq!(t.get(b"c1").unwrap().protocol_version(), "2025-06-18");
-    }
-
-    #[test]
-    fn sse_answer_and_limit() {
-        let mut t = table_with(b"c1");
-        let mut c = VersionCapture::new(b"c1", b"\"a\"", b"text/event-stream").unwrap();
-        let body = b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"a\",\"result\":{\"protocolVersion\":\"v9\"}}\n\n";
-        assert!(!c.feed(body, &mut t));
-        assert_eq!(t.get(b"c1").unwrap().protocol_version(), "v9");
-
-        let mut c = VersionCapture::new(b"c1", b"1", b"text/event-stream").unwrap();
-        assert!(!c.feed(&[b':'; MAX_CAPTURE + 1], &mut t));
-        assert!(VersionCapture::new(b"c1", b"1", b"text/plain").is_none());
-    }
-
-    #[test]
-    fn ids_map_only_after_a_reopen() {
-        let now = Instant::now();
-        let mut t = table_with(b"c1");
-        let mut h = HeaderList::default();
-        h.set(b"mcp-session-id", b"c1").unwrap();
-        map_request_session(&mut h, b"c1", &t);
-        map_response_session(&mut h, &t);
-        assert_eq!(h.get(b"mcp-session-id"), Some(&b"c1"[..]));
-
-        t.try_begin_reopen(b"c1", now).unwrap();
-        t.finish_reopen(b"c1", Ok(b"u2"), now).unwrap();
-        map_request_session(&mut h, b"c1", &t);
-        assert_eq!(h.get(b"mcp-session-id"), Some(&b"u2"[..]));
-        map_response_session(&mut h, &t);
-        assert_eq!(h.get(b"mcp-session-id"), Some(&b"c1"[..]));
-        map_request_session(&mut h, b"", &t);
-        assert_eq!(h.get(b"mcp-session-id"), Some(&b"c1"[..]));
     }
 }

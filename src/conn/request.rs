@@ -54,7 +54,7 @@ pub(super) struct Exchange {
     pub(super) reopen: Option<Box<super::reopen::Reopen>>,
     /// A copy of the start of a recorded `initialize`'s answer, kept until
     /// its `protocolVersion` is read.
-    pub(super) version_capture: Option<Box<super::reopen::VersionCapture>>,
+    pub(super) version_capture: Option<Box<super::session::VersionCapture>>,
 }
 
 impl Exchange {
@@ -230,7 +230,7 @@ impl Conn {
         ex.body_read = true;
         ex.in_session = !ex.session_id.is_empty() && ctx.sessions.borrow_mut().touch(&ex.session_id, ctx.now);
         // C -> U' for a re-initialised session (nothing until a first one).
-        super::reopen::map_request_session(&mut ex.headers, &ex.session_id, &ctx.sessions.borrow());
+        super::session::map_request_session(&mut ex.headers, &ex.session_id, &ctx.sessions.borrow());
         let req = editor::Outgoing { method: &ex.method, target: &ex.target, framed: ex.framed };
         let who = editor::Credentials { agent: ctx.agent, bearer: ctx.bearer, token: ctx.token };
         let route =

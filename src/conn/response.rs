@@ -217,7 +217,7 @@ impl Conn {
     pub(super) fn start_relay(&mut self, mut resp: ResponseHead, ctx: &Ctx) {
         // U' -> C for a re-initialised session (nothing until a first one),
         // before a DELETE's answer forgets the session.
-        super::reopen::map_response_session(&mut resp.headers, &ctx.sessions.borrow());
+        super::session::map_response_session(&mut resp.headers, &ctx.sessions.borrow());
         self.ex.version_capture = self.note_session(&resp, ctx).map(Box::new);
         let http10 = self.ex.http10;
         let sse = editor::is_event_stream(&resp.headers);

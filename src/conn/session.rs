@@ -1,12 +1,85 @@
 //! MCP session bookkeeping on the relay path (MCP Session Management): the
 //! sessions seen created through this proxy are recorded, so that an
-//! upstream restart under one of them gets an answer the session survives.
+//! upstream restart under one of them gets an answer the session survives
+//! (`reopen`); the `protocolVersion` their `initialize` got is read as the
+//! answer is relayed; and a re-initialised session's ids are mapped.
 
-use super::reopen::VersionCapture;
 use super::{Conn, Ctx};
 use crate::http::head::ResponseHead;
+use crate::http::headers::HeaderList;
+use crate::mcp::initialize::{self, Format};
 use crate::mcp::rpc;
+use crate::mcp::session::SessionTable;
 use log::debug;
+
+/// At most this much of an `initialize` answer's body is copied to find its
+/// `protocolVersion`; a longer answer leaves the version unrecorded (and
+/// the session is then never replayed: the version could not be checked).
+pub const MAX_CAPTURE: usize = 4 * 1024;
+
+/// A copy of the start of the body of an answer to a recorded `initialize`,
+/// kept until its `protocolVersion` is found. It only reads: the relay is
+/// neither delayed nor altered.
+#[derive(Debug)]
+pub struct VersionCapture {
+    client_id: Box<[u8]>,
+    format: Format,
+    request_id: Box<[u8]>,
+    bytes: Vec<u8>,
+}
+
+impl VersionCapture {
+    /// A capture for the session `client_id` whose `initialize` had the id
+    /// `request_id` (its JSON text), answered with `content_type`; `None`
+    /// when the answer is neither JSON nor SSE.
+    pub fn new(client_id: &[u8], request_id: &[u8], content_type: &[u8]) -> Option<VersionCapture> {
+        Some(VersionCapture {
+            client_id: client_id.into(),
+            format: Format::from_content_type(content_type)?,
+            request_id: request_id.into(),
+            bytes: Vec::new(),
+        })
+    }
+
+    /// Copies payload bytes (no transfer framing) as they are relayed.
+    /// Returns false once the capture is over (version found and recorded,
+    /// an answer without one, or the copy limit reached): drop it then.
+    pub fn feed(&mut self, data: &[u8], table: &mut SessionTable) -> bool {
+        let room = MAX_CAPTURE.saturating_sub(self.bytes.len());
+        self.bytes.extend_from_slice(data.get(..data.len().min(room)).unwrap_or_default());
+        match initialize::protocol_version(&self.bytes, self.format, &self.request_id) {
+            initialize::Answer::Version(v) => {
+                table.set_protocol_version(&self.client_id, &v);
+                false
+            }
+            initialize::Answer::NoVersion => false,
+            initialize::Answer::NotFound => self.bytes.len() < MAX_CAPTURE,
+        }
+    }
+}
+
+/// Request side of the mapping: a request carrying the client's id C of a
+/// reopened session goes upstream with U'. Until a first reopen the table
+/// maps nothing and the request is left byte-exact.
+pub fn map_request_session(headers: &mut HeaderList, client_id: &[u8], table: &SessionTable) {
+    if client_id.is_empty() {
+        return;
+    }
+    if let Some(upstream_id) = table.upstream_id_for(client_id) {
+        // Both ids passed the table's check (visible ASCII): `set` cannot
+        // refuse them.
+        let _ = headers.set(b"mcp-session-id", upstream_id);
+    }
+}
+
+/// Response side: the client never sees U' (a client adopts any session id
+/// it is sent: the TypeScript SDK does), only its own C.
+pub fn map_response_session(headers: &mut HeaderList, table: &SessionTable) {
+    let Some(id) = headers.get(b"mcp-session-id") else { return };
+    if let Some(client_id) = table.client_id_for(id).map(<[u8]>::to_vec) {
+        let _ = headers.set(b"mcp-session-id", &client_id);
+    }
+}
 
 impl Conn {
     /// On a response head: a session is created by a 200 to an `initialize`
@@ -51,5 +124,60 @@ impl Conn {
             _ => {}
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn table_with(id: &[u8]) -> SessionTable {
+        let mut t = SessionTable::new();
+        t.record(id, b"{}", std::iter::empty(), "", Instant::now()).unwrap();
+        t
+    }
+
+    #[test]
+    fn json_answer_in_pieces() {
+        let mut t = table_with(b"c1");
+        let mut c = VersionCapture::new(b"c1", b"1", b"application/json").unwrap();
+        let body = br#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18"}}"#;
+        assert!(c.feed(&body[..20], &mut t));
+        assert!(!c.feed(&body[20..], &mut t));
+        assert_eq!(t.get(b"c1").unwrap().protocol_version(), "2025-06-18");
+    }
+
+    #[test]
+    fn sse_answer_and_limit() {
+        let mut t = table_with(b"c1");
+        let mut c = VersionCapture::new(b"c1", b"\"a\"", b"text/event-stream").unwrap();
+        let body = b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"a\",\"result\":{\"protocolVersion\":\"v9\"}}\n\n";
+        assert!(!c.feed(body, &mut t));
+        assert_eq!(t.get(b"c1").unwrap().protocol_version(), "v9");
+
+        let mut c = VersionCapture::new(b"c1", b"1", b"text/event-stream").unwrap();
+        assert!(!c.feed(&[b':'; MAX_CAPTURE + 1], &mut t));
+        assert!(VersionCapture::new(b"c1", b"1", b"text/plain").is_none());
+    }
+
+    #[test]
+    fn ids_map_only_after_a_reopen() {
+        let now = Instant::now();
+        let mut t = table_with(b"c1");
+        let mut h = HeaderList::default();
+        h.set(b"mcp-session-id", b"c1").unwrap();
+        map_request_session(&mut h, b"c1", &t);
+        map_response_session(&mut h, &t);
+        assert_eq!(h.get(b"mcp-session-id"), Some(&b"c1"[..]));
+
+        t.try_begin_reopen(b"c1", now).unwrap();
+        t.finish_reopen(b"c1", Ok(b"u2"), now).unwrap();
+        map_request_session(&mut h, b"c1", &t);
+        assert_eq!(h.get(b"mcp-session-id"), Some(&b"u2"[..]));
+        map_response_session(&mut h, &t);
+        assert_eq!(h.get(b"mcp-session-id"), Some(&b"c1"[..]));
+        map_request_session(&mut h, b"", &t);
+        assert_eq!(h.get(b"mcp-session-id"), Some(&b"c1"[..]));
     }
 }

@@ -1,10 +1,14 @@
 //! The upstream socket of an exchange: connect (with retries), attach a
-//! fresh or pooled socket, release it to the loop, and whether it may be
-//! reused.
+//! fresh or pooled socket, release it to the loop, whether it may be
+//! reused, and reading an answer whole instead of relaying it (`Collect`,
+//! for `reopen`).
 
 use super::answer::Answer;
 use super::{Conn, Ctx, Phase, Ready};
-use crate::limits::{CONNECT_RETRIES, CONNECT_RETRY_DELAY, POOL_IDLE_TIMEOUT};
+use crate::http::body::Decoder;
+use crate::http::chunked::Piece;
+use crate::http::head::ResponseHead;
+use crate::limits::{CONNECT_RETRIES, CONNECT_RETRY_DELAY, MAX_REOPEN_ANSWER, POOL_IDLE_TIMEOUT};
 use log::{debug, warn};
 use mio::net::TcpStream;
 
@@ -167,5 +171,68 @@ impl Conn {
         }
         warn!("conn {}: upstream closed the connection before answering", self.id);
         self.reply_error(ctx, Answer::UpstreamClosed);
+    }
+
+    pub(super) fn start_collect(&mut self, resp: &ResponseHead) {
+        self.set_phase(Phase::Collect { input: Decoder::new(resp.framing), at: resp.len });
+    }
+
+    /// `Phase::Collect`: read the upstream's answer whole, without relaying
+    /// it (the head stays at the front of `upstream_buf`).
+    pub(super) fn collect(&mut self, ctx: &Ctx) -> bool {
+        if !self.upstream_buf.has_space() {
+            self.upstream_buf.grow();
+        }
+        let (n, eof) = self.read_upstream();
+        if n > 0 {
+            self.last_activity = ctx.now;
+        }
+        let Phase::Collect { input, at } = &mut self.phase else {
+            return false;
+        };
+        let mut broken = false;
+        while !input.is_done() {
+            let avail = self.upstream_buf.data().get(*at..).unwrap_or_default();
+            if avail.is_empty() {
+                break;
+            }
+            match input.step(avail) {
+                Ok(Some((len, piece))) => {
+                    if let (Some(r), Piece::Data) = (self.ex.reopen.as_deref_mut(), piece) {
+                        r.keep_payload(avail.get(..len).unwrap_or_default());
+                    }
+                    *at += len;
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    broken = true;
+                    break;
+                }
+            }
+        }
+        let (done, at) = (input.is_done(), *at);
+        if done {
+            self.collected(ctx, at);
+            return true;
+        }
+        let full = self.upstream_buf.len() > MAX_REOPEN_ANSWER
+            || (!self.upstream_buf.has_space() && !self.upstream_buf.grow());
+        if broken || eof || full {
+            debug!("conn {}: upstream answer not read whole during a reopen", self.id);
+            self.collect_failed(ctx);
+            return true;
+        }
+        n > 0
+    }
+
+    /// Hands the socket that carried a collected answer back to the loop:
+    /// to the pool when the upstream keeps it and nothing follows the
+    /// answer.
+    pub(super) fn release_collected(&mut self, at: usize) {
+        let exact = self.upstream_buf.len() == at;
+        let keep = self.ex.reopen.as_deref().is_some_and(|r| r.keeps_connection()) && exact;
+        if let Some(u) = self.upstream.take() {
+            self.released = Some((u.stream, keep));
+        }
     }
 }
