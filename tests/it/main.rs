@@ -23,6 +23,9 @@ mod framing;
 mod hostile;
 /// Identity stamping, fail-closed refusals and live identity changes.
 mod identity;
+/// Real clients through a FastMCP restart on the same port: the proxy re-initialises their sessions. Unix only.
+#[cfg(unix)]
+mod reopen;
 /// The upstream restarting under a live MCP session: --restart-grace, answers the session survives.
 mod restarts;
 /// A session the upstream lost (404) re-initialised for the client on the wire, and when it is not.

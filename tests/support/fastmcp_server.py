@@ -5,9 +5,15 @@ Runs with the Python MCP SDK 1.x (`mcp.server.fastmcp.FastMCP`, what agentchattr
 interpreter has.
 
     FASTMCP_TEST_TOKEN=<token>[,<token>...] python fastmcp_server.py [--port N]
-        [--transport streamable-http|sse] [--absolute-endpoint]
+        [--transport streamable-http|sse] [--absolute-endpoint] [--record FILE] [--bind-on-stdin]
 
 - Binds 127.0.0.1 (port 0 = OS-assigned), prints `PORT <n>` on stdout once listening, then serves until killed.
+- `--bind-on-stdin` (a restart on the same port, prepared in advance): load everything, print `LOADED`, wait for
+  a line on stdin, then bind (retrying for up to 5 s while the port is still taken) and print `PORT <n>`. The
+  port is then closed only between the old process's death and this bind, not for a whole interpreter start.
+- `--record FILE`: append one JSON line per HTTP request when its response starts (see `Recorder`), so a test
+  can count what this process and its successors on the same port were sent. `FASTMCP_TEST_GENERATION`
+  (default 1) tags the lines of this process.
 - DNS-rebinding protection is the SDK default for host 127.0.0.1 (Host must be `127.0.0.1:<port>` etc.).
 - Every HTTP request must carry exactly one `Authorization: Bearer <token>` with one of the tokens in
   FASTMCP_TEST_TOKEN (comma-separated); otherwise 401. Tokens come from the environment, never from argv.
@@ -185,6 +191,66 @@ class RequireBearer:
         await self.app(scope, receive, send)
 
 
+class Recorder:
+    """ASGI middleware (outermost): when a response starts, append one JSON line to the record file:
+
+        {"generation": G, "t": unix time, "method": "POST", "path": "/mcp", "status": 200,
+         "session_sent": [request Mcp-Session-Id values], "session_returned": [response Mcp-Session-Id values],
+         "authorization": [...], "x_agent_token": [...], "rpc": the JSON-RPC body (parsed) or null}
+
+    Written before the first response byte, so every response a client has seen is on record. A request that
+    never gets a response head (the process killed first) has no line."""
+
+    def __init__(self, app, path: str) -> None:
+        self.app = app
+        self.path = path
+        self.generation = int(os.environ.get("FASTMCP_TEST_GENERATION", "1"))
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        body = bytearray()
+        written = False
+
+        async def recording_receive():
+            message = await receive()
+            if message["type"] == "http.request":
+                body.extend(message.get("body", b""))
+            return message
+
+        async def recording_send(message) -> None:
+            nonlocal written
+            if message["type"] == "http.response.start" and not written:
+                written = True
+                self.write(scope, bytes(body), message)
+            await send(message)
+
+        await self.app(scope, recording_receive, recording_send)
+
+    def write(self, scope, body: bytes, start) -> None:
+        def values(headers, name: bytes) -> list[str]:
+            return [v.decode("latin-1") for k, v in headers if k.lower() == name]
+
+        try:
+            rpc = json.loads(body) if body else None
+        except ValueError:
+            rpc = {"unparsed": body.decode("utf-8", "replace")}
+        record = {
+            "generation": self.generation,
+            "t": time.time(),
+            "method": scope["method"],
+            "path": scope["path"],
+            "status": start["status"],
+            "session_sent": values(scope["headers"], b"mcp-session-id"),
+            "session_returned": values(start.get("headers", []), b"mcp-session-id"),
+            "authorization": values(scope["headers"], b"authorization"),
+            "x_agent_token": values(scope["headers"], b"x-agent-token"),
+            "rpc": rpc,
+        }
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
 class AbsoluteEndpoint:
     """ASGI middleware for `GET /sse`: rewrite the relative `data: /messages/...` of the first (endpoint) event
     into an absolute URL on this server's own authority."""
@@ -213,6 +279,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--transport", choices=["streamable-http", "sse"], default="streamable-http")
     parser.add_argument("--absolute-endpoint", action="store_true")
+    parser.add_argument("--record", metavar="FILE")
+    parser.add_argument("--bind-on-stdin", action="store_true")
     args = parser.parse_args()
 
     if args.transport == "sse":
@@ -220,16 +288,31 @@ def main() -> None:
     else:
         app = mcp.streamable_http_app() if SDK_MAJOR == 1 else mcp.streamable_http_app(host="127.0.0.1")
 
+    if args.bind_on_stdin:
+        print("LOADED", flush=True)
+        if not sys.stdin.readline():
+            sys.exit("fastmcp_server.py: stdin closed before the bind line")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", args.port))
+    deadline = time.monotonic() + (5 if args.bind_on_stdin else 0)
+    while True:
+        try:
+            sock.bind(("127.0.0.1", args.port))
+            break
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
     sock.listen(128)
     sock.set_inheritable(True)
     port = sock.getsockname()[1]
 
     if args.absolute_endpoint:
         app = AbsoluteEndpoint(app, port)
-    config = uvicorn.Config(RequireBearer(app), log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+    app = RequireBearer(app)
+    if args.record:
+        app = Recorder(app, args.record)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
 
     async def serve() -> None:

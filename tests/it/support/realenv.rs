@@ -17,10 +17,11 @@
 #![allow(dead_code)]
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -255,9 +256,14 @@ fn install_rmcp_client() -> PathBuf {
 }
 
 /// Collects a child's pipe into a shared buffer.
-fn drain(mut pipe: impl Read + Send + 'static) -> Arc<Mutex<Vec<u8>>> {
+fn drain(pipe: impl Read + Send + 'static) -> Arc<Mutex<Vec<u8>>> {
     let buf = Arc::new(Mutex::new(Vec::new()));
-    let sink = buf.clone();
+    drain_into(pipe, buf.clone());
+    buf
+}
+
+/// Appends a child's pipe to `sink` until EOF.
+fn drain_into(mut pipe: impl Read + Send + 'static, sink: Arc<Mutex<Vec<u8>>>) {
     std::thread::spawn(move || {
         let mut chunk = [0u8; 8192];
         while let Ok(n) = pipe.read(&mut chunk) {
@@ -267,14 +273,73 @@ fn drain(mut pipe: impl Read + Send + 'static) -> Arc<Mutex<Vec<u8>>> {
             sink.lock().unwrap().extend_from_slice(&chunk[..n]);
         }
     });
-    buf
 }
 
 /// A running `tests/support/fastmcp_server.py`. Killed on drop.
+///
+/// A restart on the same port (a new process, every session forgotten, as when agentchattr is restarted) is
+/// [`FastMcp::standby`] then [`FastMcp::replace`]: the successor loads while this process still serves, so
+/// the port is closed only from this process's death to the successor's bind (milliseconds).
 pub struct FastMcp {
     child: Child,
     pub port: u16,
+    /// Stderr of this process and of its predecessors on the port, in order.
     stderr: Arc<Mutex<Vec<u8>>>,
+    /// 1 for the first process on the port, then +1 per successor (`FASTMCP_TEST_GENERATION`, in the record).
+    pub generation: u32,
+    python: PathBuf,
+    /// The script's arguments, without `--port`.
+    args: Vec<String>,
+    token: String,
+    record: Option<PathBuf>,
+}
+
+/// A successor of a [`FastMcp`]: loaded, waiting (`--bind-on-stdin`) to bind its predecessor's port.
+/// Killed on drop if never bound.
+pub struct Standby {
+    server: Option<FastMcp>,
+    lines: Receiver<String>,
+}
+
+/// Start `fastmcp_server.py` with `args`; its stdout lines arrive on the receiver, its stderr is appended to
+/// `stderr`.
+fn spawn_server(
+    python: &Path,
+    args: &[String],
+    token: &str,
+    generation: u32,
+    piped_stdin: bool,
+    stderr: &Arc<Mutex<Vec<u8>>>,
+) -> (Child, Receiver<String>) {
+    let script = support_dir().join("fastmcp_server.py");
+    let mut child = Command::new(python)
+        .arg(&script)
+        .args(args)
+        .env("FASTMCP_TEST_TOKEN", token)
+        .env("FASTMCP_TEST_GENERATION", generation.to_string())
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(if piped_stdin { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", script.display()));
+    drain_into(child.stderr.take().unwrap(), stderr.clone());
+    let lines = line_channel(child.stdout.take().unwrap());
+    (child, lines)
+}
+
+/// Each line of `pipe` (without its newline) on a channel, until EOF.
+fn line_channel(pipe: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 impl FastMcp {
@@ -289,40 +354,116 @@ impl FastMcp {
     /// comma-separated list of accepted tokens.
     #[track_caller]
     pub fn start_with(python: &Path, args: &[&str], token: &str) -> FastMcp {
-        let script = support_dir().join("fastmcp_server.py");
-        let mut child = Command::new(python)
-            .arg(&script)
-            .args(args)
-            .env("FASTMCP_TEST_TOKEN", token)
-            .env("PYTHONUNBUFFERED", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", script.display()));
-        let stderr = drain(child.stderr.take().unwrap());
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            let mut line = String::new();
-            let _ = reader.read_line(&mut line);
-            let _ = tx.send(line);
-            let mut rest = Vec::new();
-            let _ = reader.read_to_end(&mut rest);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
-        let port = line.strip_prefix("PORT ").and_then(|p| p.trim().parse::<u16>().ok());
-        let Some(port) = port else {
-            let _ = child.kill();
-            let _ = child.wait();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let (child, lines) = spawn_server(python, &args, token, 1, false, &stderr);
+        let mut server = FastMcp {
+            child,
+            port: 0,
+            stderr,
+            generation: 1,
+            python: python.to_path_buf(),
+            args,
+            token: token.to_string(),
+            record: None,
+        };
+        server.port = server.wait_port(&lines);
+        server
+    }
+
+    /// Streamable HTTP with `--record <scratch file>`: every request it and its successors are sent, see
+    /// [`FastMcp::records`].
+    #[track_caller]
+    pub fn start_recording(python: &Path, token: &str) -> FastMcp {
+        let record = crate::support::proxy_process::scratch_dir("fastmcp-record").join("requests.jsonl");
+        let path = record.to_str().expect("UTF-8 scratch path").to_string();
+        let mut server =
+            Self::start_with(python, &["--transport", "streamable-http", "--record", &path], token);
+        server.record = Some(record);
+        server
+    }
+
+    /// Wait (30 s) for the `PORT n` line; panic with the stderr if another line or none comes.
+    #[track_caller]
+    fn wait_port(&mut self, lines: &Receiver<String>) -> u16 {
+        let line = lines.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
+        if let Some(port) = line.strip_prefix("PORT ").and_then(|p| p.trim().parse::<u16>().ok()) {
+            return port;
+        }
+        self.kill();
+        std::thread::sleep(Duration::from_millis(100));
+        panic!(
+            "fastmcp_server.py (generation {}) printed {line:?} instead of `PORT n`; stderr:\n{}",
+            self.generation,
+            self.stderr_text()
+        );
+    }
+
+    /// A successor on this port, loaded (its `LOADED` line, 30 s bound) but not bound: [`FastMcp::replace`]
+    /// makes it the server. It accepts the same token(s).
+    #[track_caller]
+    pub fn standby(&self) -> Standby {
+        self.standby_with_token(&self.token)
+    }
+
+    /// Like [`FastMcp::standby`], accepting `token` (a comma-separated list) instead.
+    #[track_caller]
+    pub fn standby_with_token(&self, token: &str) -> Standby {
+        let generation = self.generation + 1;
+        let mut args = self.args.clone();
+        args.extend(["--port".to_string(), self.port.to_string(), "--bind-on-stdin".to_string()]);
+        self.stderr
+            .lock()
+            .unwrap()
+            .extend_from_slice(format!("--- generation {generation} ---\n").as_bytes());
+        let (child, lines) = spawn_server(&self.python, &args, token, generation, true, &self.stderr);
+        let mut server = FastMcp {
+            child,
+            port: self.port,
+            stderr: self.stderr.clone(),
+            generation,
+            python: self.python.clone(),
+            args: self.args.clone(),
+            token: token.to_string(),
+            record: self.record.clone(),
+        };
+        let line = lines.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
+        if line != "LOADED" {
+            server.kill();
             std::thread::sleep(Duration::from_millis(100));
             panic!(
-                "fastmcp_server.py printed {line:?} instead of `PORT n`; stderr:\n{}",
-                String::from_utf8_lossy(&stderr.lock().unwrap())
+                "fastmcp_server.py --bind-on-stdin printed {line:?} instead of `LOADED`; stderr:\n{}",
+                server.stderr_text()
             );
-        };
-        FastMcp { child, port, stderr }
+        }
+        Standby { server: Some(server), lines }
+    }
+
+    /// SIGKILL this process and reap it: its port refuses connections, its open streams are cut, its
+    /// sessions are gone. Idempotent.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Restart on the same port: kill this process (if still running), let `standby` bind the port (waits
+    /// for its `PORT n` line) and become this server.
+    #[track_caller]
+    pub fn replace(&mut self, mut standby: Standby) {
+        self.kill();
+        let mut next = standby.server.take().expect("a standby binds once");
+        let stdin = next.child.stdin.as_mut().expect("standby stdin is piped");
+        stdin.write_all(b"bind\n").and_then(|()| stdin.flush()).expect("tell the standby to bind");
+        let port = next.wait_port(&standby.lines);
+        assert_eq!(port, self.port, "the successor bound another port");
+        *self = next;
+    }
+
+    /// A fresh process on the same port, accepting the same token(s): [`FastMcp::standby`] + [`FastMcp::replace`].
+    #[track_caller]
+    pub fn restart(&mut self) {
+        let standby = self.standby();
+        self.replace(standby);
     }
 
     /// `http://127.0.0.1:<port><path>`.
@@ -330,15 +471,26 @@ impl FastMcp {
         format!("http://127.0.0.1:{}{}", self.port, path)
     }
 
+    /// Stderr of this process and its predecessors on the port.
     pub fn stderr_text(&self) -> String {
         String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+
+    /// Every request this server and its predecessors recorded (`start_recording` only), in the order their
+    /// responses started: one JSON object each, see `Recorder` in `tests/support/fastmcp_server.py`.
+    pub fn records(&self) -> Vec<serde_json::Value> {
+        let path = self.record.as_ref().expect("records() needs FastMcp::start_recording");
+        let text = fs::read_to_string(path).unwrap_or_default();
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("record line {l:?}: {e}")))
+            .collect()
     }
 }
 
 impl Drop for FastMcp {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
 
@@ -390,6 +542,101 @@ pub fn run_json(what: &str, mut cmd: Command, limit: Duration) -> ScriptRun {
         panic!("{what}: stdout is not JSON ({e})\n--- stdout ---\n{out}\n--- stderr ---\n{err}")
     });
     ScriptRun { json, stdout: out, stderr: err, elapsed }
+}
+
+/// A child process killed (and reaped) on drop, so that a panic anywhere in a test leaves no client behind.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Run a client script that stops at pauses and reports at the end, on stdout:
+///
+/// - `PAUSE <name>`: the script waits for a line on stdin; `at_pause(name)` runs (e.g. restart the
+///   upstream), then the script gets `go`.
+/// - `RESULT <json>`: its observations, the last line.
+///
+/// Bounded by `limit` from the start, pauses included (the child is killed then). Panics if the script does not
+/// exit 0 with a `RESULT` line; `at_pause` runs only for the pauses the script reaches (a script that failed
+/// early reports the failure in its JSON).
+#[track_caller]
+pub fn run_paused(
+    what: &str,
+    mut cmd: Command,
+    limit: Duration,
+    mut at_pause: impl FnMut(&str),
+) -> ScriptRun {
+    let started = Instant::now();
+    let child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot start {cmd:?}: {e}"));
+    let mut child = KillOnDrop(child);
+    let lines = line_channel(child.0.stdout.take().unwrap());
+    let stderr = drain(child.0.stderr.take().unwrap());
+    let mut stdin = child.0.stdin.take();
+    let mut transcript = String::new();
+    let mut result: Option<String> = None;
+    let fail = |why: &str, transcript: &str, child: &mut KillOnDrop| -> ! {
+        let _ = child.0.kill();
+        let _ = child.0.wait();
+        std::thread::sleep(Duration::from_millis(20));
+        panic!(
+            "{what}: {why} after {:.1}s\n--- stdout ---\n{transcript}\n--- stderr ---\n{}",
+            started.elapsed().as_secs_f64(),
+            String::from_utf8_lossy(&stderr.lock().unwrap())
+        )
+    };
+    loop {
+        let left = limit.saturating_sub(started.elapsed());
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                transcript.push_str(&line);
+                transcript.push('\n');
+                if let Some(name) = line.strip_prefix("PAUSE ") {
+                    at_pause(name.trim());
+                    let sent = stdin.as_mut().map(|s| s.write_all(b"go\n").and_then(|()| s.flush()));
+                    if !matches!(sent, Some(Ok(()))) {
+                        fail(&format!("cannot resume after PAUSE {name}"), &transcript, &mut child);
+                    }
+                } else if let Some(json) = line.strip_prefix("RESULT ") {
+                    result = Some(json.to_string());
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                fail(&format!("killed after {limit:?}"), &transcript, &mut child)
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    drop(stdin.take());
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("try_wait") {
+            break status;
+        }
+        if started.elapsed() > limit {
+            fail(&format!("killed after {limit:?} (stdout closed)"), &transcript, &mut child);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    let err = String::from_utf8_lossy(&stderr.lock().unwrap()).into_owned();
+    if !status.success() {
+        panic!("{what}: exited with {status}\n--- stdout ---\n{transcript}\n--- stderr ---\n{err}");
+    }
+    let Some(json) = result else {
+        panic!("{what}: no RESULT line\n--- stdout ---\n{transcript}\n--- stderr ---\n{err}");
+    };
+    let json = serde_json::from_str(&json).unwrap_or_else(|e| {
+        panic!("{what}: RESULT is not JSON ({e})\n--- stdout ---\n{transcript}\n--- stderr ---\n{err}")
+    });
+    ScriptRun { json, stdout: transcript, stderr: err, elapsed: started.elapsed() }
 }
 
 /// `python tests/support/<script> <args>`.
