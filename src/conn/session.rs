@@ -117,6 +117,7 @@ impl Conn {
             }
             b"POST"
                 if ex.in_session
+                    && table.get(&ex.session_id).is_some_and(|s| !s.initialized_sent())
                     && rpc::parse(&ex.body).is_ok_and(|b| b.find_method(rpc::INITIALIZED).is_some()) =>
             {
                 table.note_initialized(&ex.session_id, ctx.now);

@@ -304,3 +304,20 @@ fn concurrent_calls_on_a_lost_session_share_one_reinitialisation() {
     assert_eq!(calls, 4, "each call reached the new session once");
     std::thread::sleep(Duration::from_millis(10));
 }
+
+#[test]
+fn a_client_that_never_sent_initialized_gets_none_replayed() {
+    let server = SessionServer::start();
+    let p = start_proxy(&server, "tok-RECOVER-6");
+    let init = json!({"jsonrpc":"2.0","id":"i","method":"initialize","params":{"protocolVersion":VERSION,"capabilities":{},"clientInfo":{"name":"raw","version":"1"}}});
+    let sid = post(&p, None, &init).one("mcp-session-id").to_string();
+    server.restart();
+    let before = server.stub.request_count();
+    let resp = post(&p, Some(&sid), &call(1));
+    assert_eq!(resp.status, 200, "{}", resp.raw_text());
+    let methods: Vec<String> = server.seen(before).into_iter().map(|s| s.1).collect();
+    assert_eq!(methods, ["tools/call", "initialize", "tools/call"]);
+    // The replayed initialize is the client's, byte for byte.
+    let replayed = &server.seen(before)[1].3;
+    assert_eq!(replayed.body, init.to_string().as_bytes());
+}
