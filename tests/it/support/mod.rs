@@ -2,6 +2,9 @@
 
 /// One exchange on a new connection, the usual POST, the healthy-request and error-shape checks.
 pub mod exchange;
+/// `/proc` readers: CPU time, RSS and open descriptors of a process. Linux only.
+#[cfg(target_os = "linux")]
+pub mod procfs;
 /// `ProxyProcess`: the proxy binary as a child process; scratch files.
 pub mod proxy_process;
 /// `FastMcp` and the real MCP clients, installed on first use.
