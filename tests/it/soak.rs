@@ -20,9 +20,11 @@
 //! again, an answer for a call the upstream never processed. Afterwards the
 //! proxy's descriptors and RSS are back to their level before the soak.
 //!
-//! The fault schedule is pseudo-random from a seed printed at the start
-//! (`MCP_SOAK_SEED=0x... cargo test --test it soak::` repeats it; the timing of
-//! the requests around it still varies from run to run).
+//! The fault schedule (intervals, and which restarts wait 2 s) is
+//! pseudo-random from a seed printed at the start; `MCP_SOAK_SEED=0x...
+//! cargo test --test it soak::` repeats it. The timing of the requests around
+//! it varies from run to run, and so may whether a last restart fits in the
+//! minute.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{ErrorKind, Read, Write};
@@ -702,6 +704,27 @@ fn proxy_error(r: &Response, id: &Value) -> Option<String> {
     clean.then(|| format!("proxy error {} {}", r.status, v["error"]["message"].as_str().unwrap_or("")))
 }
 
+/// The outcome label of a complete response that must be the answer to
+/// tools/call `id` with tag `tag`: the result last, progress notifications
+/// for the same call before it.
+fn answer_to(r: &Response, id: u64, tag: &str) -> Result<String, String> {
+    let msgs = messages(r)?;
+    let Some((last, progress)) = msgs.split_last() else {
+        return Err(format!("a body framed complete without a message: {}", r.text()));
+    };
+    let answered = r.status == 200
+        && last["id"] == id
+        && last["result"]["content"][0]["text"] == format!("ok {tag}")
+        && progress
+            .iter()
+            .all(|m| m["method"] == "notifications/progress" && m["params"]["progressToken"] == tag);
+    if !answered {
+        return Err(format!("not its answer (a cut framed complete?): {}", r.text()));
+    }
+    let sse = r.head.all("content-type").first().is_some_and(|ct| ct.starts_with("text/event-stream"));
+    Ok(if sse { "answered sse" } else { "answered json" }.to_string())
+}
+
 /// The server's own 404 for a session it does not know.
 fn is_server_404(r: &Response) -> bool {
     r.status == 404 && r.body == NOT_FOUND.as_bytes()
@@ -733,9 +756,8 @@ struct Run {
     /// (request kind, outcome label) -> how many.
     counts: Mutex<BTreeMap<(&'static str, String), u64>>,
     longest_wait: Mutex<Duration>,
-    /// Tags of the calls answered, and of those answered with the server's 404.
-    answered: Mutex<Vec<String>>,
-    refused: Mutex<Vec<String>>,
+    /// The outcome of every tools/call, by tag.
+    calls: Mutex<HashMap<String, String>>,
 }
 
 impl Run {
@@ -946,41 +968,27 @@ impl<'r> Client<'r> {
         let what = format!("tools/call {tag} in {:?}", self.session);
         let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"chat_send","arguments":{"n":tag,"message":"soak","sender":"someone-else"}}});
         let (got, t0) = self.exchange("POST", body.to_string().as_bytes(), &what)?;
-        let r = match got {
+        let outcome = match got {
             Got::Cut { .. } => {
-                self.run.count("call", "cut");
                 self.explained(t0, &what, "cut")?;
-                return Ok(());
+                "cut".to_string()
             }
-            Got::Complete(r) => r,
+            Got::Complete(r) if is_server_404(&r) => {
+                self.session = None;
+                "404".to_string()
+            }
+            Got::Complete(r) => match proxy_error(&r, &json!(id)) {
+                Some(label) => {
+                    self.explained(t0, &what, &label)?;
+                    label
+                }
+                None => answer_to(&r, id, &tag).map_err(|e| format!("{what}: {e}"))?,
+            },
         };
-        if is_server_404(&r) {
-            self.run.count("call", "404");
-            self.run.refused.lock().unwrap().push(tag);
-            self.session = None;
-            return Ok(());
+        self.run.count("call", outcome.clone());
+        if let Some(first) = self.run.calls.lock().unwrap().insert(tag, outcome) {
+            return Err(format!("{what}: a second outcome (the first was {first})"));
         }
-        if let Some(label) = proxy_error(&r, &json!(id)) {
-            self.explained(t0, &what, &label)?;
-            self.run.count("call", label);
-            return Ok(());
-        }
-        let msgs = messages(&r).map_err(|e| format!("{what}: {e}"))?;
-        let Some((last, progress)) = msgs.split_last() else {
-            return Err(format!("{what}: a body framed complete without a message: {}", r.text()));
-        };
-        let answered = r.status == 200
-            && last["id"] == id
-            && last["result"]["content"][0]["text"] == format!("ok {tag}")
-            && progress.iter().all(|m| {
-                m["method"] == "notifications/progress" && m["params"]["progressToken"] == tag.as_str()
-            });
-        if !answered {
-            return Err(format!("{what}: not its answer (a cut framed complete?): {}", r.text()));
-        }
-        let sse = r.head.all("content-type").first().is_some_and(|ct| ct.starts_with("text/event-stream"));
-        self.run.count("call", if sse { "answered sse" } else { "answered json" });
-        self.run.answered.lock().unwrap().push(tag);
         Ok(())
     }
 
@@ -1229,8 +1237,7 @@ fn every_request_gets_one_clean_outcome_through_a_minute_of_upstream_restarts() 
             issued: issued.clone(),
             counts: Mutex::default(),
             longest_wait: Mutex::default(),
-            answered: Mutex::default(),
-            refused: Mutex::default(),
+            calls: Mutex::default(),
         })
     };
 
@@ -1256,9 +1263,19 @@ fn every_request_gets_one_clean_outcome_through_a_minute_of_upstream_restarts() 
 
     let processed = server.processed.lock().unwrap().clone();
     let longest = *soak.longest_wait.lock().unwrap();
+    // Calls of the soak the upstream processed whose answer never came back
+    // whole: each must have been cut or answered by the proxy, never resent.
+    let unanswered = soak
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(tag, outcome)| processed.contains_key(*tag) && !outcome.starts_with("answered"))
+        .count();
     let summary = format!(
         "soak summary: seed {seed:#x}, {:.1} s, {restarts} restarts ({long_stops} after 2 s down); {}; \
-         longest wait {:.2} s; the upstream processed {} calls, {} delivered again",
+         longest wait {:.2} s; the upstream processed {} calls ({unanswered} of the soak's without an \
+         answer back), {} delivered again",
         soak_time.as_secs_f64(),
         soak.summary(),
         longest.as_secs_f64(),
@@ -1269,20 +1286,24 @@ fn every_request_gets_one_clean_outcome_through_a_minute_of_upstream_restarts() 
     if failures.any() {
         fail_with(&p, &failures.list(), &summary);
     }
-    // An answer is the upstream's, never invented; a 404 means it was not processed.
+    // The calls seen from both ends: an answer is the upstream's, never
+    // invented; a 404 means it was not processed; a call processed and not
+    // answered was cut or answered by the proxy's outage error.
     for run in [&warm, &soak] {
-        for tag in run.answered.lock().unwrap().iter() {
-            assert!(
-                processed.contains_key(tag),
-                "{tag} was answered, but the upstream never processed it\n{summary}"
-            );
+        for (tag, outcome) in run.calls.lock().unwrap().iter() {
+            let was_processed = processed.contains_key(tag);
+            let consistent = match outcome.as_str() {
+                "404" => !was_processed,
+                o if o.starts_with("answered") => was_processed,
+                _ => true,
+            };
+            assert!(consistent, "{tag}: {outcome}, processed upstream: {was_processed}\n{summary}");
         }
-        for tag in run.refused.lock().unwrap().iter() {
-            assert!(
-                !processed.contains_key(tag),
-                "{tag} got the server's 404, but the upstream processed it\n{summary}"
-            );
-        }
+    }
+    for tag in processed.keys() {
+        let known =
+            warm.calls.lock().unwrap().contains_key(tag) || soak.calls.lock().unwrap().contains_key(tag);
+        assert!(known, "{tag} was processed upstream, but its client saw no outcome\n{summary}");
     }
     assert!(p.is_running(), "the proxy died; stderr:\n{}", p.stderr_text());
 
