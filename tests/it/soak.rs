@@ -57,9 +57,9 @@ const DEADLINE: Duration = Duration::from_secs(10);
 /// Time for the proxy's idle timers to run down after the clients close:
 /// above its 2 s upstream pool expiry.
 const RUNDOWN: Duration = Duration::from_secs(3);
-/// How long before a request began an outage may still explain its failure:
-/// the kill is recorded just before the listener closes and the connections
-/// are cut, so a request started in between meets a dying upstream.
+/// How long after an outage ended it still explains a request's cut or
+/// proxy error: slack for the proxy learning a little late, on a loaded
+/// machine, that a connection to the dead generation is closed.
 const OUTAGE_MARGIN: Duration = Duration::from_millis(250);
 /// Between two notifications on a GET stream.
 const STREAM_EVERY: Duration = Duration::from_millis(400);
