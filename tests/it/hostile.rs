@@ -19,6 +19,8 @@ use crate::support::exchange::{
     assert_healthy, assert_jsonrpc_error, chunk, client, exchange, host, json_post as post, ok_response,
     ok_upstream, OK_JSON, PING,
 };
+#[cfg(target_os = "linux")]
+use crate::support::procfs::{fd_count, proc_stat, rss_kib};
 use crate::support::proxy_process::{scratch_dir, token_file, ProxyProcess, BIN};
 #[cfg(target_os = "linux")]
 use crate::support::wire::RawClient;
@@ -85,35 +87,8 @@ fn assert_refused(p: &ProxyProcess, up: &StubUpstream, raw: &[u8], status: u16, 
     resp
 }
 
-// The /proc readers and the descriptor-limit helpers are Linux-only
-// (procfs, prlimit), and so are the tests built on them.
-
-/// `/proc/<pid>/stat`: (state, utime + stime in seconds).
-#[cfg(target_os = "linux")]
-fn proc_stat(pid: u32) -> (char, f64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/pid/stat");
-    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let state = fields[0].chars().next().unwrap();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (state, ticks as f64 / hz)
-}
-
-/// VmRSS of `pid` in KiB.
-#[cfg(target_os = "linux")]
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/pid/status");
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS line");
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
-/// Open descriptors of `pid`.
-#[cfg(target_os = "linux")]
-fn fd_count(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
-}
+// The descriptor-limit helpers are Linux-only (prlimit), and so are the
+// tests built on them and on the /proc readers.
 
 #[track_caller]
 fn assert_alive(p: &mut ProxyProcess) {

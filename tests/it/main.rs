@@ -34,6 +34,8 @@ mod session_recovery;
 mod sessions;
 /// The agentchattr drop-in: its wrapper script driving the binary.
 mod shim;
+/// A soak under faults: callers and GET streams through a minute of upstream restarts.
+mod soak;
 /// The legacy HTTP+SSE transport: `GET /sse` endpoint rewriting and `POST /messages/`.
 mod sse;
 /// Streamed responses: SSE latency, re-framing, disconnects, no head-of-line blocking.

@@ -6,90 +6,22 @@
 //! request's id in the body.
 
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::support::exchange::{client, host};
 use crate::support::proxy_process::{token_file, ProxyProcess};
-use crate::support::wire::{read_request, request, Resp};
+use crate::support::restarting::RestartingUpstream;
+use crate::support::wire::{request, Next, Resp};
 
 const SESSION: &str = "sess-restart-1";
 
-/// An MCP-ish upstream on a fixed port that can be stopped (connections
-/// refused, open ones closed) and started again on the same port, as a
-/// restarted server is. `initialize` gets a session id; every other request
-/// an echo of its id.
-struct RestartingUpstream {
-    port: u16,
-    running: Option<Arc<AtomicBool>>,
-}
-
-impl RestartingUpstream {
-    fn start() -> RestartingUpstream {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().unwrap().port();
-        let mut up = RestartingUpstream { port, running: None };
-        up.serve(listener);
-        up
-    }
-
-    fn serve(&mut self, listener: TcpListener) {
-        let running = Arc::new(AtomicBool::new(true));
-        self.running = Some(running.clone());
-        listener.set_nonblocking(true).unwrap();
-        std::thread::spawn(move || {
-            while running.load(Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((s, _)) => {
-                        let running = running.clone();
-                        std::thread::spawn(move || answer(s, &running));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
-                }
-            }
-            // The listener is dropped here: connects are refused.
-        });
-    }
-
-    fn stop(&mut self) {
-        if let Some(r) = self.running.take() {
-            r.store(false, Ordering::SeqCst);
-        }
-        // Every connection thread notices within its 100 ms read timeout
-        // and closes its socket, as a dying process would at once.
-        std::thread::sleep(Duration::from_millis(400));
-    }
-
-    fn restart(&mut self) {
-        let listener = TcpListener::bind(("127.0.0.1", self.port)).expect("rebind the same port");
-        self.serve(listener);
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
-    }
-}
-
-impl Drop for RestartingUpstream {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn answer(mut s: TcpStream, running: &AtomicBool) {
-    s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
-    let mut buf = Vec::new();
-    while running.load(Ordering::SeqCst) {
-        let Some(req) = read_request(&mut s, &mut buf, 0) else {
-            if buf.is_empty() {
-                continue;
-            }
-            return;
-        };
+/// An MCP-ish upstream that can be stopped and restarted on the same port:
+/// `initialize` gets a session id; every other request an echo of its id.
+fn restarting_upstream() -> RestartingUpstream {
+    RestartingUpstream::start(|req, s, _| {
         let v: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
         let (status, extra, body) = match (req.method.as_str(), v["method"].as_str()) {
             ("POST", Some("initialize")) => (
@@ -104,10 +36,11 @@ fn answer(mut s: TcpStream, running: &AtomicBool) {
             "HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}",
             body.len()
         );
-        if s.write_all(resp.as_bytes()).is_err() {
-            return;
+        match s.write_all(resp.as_bytes()) {
+            Ok(()) => Next::KeepAlive,
+            Err(_) => Next::Close,
         }
-    }
+    })
 }
 
 #[track_caller]
@@ -159,7 +92,7 @@ const TOOL_CALL_42: &[u8] =
 
 #[test]
 fn call_in_a_recorded_session_while_the_upstream_is_down_gets_200_with_its_id_after_the_grace() {
-    let mut up = RestartingUpstream::start();
+    let mut up = restarting_upstream();
     let p = start_proxy(&up, "1");
     initialize(&p);
     up.stop();
@@ -200,7 +133,7 @@ fn call_in_a_recorded_session_while_the_upstream_is_down_gets_200_with_its_id_af
 
 #[test]
 fn upstream_back_within_the_grace_is_invisible_to_the_call() {
-    let mut up = RestartingUpstream::start();
+    let mut up = restarting_upstream();
     let p = start_proxy(&up, "4");
     initialize(&p);
     up.stop();
@@ -223,7 +156,7 @@ fn upstream_back_within_the_grace_is_invisible_to_the_call() {
 
 #[test]
 fn unreachable_upstream_outside_a_recorded_session_gets_502_with_the_id() {
-    let mut up = RestartingUpstream::start();
+    let mut up = restarting_upstream();
     let p = start_proxy(&up, "5");
     up.stop();
     // A session id the proxy never saw created: no grace, today's quick 502.
@@ -235,7 +168,7 @@ fn unreachable_upstream_outside_a_recorded_session_gets_502_with_the_id() {
 
 #[test]
 fn a_deleted_session_is_forgotten_and_gets_no_grace() {
-    let mut up = RestartingUpstream::start();
+    let mut up = restarting_upstream();
     let p = start_proxy(&up, "5");
     initialize(&p);
     let (resp, _) = call(&p, "DELETE", Some(SESSION), b"");

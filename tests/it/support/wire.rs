@@ -72,7 +72,8 @@ fn read_retrying(stream: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usiz
     }
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+/// Where `needle` first starts in `hay`.
+pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
