@@ -227,5 +227,9 @@ fn main() -> ExitCode {
         println!("CHECK FAILED: an exchange wrote other bytes");
         return ExitCode::FAILURE;
     }
+    if allocs > 0 {
+        println!("CHECK FAILED: {allocs} allocations in {n} exchanges (steady state must allocate nothing)");
+        return ExitCode::FAILURE;
+    }
     ExitCode::SUCCESS
 }
