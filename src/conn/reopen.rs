@@ -26,7 +26,6 @@
 
 use super::{editor, Conn, Ctx, Phase};
 use crate::http::framing::Framing;
-use crate::http::head::ResponseHead;
 use crate::http::headers::HeaderList;
 use crate::limits::{MAX_REOPEN_ANSWER, REOPEN_POLL, REOPEN_WAIT};
 use crate::mcp::initialize::{self, Format};
@@ -129,10 +128,13 @@ impl Reopen {
 impl Conn {
     /// A final response head has arrived (still in `upstream_buf`): true
     /// when the reopen takes it over instead of relaying it.
-    pub(super) fn reopen_takes(&mut self, resp: &ResponseHead, ctx: &Ctx) -> bool {
+    pub(super) fn reopen_takes(&mut self, ctx: &Ctx) -> bool {
+        let (status, keep_alive) = (self.ex.resp.status, self.ex.resp.keep_alive);
         match self.ex.reopen.as_deref_mut().map(|r| r.step) {
             Some(Step::Initialize | Step::Initialized) => {
-                if let Some(r) = self.ex.reopen.as_deref_mut() {
+                let ex = &mut self.ex;
+                if let Some(r) = ex.reopen.as_deref_mut() {
+                    let resp = &ex.resp;
                     r.status = resp.status;
                     if r.step == Step::Initialize {
                         r.new_id = resp.headers.get(b"mcp-session-id").map(Into::into);
@@ -141,21 +143,21 @@ impl Conn {
                     r.keep_alive = resp.keep_alive;
                     r.payload.clear();
                 }
-                self.start_collect(resp);
+                self.start_collect();
                 true
             }
-            Some(Step::Retry) if resp.status == 404 => {
+            Some(Step::Retry) if status == 404 => {
                 info!("conn {}: the re-initialised session got 404 again: forgotten", self.id);
                 ctx.sessions.borrow_mut().forget(&self.ex.session_id);
                 false
             }
             Some(_) => false,
-            None if resp.status == 404 && self.may_reopen(resp, ctx) => {
-                let sent_with = self.ex.headers.get(b"mcp-session-id").unwrap_or_default();
+            None if status == 404 && self.may_reopen(ctx) => {
+                let sent_with = self.ex.req.headers.get(b"mcp-session-id").unwrap_or_default();
                 let mut r = Reopen::new(sent_with);
-                r.keep_alive = resp.keep_alive;
+                r.keep_alive = keep_alive;
                 self.ex.reopen = Some(Box::new(r));
-                self.start_collect(resp);
+                self.start_collect();
                 true
             }
             None => false,
@@ -166,10 +168,10 @@ impl Conn {
     /// recorded and still holds, with a body it can read whole. Not a loss:
     /// a 404 to DELETE, to `initialize` (it has no session id), or to an id
     /// never recorded or already forgotten.
-    fn may_reopen(&self, resp: &ResponseHead, ctx: &Ctx) -> bool {
+    fn may_reopen(&self, ctx: &Ctx) -> bool {
         self.ex.in_session
             && matches!(self.ex.method.as_slice(), b"POST" | b"GET")
-            && matches!(resp.framing, Framing::Length(_) | Framing::Chunked)
+            && matches!(self.ex.resp.framing, Framing::Length(_) | Framing::Chunked)
             && ctx.sessions.borrow().get(&self.ex.session_id).is_some()
     }
 
@@ -440,15 +442,15 @@ impl Conn {
             return;
         };
         let ex = &mut self.ex;
-        let _ = ex.headers.set(b"mcp-session-id", &upstream_id);
+        let _ = ex.req.headers.set(b"mcp-session-id", &upstream_id);
         if ex.method.as_slice() == b"GET" {
-            ex.headers.remove(b"last-event-id");
+            ex.req.headers.remove(b"last-event-id");
         }
         let req = editor::Outgoing { method: &ex.method, target: &ex.target, framed: ex.framed };
         let who = editor::Credentials { agent: ctx.agent, bearer: ctx.bearer, token: ctx.token };
         let route =
             editor::Route { authority: ctx.config.upstream.authority.as_bytes(), stamps: &ctx.config.stamps };
-        match editor::plan_request(&req, &mut ex.headers, &ex.body, &who, &route, &mut ex.head_out) {
+        match editor::plan_request(&req, &mut ex.req.headers, &ex.body, &who, &route, &mut ex.head_out) {
             Ok(plan) => ex.plan = plan,
             Err(_) => {
                 // Cannot happen: the same body was planned before.

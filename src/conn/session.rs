@@ -5,7 +5,6 @@
 //! answer is relayed; and a re-initialised session's ids are mapped.
 
 use super::{Conn, Ctx};
-use crate::http::head::ResponseHead;
 use crate::http::headers::HeaderList;
 use crate::mcp::initialize::{self, Format};
 use crate::mcp::rpc;
@@ -89,8 +88,9 @@ impl Conn {
     /// answered.
     /// Returns the capture that reads the chosen `protocolVersion` from the
     /// body of a recorded `initialize`'s answer as it is relayed.
-    pub(super) fn note_session(&self, resp: &ResponseHead, ctx: &Ctx) -> Option<VersionCapture> {
+    pub(super) fn note_session(&self, ctx: &Ctx) -> Option<VersionCapture> {
         let ex = &self.ex;
+        let resp = &ex.resp;
         let mut table = ctx.sessions.borrow_mut();
         match ex.method.as_slice() {
             b"DELETE" if !ex.session_id.is_empty() => {
@@ -102,7 +102,7 @@ impl Conn {
                 let init = body.single().filter(|m| m.is_method(rpc::INITIALIZE))?;
                 // What a replay needs: end-to-end fields without the
                 // credentials (the identity current at replay time is used).
-                let fields = ex.headers.iter().map(|h| (h.name(), h.value())).filter(|(name, _)| {
+                let fields = ex.req.headers.iter().map(|h| (h.name(), h.value())).filter(|(name, _)| {
                     !matches!(*name, b"authorization" | b"x-agent-token" | b"host" | b"content-length")
                 });
                 table.expire(ctx.now);
