@@ -62,6 +62,11 @@ pub struct Ctx<'a> {
     /// The MCP sessions seen created through this proxy (one thread: the
     /// cell is never borrowed across a call that could borrow it again).
     pub sessions: &'a std::cell::RefCell<SessionTable>,
+    /// Where a response head is parsed in place: one for every connection,
+    /// since a head is done with (relayed, or taken over by a reopen)
+    /// within the call that parsed it; a waiting connection holds none.
+    /// Borrowed only by `read_response_head`.
+    pub response_head: &'a std::cell::RefCell<crate::http::head::ResponseHead>,
 }
 
 /// What the loop must do after a drive.

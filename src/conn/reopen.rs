@@ -26,6 +26,7 @@
 
 use super::{editor, Conn, Ctx, Phase};
 use crate::http::framing::Framing;
+use crate::http::head::ResponseHead;
 use crate::http::headers::HeaderList;
 use crate::limits::{MAX_REOPEN_ANSWER, REOPEN_POLL, REOPEN_WAIT};
 use crate::mcp::initialize::{self, Format};
@@ -128,13 +129,10 @@ impl Reopen {
 impl Conn {
     /// A final response head has arrived (still in `upstream_buf`): true
     /// when the reopen takes it over instead of relaying it.
-    pub(super) fn reopen_takes(&mut self, ctx: &Ctx) -> bool {
-        let (status, keep_alive) = (self.ex.resp.status, self.ex.resp.keep_alive);
+    pub(super) fn reopen_takes(&mut self, resp: &ResponseHead, ctx: &Ctx) -> bool {
         match self.ex.reopen.as_deref_mut().map(|r| r.step) {
             Some(Step::Initialize | Step::Initialized) => {
-                let ex = &mut self.ex;
-                if let Some(r) = ex.reopen.as_deref_mut() {
-                    let resp = &ex.resp;
+                if let Some(r) = self.ex.reopen.as_deref_mut() {
                     r.status = resp.status;
                     if r.step == Step::Initialize {
                         r.new_id = resp.headers.get(b"mcp-session-id").map(Into::into);
@@ -143,21 +141,21 @@ impl Conn {
                     r.keep_alive = resp.keep_alive;
                     r.payload.clear();
                 }
-                self.start_collect();
+                self.start_collect(resp);
                 true
             }
-            Some(Step::Retry) if status == 404 => {
+            Some(Step::Retry) if resp.status == 404 => {
                 info!("conn {}: the re-initialised session got 404 again: forgotten", self.id);
                 ctx.sessions.borrow_mut().forget(&self.ex.session_id);
                 false
             }
             Some(_) => false,
-            None if status == 404 && self.may_reopen(ctx) => {
+            None if resp.status == 404 && self.may_reopen(resp, ctx) => {
                 let sent_with = self.ex.req.headers.get(b"mcp-session-id").unwrap_or_default();
                 let mut r = Reopen::new(sent_with);
-                r.keep_alive = keep_alive;
+                r.keep_alive = resp.keep_alive;
                 self.ex.reopen = Some(Box::new(r));
-                self.start_collect();
+                self.start_collect(resp);
                 true
             }
             None => false,
@@ -168,10 +166,10 @@ impl Conn {
     /// recorded and still holds, with a body it can read whole. Not a loss:
     /// a 404 to DELETE, to `initialize` (it has no session id), or to an id
     /// never recorded or already forgotten.
-    fn may_reopen(&self, ctx: &Ctx) -> bool {
+    fn may_reopen(&self, resp: &ResponseHead, ctx: &Ctx) -> bool {
         self.ex.in_session
             && matches!(self.ex.method.as_slice(), b"POST" | b"GET")
-            && matches!(self.ex.resp.framing, Framing::Length(_) | Framing::Chunked)
+            && matches!(resp.framing, Framing::Length(_) | Framing::Chunked)
             && ctx.sessions.borrow().get(&self.ex.session_id).is_some()
     }
 

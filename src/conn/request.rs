@@ -37,8 +37,6 @@ pub(super) struct Exchange {
     /// The request head, parsed in place (reused from one request to the
     /// next); its fields are edited into what goes upstream.
     pub(super) req: RequestHead,
-    /// The upstream's response head, parsed in place likewise.
-    pub(super) resp: crate::http::head::ResponseHead,
     pub(super) start: Option<Instant>,
     pub(super) status: u16,
     pub(super) bytes_out: u64,

@@ -7,7 +7,7 @@ use crate::buf::Buf;
 use crate::http::body::{Decoder, Encoder};
 use crate::http::chunked::Piece;
 use crate::http::framing::Framing;
-use crate::http::head;
+use crate::http::head::{self, ResponseHead};
 use crate::http::write;
 use crate::io::{slices_after, write_vectored, Outcome};
 use crate::limits::IO_BUF_SIZE;
@@ -168,14 +168,17 @@ impl Conn {
                 break;
             }
             let head_request = self.ex.method.as_slice() == b"HEAD";
-            match head::parse_response_into(self.upstream_buf.data(), head_request, &mut self.ex.resp) {
-                Ok(true) if self.ex.resp.is_interim() => {
+            // Nothing called below borrows it again (`Ctx::response_head`);
+            // it is given back before the relay starts.
+            let mut resp = ctx.response_head.borrow_mut();
+            match head::parse_response_into(self.upstream_buf.data(), head_request, &mut resp) {
+                Ok(true) if resp.is_interim() => {
                     // 100 Continue and 103 Early Hints are interim (RFC
                     // 9110 §15.2: the final response follows them) and are
                     // not relayed; 101 cannot happen: Upgrade is never
                     // forwarded.
-                    self.upstream_buf.consume(self.ex.resp.len);
-                    if self.ex.resp.status == 101 {
+                    self.upstream_buf.consume(resp.len);
+                    if resp.status == 101 {
                         warn!("conn {}: upstream switched protocols unasked", self.id);
                         self.reply_error(ctx, Answer::BadUpstream);
                         return true;
@@ -183,11 +186,12 @@ impl Conn {
                     progressed = true;
                 }
                 Ok(true) => {
-                    if self.reopen_takes(ctx) {
+                    if self.reopen_takes(&resp, ctx) {
                         return true;
                     }
-                    self.upstream_buf.consume(self.ex.resp.len);
-                    self.start_relay(ctx);
+                    self.upstream_buf.consume(resp.len);
+                    self.start_relay(&mut resp, ctx);
+                    drop(resp);
                     // Classify the body bytes already here so that head and
                     // body leave in one write.
                     self.relay(ctx);
@@ -215,13 +219,11 @@ impl Conn {
         progressed
     }
 
-    /// The final response head in `ex.resp` is whole: edit and queue it.
-    pub(super) fn start_relay(&mut self, ctx: &Ctx) {
+    pub(super) fn start_relay(&mut self, resp: &mut ResponseHead, ctx: &Ctx) {
         // U' -> C for a re-initialised session (nothing until a first one),
         // before a DELETE's answer forgets the session.
-        super::session::map_response_session(&mut self.ex.resp.headers, &ctx.sessions.borrow());
-        self.ex.version_capture = self.note_session(ctx).map(Box::new);
-        let resp = &mut self.ex.resp;
+        super::session::map_response_session(&mut resp.headers, &ctx.sessions.borrow());
+        self.ex.version_capture = self.note_session(resp, ctx).map(Box::new);
         let http10 = self.ex.http10;
         let sse = editor::is_event_stream(&resp.headers);
         // Legacy SSE (MCP specification 2024-11-05, Transports, HTTP with

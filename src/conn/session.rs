@@ -5,6 +5,7 @@
 //! answer is relayed; and a re-initialised session's ids are mapped.
 
 use super::{Conn, Ctx};
+use crate::http::head::ResponseHead;
 use crate::http::headers::HeaderList;
 use crate::mcp::initialize::{self, Format};
 use crate::mcp::rpc;
@@ -96,9 +97,8 @@ impl Conn {
     /// answered.
     /// Returns the capture that reads the chosen `protocolVersion` from the
     /// body of a recorded `initialize`'s answer as it is relayed.
-    pub(super) fn note_session(&self, ctx: &Ctx) -> Option<VersionCapture> {
+    pub(super) fn note_session(&self, resp: &ResponseHead, ctx: &Ctx) -> Option<VersionCapture> {
         let ex = &self.ex;
-        let resp = &ex.resp;
         let mut table = ctx.sessions.borrow_mut();
         match ex.method.as_slice() {
             b"DELETE" if !ex.session_id.is_empty() => {

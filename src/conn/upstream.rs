@@ -7,6 +7,7 @@ use super::answer::Answer;
 use super::{Conn, Ctx, Phase, Ready};
 use crate::http::body::Decoder;
 use crate::http::chunked::Piece;
+use crate::http::head::ResponseHead;
 use crate::limits::{CONNECT_RETRIES, CONNECT_RETRY_DELAY, MAX_REOPEN_ANSWER, POOL_IDLE_TIMEOUT};
 use log::{debug, warn};
 use mio::net::TcpStream;
@@ -172,10 +173,8 @@ impl Conn {
         self.reply_error(ctx, Answer::UpstreamClosed);
     }
 
-    /// Read the answer whose head is in `ex.resp` whole.
-    pub(super) fn start_collect(&mut self) {
-        let (framing, len) = (self.ex.resp.framing, self.ex.resp.len);
-        self.set_phase(Phase::Collect { input: Decoder::new(framing), at: len });
+    pub(super) fn start_collect(&mut self, resp: &ResponseHead) {
+        self.set_phase(Phase::Collect { input: Decoder::new(resp.framing), at: resp.len });
     }
 
     /// `Phase::Collect`: read the upstream's answer whole, without relaying
