@@ -24,7 +24,7 @@ use std::time::Instant;
 use mcp_identity_proxy::conn::editor::{self, Credentials, Outgoing, Route};
 use mcp_identity_proxy::http::body::Decoder;
 use mcp_identity_proxy::http::framing::Framing;
-use mcp_identity_proxy::http::head::{parse_request, parse_response};
+use mcp_identity_proxy::http::head::{parse_request_into, parse_response_into, RequestHead, ResponseHead};
 use mcp_identity_proxy::mcp::stamp::{Plan, StampMap};
 
 /// The proxy's request body bound (`limits::MAX_STAMP_BODY`, crate-private).
@@ -106,8 +106,11 @@ const WANT_RESPONSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ndate: Tue, 01 Dec 2026 00
 server: uvicorn\r\ncontent-type: application/json\r\n\
 mcp-session-id: 4f1c2a9e0b7d4e3f8a6c5d2e1f0a9b8c\r\ncontent-length: 200\r\n\r\n";
 
-/// What one exchange keeps across calls in `conn`: reused buffers.
+/// What one exchange keeps across calls in `conn`: reused buffers and
+/// heads.
 struct Reused {
+    req: RequestHead,
+    resp: ResponseHead,
     body: Vec<u8>,
     head_out: Vec<u8>,
     to_client: Vec<u8>,
@@ -115,10 +118,12 @@ struct Reused {
 }
 
 /// Request side, as `Conn::parse_head`, `start_exchange`, `admission`,
-/// `read_body` and `finish_request_head` do it.
+/// `read_body` and `finish_request_head` do it (the head parsed into the
+/// one the connection keeps).
 #[inline(never)]
 fn request_path(raw: &[u8], r: &mut Reused, stamps: &StampMap) -> usize {
-    let Ok(Some(req)) = parse_request(raw) else { return 0 };
+    let Ok(true) = parse_request_into(raw, &mut r.req) else { return 0 };
+    let req = &mut r.req;
     // start_exchange and admission read these.
     let client_host: smallvec::SmallVec<[u8; 32]> =
         req.headers.get(b"host").map(smallvec::SmallVec::from_slice).unwrap_or_default();
@@ -127,7 +132,7 @@ fn request_path(raw: &[u8], r: &mut Reused, stamps: &StampMap) -> usize {
     let method = req.method.clone();
     let target = req.target.clone();
     let framed = req.framing != Framing::None;
-    let mut headers = req.headers;
+    let headers = &mut req.headers;
     r.body.clear();
     if let Some(mut decoder) = Decoder::for_request(req.framing) {
         let rest = raw.get(req.len..).unwrap_or_default();
@@ -138,7 +143,7 @@ fn request_path(raw: &[u8], r: &mut Reused, stamps: &StampMap) -> usize {
     let out = Outgoing { method: &method, target: &target, framed };
     let who = Credentials { agent: AGENT, bearer: BEARER, token: TOKEN };
     let route = Route { authority: AUTHORITY, stamps };
-    match editor::plan_request(&out, &mut headers, &r.body, &who, &route, &mut r.head_out) {
+    match editor::plan_request(&out, headers, &r.body, &who, &route, &mut r.head_out) {
         Ok(plan) => r.plan = plan,
         Err(_) => return 0,
     }
@@ -152,7 +157,8 @@ fn request_path(raw: &[u8], r: &mut Reused, stamps: &StampMap) -> usize {
 #[inline(never)]
 fn response_path(raw: &[u8], r: &mut Reused) -> usize {
     use std::io::Write;
-    let Ok(Some(resp)) = parse_response(raw, false) else { return 0 };
+    let Ok(true) = parse_response_into(raw, false, &mut r.resp) else { return 0 };
+    let resp = &r.resp;
     let sse = resp
         .headers
         .get(b"content-type")
@@ -184,6 +190,8 @@ fn main() -> ExitCode {
     let body = tools_call_body();
     let req = request(&body);
     let mut r = Reused {
+        req: RequestHead::default(),
+        resp: ResponseHead::default(),
         body: Vec::with_capacity(4096),
         head_out: Vec::with_capacity(4096),
         to_client: Vec::with_capacity(4096),
@@ -225,6 +233,10 @@ fn main() -> ExitCode {
     );
     if failed {
         println!("CHECK FAILED: an exchange wrote other bytes");
+        return ExitCode::FAILURE;
+    }
+    if allocs > 0 {
+        println!("CHECK FAILED: {allocs} allocations in {n} exchanges (steady state must allocate nothing)");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS

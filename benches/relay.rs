@@ -9,7 +9,11 @@
 //! `cargo bench --bench relay`; tune with RELAY_BENCH_SECS (measure window
 //! per run, default 2), RELAY_BENCH_RUNS (runs per cell, median, default 3),
 //! RELAY_BENCH_NO_NGINX=1; for profiling one cell, RELAY_BENCH_SECTIONS=1
-//! (any of 1,2,3) and RELAY_BENCH_CELLS=GET:32 (comma-separated).
+//! (any of 1,2,3) and RELAY_BENCH_CELLS=GET:32 (comma-separated). To
+//! compare two builds in one session, RELAY_BENCH_BASE_BIN=<another
+//! mcp-identity-proxy binary> adds it as a column, `base`, measured in
+//! turn with the others; section 1 then also prints its ratios to nginx and
+//! the proxy's to it.
 
 #[path = "util/client.rs"]
 mod client;
@@ -108,6 +112,10 @@ impl Drop for Proc {
 
 /// Spawn the proxy; returns it and the time from spawn to its port line.
 fn spawn_proxy(upstream: SocketAddr, stderr: &Path, wrapped: bool) -> (Proc, Duration) {
+    spawn_proxy_bin(BIN, upstream, stderr, wrapped)
+}
+
+fn spawn_proxy_bin(bin: &str, upstream: SocketAddr, stderr: &Path, wrapped: bool) -> (Proc, Duration) {
     let err = std::fs::OpenOptions::new().create(true).append(true).open(stderr).expect("stderr file");
     // RELAY_BENCH_WRAP="strace -c -f -o FILE" runs the main proxy under a
     // tool (profiling only; startup times are then meaningless).
@@ -118,10 +126,10 @@ fn spawn_proxy(upstream: SocketAddr, stderr: &Path, wrapped: bool) -> (Proc, Dur
     let mut cmd = match wrap.split_first() {
         Some((tool, args)) => {
             let mut c = Command::new(tool);
-            c.args(args).arg(BIN);
+            c.args(args).arg(bin);
             c
         }
-        None => Command::new(BIN),
+        None => Command::new(bin),
     };
     let t0 = Instant::now();
     let mut child = cmd
@@ -146,7 +154,7 @@ fn spawn_proxy(upstream: SocketAddr, stderr: &Path, wrapped: bool) -> (Proc, Dur
         let mut sink = Vec::new();
         let _ = std::io::Read::read_to_end(&mut out, &mut sink);
     });
-    (Proc { child, port, name: "proxy" }, startup)
+    (Proc { child, port, name: if bin == BIN { "proxy" } else { "base" } }, startup)
 }
 
 fn free_port() -> u16 {
@@ -469,6 +477,18 @@ fn section_throughput(targets: &[Target], runs: usize, measure: Duration) {
                 fmt(cpu_pn)
             );
             println!("{line}");
+            let b = idx("base");
+            if b.is_some() {
+                println!(
+                    "      base: r/s bas/ngx {}  p99 bas/ngx {}  cpu bas/ngx {};  prx/bas: r/s {}  p99 {}  cpu {}",
+                    fmt(ratio(b, n, |m| Some(m.0))),
+                    fmt(ratio(b, n, |m| Some(m.2))),
+                    fmt(ratio(b, n, |m| m.3)),
+                    fmt(ratio(p, b, |m| Some(m.0))),
+                    fmt(ratio(p, b, |m| Some(m.2))),
+                    fmt(ratio(p, b, |m| m.3)),
+                );
+            }
             let reconnects: u64 = med.iter().map(|m| m.4).sum();
             if reconnects > 0 {
                 println!(
@@ -493,6 +513,7 @@ fn short(name: &str) -> &str {
     match name {
         "direct" => "dir",
         "proxy" => "prx",
+        "base" => "bas",
         _ => "ngx",
     }
 }
@@ -667,6 +688,12 @@ fn main() {
         }
         Err(why) => println!("   nginx column skipped: {why}"),
     }
+    let base = std::env::var("RELAY_BENCH_BASE_BIN").ok().map(|bin| {
+        let (b, _) = spawn_proxy_bin(&bin, stub.addr, &errs, false);
+        println!("   base: {bin} (pid {}, port {})", b.pid(), b.port);
+        targets.push(Target { name: "base", addr: b.addr(), pid: Some(b.pid()) });
+        b
+    });
     println!("   proxy pid {} port {}, upstream stub {}", proxy.pid(), proxy.port, stub.addr);
 
     check_identity(&proxy, &stub);
@@ -678,6 +705,7 @@ fn main() {
     if sections.contains('2') {
         section_sse(&targets, runs);
     }
+    drop(base);
     if sections.contains('3') {
         // A fresh proxy: freed heap from sections 1-2 must not hide growth.
         let (fresh, _) = spawn_proxy(stub.addr, &errs, false);

@@ -73,7 +73,9 @@ pub fn plan_request(
     // mechanism of protocol 2026-07-28) must carry the stamped value too:
     // a server may route or authorise on the header.
     for key in plan.stamped_keys() {
-        let name = [b"mcp-param-".as_slice(), key.as_bytes()].concat();
+        // On the stack: a tools/call costs no allocation for this.
+        let mut name: smallvec::SmallVec<[u8; 64]> = smallvec::SmallVec::from_slice(b"mcp-param-");
+        name.extend_from_slice(key.as_bytes());
         if headers.get(&name).is_some() {
             let _ = headers.set(&name, &stamp::mcp_param_value(who.agent));
         }

@@ -62,6 +62,11 @@ pub struct Ctx<'a> {
     /// The MCP sessions seen created through this proxy (one thread: the
     /// cell is never borrowed across a call that could borrow it again).
     pub sessions: &'a std::cell::RefCell<SessionTable>,
+    /// Where a response head is parsed in place: one for every connection,
+    /// since a head is done with (relayed, or taken over by a reopen)
+    /// within the call that parsed it; a waiting connection holds none.
+    /// Borrowed only by `read_response_head`.
+    pub response_head: &'a std::cell::RefCell<crate::http::head::ResponseHead>,
 }
 
 /// What the loop must do after a drive.
@@ -326,13 +331,25 @@ impl Conn {
                 }
             }
             if !progressed {
-                return match self.phase {
-                    Phase::Closed(_) => Verdict::Close,
-                    _ => Verdict::Wait,
-                };
+                if let Phase::Closed(_) = self.phase {
+                    return Verdict::Close;
+                }
+                self.release_empty_buffers();
+                return Verdict::Wait;
             }
         }
         Verdict::Again
+    }
+
+    /// A connection that waits holds no empty buffer: while its request is
+    /// upstream (most of an exchange's life) its client buffer goes back to
+    /// the pool, so the pool covers every connection in flight and a
+    /// request costs no 16 KiB allocation and zeroing. An empty buffer holds
+    /// nothing that is owed (`ClientOut` passes at most `upstream_buf.len()`
+    /// bytes), so releasing it loses nothing.
+    fn release_empty_buffers(&mut self) {
+        self.client_buf.release_if_empty();
+        self.upstream_buf.release_if_empty();
     }
 
     fn on_deadline(&mut self, ctx: &Ctx) {

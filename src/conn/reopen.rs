@@ -151,7 +151,7 @@ impl Conn {
             }
             Some(_) => false,
             None if resp.status == 404 && self.may_reopen(resp, ctx) => {
-                let sent_with = self.ex.headers.get(b"mcp-session-id").unwrap_or_default();
+                let sent_with = self.ex.req.headers.get(b"mcp-session-id").unwrap_or_default();
                 let mut r = Reopen::new(sent_with);
                 r.keep_alive = resp.keep_alive;
                 self.ex.reopen = Some(Box::new(r));
@@ -440,15 +440,15 @@ impl Conn {
             return;
         };
         let ex = &mut self.ex;
-        let _ = ex.headers.set(b"mcp-session-id", &upstream_id);
+        let _ = ex.req.headers.set(b"mcp-session-id", &upstream_id);
         if ex.method.as_slice() == b"GET" {
-            ex.headers.remove(b"last-event-id");
+            ex.req.headers.remove(b"last-event-id");
         }
         let req = editor::Outgoing { method: &ex.method, target: &ex.target, framed: ex.framed };
         let who = editor::Credentials { agent: ctx.agent, bearer: ctx.bearer, token: ctx.token };
         let route =
             editor::Route { authority: ctx.config.upstream.authority.as_bytes(), stamps: &ctx.config.stamps };
-        match editor::plan_request(&req, &mut ex.headers, &ex.body, &who, &route, &mut ex.head_out) {
+        match editor::plan_request(&req, &mut ex.req.headers, &ex.body, &who, &route, &mut ex.head_out) {
             Ok(plan) => ex.plan = plan,
             Err(_) => {
                 // Cannot happen: the same body was planned before.

@@ -34,8 +34,9 @@ pub(super) struct Exchange {
     pub(super) body: Vec<u8>,
     /// The client delimited a body (Content-Length or chunked).
     pub(super) framed: bool,
-    /// End-to-end request fields as they go upstream.
-    pub(super) headers: crate::http::headers::HeaderList,
+    /// The request head, parsed in place (reused from one request to the
+    /// next); its fields are edited into what goes upstream.
+    pub(super) req: RequestHead,
     pub(super) start: Option<Instant>,
     pub(super) status: u16,
     pub(super) bytes_out: u64,
@@ -149,15 +150,15 @@ impl Conn {
     }
 
     pub(super) fn parse_head(&mut self, ctx: &Ctx) -> bool {
-        match head::parse_request(self.client_buf.data()) {
-            Ok(None) => {
+        match head::parse_request_into(self.client_buf.data(), &mut self.ex.req) {
+            Ok(false) => {
                 self.scanned = self.client_buf.len();
                 false
             }
-            Ok(Some(req)) => {
-                self.client_buf.consume(req.len);
+            Ok(true) => {
+                self.client_buf.consume(self.ex.req.len);
                 self.scanned = 0;
-                self.start_exchange(req, ctx);
+                self.start_exchange(ctx);
                 true
             }
             Err(e) => {
@@ -171,8 +172,10 @@ impl Conn {
         }
     }
 
-    pub(super) fn start_exchange(&mut self, req: RequestHead, ctx: &Ctx) {
+    /// The head in `ex.req` is whole: admit it, then read its body.
+    pub(super) fn start_exchange(&mut self, ctx: &Ctx) {
         let ex = &mut self.ex;
+        let req = &ex.req;
         ex.method = req.method.clone();
         ex.target = req.target.clone();
         ex.client_host = req.headers.get(b"host").map(smallvec::SmallVec::from_slice).unwrap_or_default();
@@ -197,7 +200,7 @@ impl Conn {
             client_token: ctx.config.client_token.as_ref().map(|t| t.as_bytes()),
             allow_origins: &ctx.config.allow_origins,
         };
-        if let Err(refusal) = guard::admission(&req, &policy) {
+        if let Err(refusal) = guard::admission(req, &policy) {
             warn!("conn {} ({}): refused: {}", self.id, self.peer, refusal.message());
             self.reply_error(ctx, Answer::Refused(refusal));
             return;
@@ -213,7 +216,6 @@ impl Conn {
         if req.expect_continue && req.framing != Framing::None {
             self.out.own().extend_from_slice(CONTINUE);
         }
-        self.ex.headers = req.headers;
         // Every body is read whole before anything goes upstream, so that
         // all of it is scanned (`editor::plan_request` states the rule).
         match Decoder::for_request(req.framing) {
@@ -230,12 +232,12 @@ impl Conn {
         ex.body_read = true;
         ex.in_session = !ex.session_id.is_empty() && ctx.sessions.borrow_mut().touch(&ex.session_id, ctx.now);
         // C -> U' for a re-initialised session (nothing until a first one).
-        super::session::map_request_session(&mut ex.headers, &ex.session_id, &ctx.sessions.borrow());
+        super::session::map_request_session(&mut ex.req.headers, &ex.session_id, &ctx.sessions.borrow());
         let req = editor::Outgoing { method: &ex.method, target: &ex.target, framed: ex.framed };
         let who = editor::Credentials { agent: ctx.agent, bearer: ctx.bearer, token: ctx.token };
         let route =
             editor::Route { authority: ctx.config.upstream.authority.as_bytes(), stamps: &ctx.config.stamps };
-        match editor::plan_request(&req, &mut ex.headers, &ex.body, &who, &route, &mut ex.head_out) {
+        match editor::plan_request(&req, &mut ex.req.headers, &ex.body, &who, &route, &mut ex.head_out) {
             Ok(plan) => ex.plan = plan,
             Err(e) => {
                 // Fail closed: never forwarded unstamped.

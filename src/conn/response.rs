@@ -167,8 +167,12 @@ impl Conn {
             if self.upstream_buf.is_empty() {
                 break;
             }
-            match head::parse_response(self.upstream_buf.data(), self.ex.method.as_slice() == b"HEAD") {
-                Ok(Some(resp)) if resp.is_interim() => {
+            let head_request = self.ex.method.as_slice() == b"HEAD";
+            // Nothing called below borrows it again (`Ctx::response_head`);
+            // it is given back before the relay starts.
+            let mut resp = ctx.response_head.borrow_mut();
+            match head::parse_response_into(self.upstream_buf.data(), head_request, &mut resp) {
+                Ok(true) if resp.is_interim() => {
                     // 100 Continue and 103 Early Hints are interim (RFC
                     // 9110 §15.2: the final response follows them) and are
                     // not relayed; 101 cannot happen: Upgrade is never
@@ -181,18 +185,19 @@ impl Conn {
                     }
                     progressed = true;
                 }
-                Ok(Some(resp)) => {
+                Ok(true) => {
                     if self.reopen_takes(&resp, ctx) {
                         return true;
                     }
                     self.upstream_buf.consume(resp.len);
-                    self.start_relay(resp, ctx);
+                    self.start_relay(&mut resp, ctx);
+                    drop(resp);
                     // Classify the body bytes already here so that head and
                     // body leave in one write.
                     self.relay(ctx);
                     return true;
                 }
-                Ok(None) => {
+                Ok(false) => {
                     if !self.upstream_buf.has_space() && !self.upstream_buf.grow() {
                         warn!("conn {}: upstream response head too large", self.id);
                         self.reply_error(ctx, Answer::BadUpstream);
@@ -214,11 +219,11 @@ impl Conn {
         progressed
     }
 
-    pub(super) fn start_relay(&mut self, mut resp: ResponseHead, ctx: &Ctx) {
+    pub(super) fn start_relay(&mut self, resp: &mut ResponseHead, ctx: &Ctx) {
         // U' -> C for a re-initialised session (nothing until a first one),
         // before a DELETE's answer forgets the session.
         super::session::map_response_session(&mut resp.headers, &ctx.sessions.borrow());
-        self.ex.version_capture = self.note_session(&resp, ctx).map(Box::new);
+        self.ex.version_capture = self.note_session(resp, ctx).map(Box::new);
         let http10 = self.ex.http10;
         let sse = editor::is_event_stream(&resp.headers);
         // Legacy SSE (MCP specification 2024-11-05, Transports, HTTP with

@@ -81,13 +81,20 @@ pub fn map_response_session(headers: &mut HeaderList, table: &SessionTable) {
     }
 }
 
+/// Whether `body` may name the method `notifications/initialized`: without
+/// a backslash no JSON string in it is escaped, so the name must appear as
+/// is. Spares the parse of every other in-session POST body (tools/call)
+/// on its answer.
+fn may_name_initialized(body: &[u8]) -> bool {
+    memchr::memchr(b'\\', body).is_some() || memchr::memmem::find(body, rpc::INITIALIZED.as_bytes()).is_some()
+}
+
 impl Conn {
     /// On a response head: a session is created by a 200 to an `initialize`
     /// POST without a session id that carries one `Mcp-Session-Id` (a
     /// second, different one is refused by the parser); the client's DELETE
     /// is the only signal that a session really ended, whatever the upstream
-    /// answered.
-    /// Returns the capture that reads the chosen `protocolVersion` from the
+    /// answered. Returns the capture that reads the chosen `protocolVersion` from the
     /// body of a recorded `initialize`'s answer as it is relayed.
     pub(super) fn note_session(&self, resp: &ResponseHead, ctx: &Ctx) -> Option<VersionCapture> {
         let ex = &self.ex;
@@ -102,7 +109,7 @@ impl Conn {
                 let init = body.single().filter(|m| m.is_method(rpc::INITIALIZE))?;
                 // What a replay needs: end-to-end fields without the
                 // credentials (the identity current at replay time is used).
-                let fields = ex.headers.iter().map(|h| (h.name(), h.value())).filter(|(name, _)| {
+                let fields = ex.req.headers.iter().map(|h| (h.name(), h.value())).filter(|(name, _)| {
                     !matches!(*name, b"authorization" | b"x-agent-token" | b"host" | b"content-length")
                 });
                 table.expire(ctx.now);
@@ -118,6 +125,7 @@ impl Conn {
             b"POST"
                 if ex.in_session
                     && table.get(&ex.session_id).is_some_and(|s| !s.initialized_sent())
+                    && may_name_initialized(&ex.body)
                     && rpc::parse(&ex.body).is_ok_and(|b| b.find_method(rpc::INITIALIZED).is_some()) =>
             {
                 table.note_initialized(&ex.session_id, ctx.now);
@@ -137,6 +145,27 @@ mod tests {
         let mut t = SessionTable::new();
         t.record(id, b"{}", std::iter::empty(), "", Instant::now()).unwrap();
         t
+    }
+
+    #[test]
+    fn only_bodies_that_may_name_initialized_are_parsed() {
+        let named = |body: &[u8]| rpc::parse(body).is_ok_and(|b| b.find_method(rpc::INITIALIZED).is_some());
+        for body in [
+            &br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#[..],
+            br#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/initialized"}]"#,
+            br#"{"jsonrpc":"2.0","method":"notifications\/initialized"}"#,
+            br#"{"jsonrpc":"2.0","method":"notifications\u002finitialized"}"#,
+            br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{}}}"#,
+            br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"notifications/initialized"}}"#,
+            b"",
+            b"not json",
+        ] {
+            if named(body) {
+                assert!(may_name_initialized(body), "{}", String::from_utf8_lossy(body));
+            }
+        }
+        assert!(!may_name_initialized(br#"{"jsonrpc":"2.0","id":7,"method":"tools/call"}"#));
+        assert!(named(br#"{"jsonrpc":"2.0","method":"notifications\u002finitialized"}"#));
     }
 
     #[test]

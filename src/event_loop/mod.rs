@@ -58,6 +58,9 @@ pub struct Proxy {
     /// MCP sessions seen created through this proxy, keyed by the id the
     /// client holds.
     sessions: RefCell<SessionTable>,
+    /// The response head being read, one for all connections (see
+    /// `Ctx::response_head`).
+    response_head: RefCell<crate::http::head::ResponseHead>,
     slab: Slab,
     pool: Pool,
     /// Slots to drive in this round (events, deadlines, shutdown).
@@ -179,6 +182,7 @@ impl Proxy {
             max_conns,
             stop,
             sessions: Default::default(),
+            response_head: Default::default(),
             slab: Slab::default(),
             pool: Pool::default(),
             touched: Vec::new(),
@@ -437,6 +441,7 @@ impl Proxy {
             listen_port: self.local_addr.port(),
             shutting_down: self.shutdown_at.is_some(),
             sessions: &self.sessions,
+            response_head: &self.response_head,
         };
         for &slot in &self.touched {
             drive_slot(&self.poll, &mut self.slab, &mut self.pool, &mut self.again, slot, &ctx);

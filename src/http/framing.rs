@@ -5,9 +5,10 @@ use super::headers::{list_elements, Class, HeaderList};
 use std::fmt;
 
 /// The body length rule that applies to one message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Framing {
     /// No body at all (HEAD responses, 1xx/204/304, requests without CL/TE).
+    #[default]
     None,
     /// Exactly this many bytes.
     Length(u64),

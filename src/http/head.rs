@@ -93,11 +93,14 @@ pub fn may_be_complete(buf: &[u8], from: usize) -> bool {
 /// so the 100 slots are not zeroed for every head.
 type RawFields<'b> = [MaybeUninit<httparse::Header<'b>>; MAX_FIELDS];
 
-/// Merges the parsed field lines into a list; returns it with the number of
-/// `Host` and of `Transfer-Encoding` lines. Those are counted on the raw
-/// lines, since merging collapses identical values into one.
-fn merge_fields(lines: &[httparse::Header<'_>]) -> Result<(HeaderList, usize, usize), ParseError> {
-    let mut headers = HeaderList::new();
+/// Merges the parsed field lines into `headers` (emptied first); returns
+/// the number of `Host` and of `Transfer-Encoding` lines. Those are counted
+/// on the raw lines, since merging collapses identical values into one.
+fn merge_fields(
+    lines: &[httparse::Header<'_>],
+    headers: &mut HeaderList,
+) -> Result<(usize, usize), ParseError> {
+    headers.clear();
     let (mut hosts, mut codings) = (0, 0);
     for h in lines {
         match headers.merge(h.name.as_bytes(), trim_ows(h.value))? {
@@ -111,7 +114,7 @@ fn merge_fields(lines: &[httparse::Header<'_>]) -> Result<(HeaderList, usize, us
     if codings > 1 {
         return Err(ParseError::Framing(FramingError::TransferNotChunked));
     }
-    Ok((headers, hosts, codings))
+    Ok((hosts, codings))
 }
 
 /// Whether the list value of the field of class `class` has `token`.
@@ -120,7 +123,7 @@ fn has_token(headers: &HeaderList, class: Class, token: &[u8]) -> bool {
 }
 
 /// A parsed client request head.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct RequestHead {
     pub method: SmallVec<[u8; 16]>,
     /// Request target exactly as sent (path and query, byte for byte).
@@ -146,12 +149,22 @@ impl RequestHead {
 
 /// Parse a request head at the front of `buf`. `Ok(None)`: incomplete.
 pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, ParseError> {
+    let mut head = RequestHead::default();
+    Ok(parse_request_into(buf, &mut head)?.then_some(head))
+}
+
+/// `parse_request` into a head kept by the caller, reused from one request
+/// to the next: no 1 KiB field arena is zeroed and no head is moved.
+/// `Ok(true)`: `head` is the request's, every part of it replaced;
+/// `Ok(false)`: incomplete, `head` untouched; on an error `head` is left
+/// partly replaced.
+pub fn parse_request_into(buf: &[u8], head: &mut RequestHead) -> Result<bool, ParseError> {
     let mut raw: RawFields<'_> = [const { MaybeUninit::uninit() }; MAX_FIELDS];
     let mut req = httparse::Request::new(&mut []);
     let len = match req.parse_with_uninit_headers(buf, &mut raw) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() >= MAX_REQUEST_HEAD => return Err(ParseError::TooLarge),
-        Ok(httparse::Status::Partial) => return Ok(None),
+        Ok(httparse::Status::Partial) => return Ok(false),
         Err(e) => return Err(syntax(e)),
     };
     if len > MAX_REQUEST_HEAD {
@@ -161,30 +174,31 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, ParseError> {
         return Err(ParseError::Syntax("request line"));
     };
     let http10 = version == 0;
-    let (mut headers, hosts, _) = merge_fields(req.headers)?;
+    let headers = &mut head.headers;
+    let (hosts, _) = merge_fields(req.headers, headers)?;
     // RFC 9112 §3.2: a server MUST answer 400 to no Host (1.1) or several.
     if hosts > 1 || (hosts == 0 && !http10) {
         return Err(ParseError::Host);
     }
-    let framing = request_framing(&headers, http10).map_err(ParseError::Framing)?;
-    let keep_alive = !http10 && !has_token(&headers, Class::Connection, b"close");
+    let framing = request_framing(headers, http10).map_err(ParseError::Framing)?;
+    let keep_alive = !http10 && !has_token(headers, Class::Connection, b"close");
     let expect_continue =
         headers.get_class(Class::Expect).is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
     headers.strip_for_forwarding(&[Class::ContentLength, Class::Expect]);
-    Ok(Some(RequestHead {
-        method: SmallVec::from_slice(method.as_bytes()),
-        target: SmallVec::from_slice(path.as_bytes()),
-        http10,
-        headers,
-        framing,
-        len,
-        keep_alive,
-        expect_continue,
-    }))
+    head.method.clear();
+    head.method.extend_from_slice(method.as_bytes());
+    head.target.clear();
+    head.target.extend_from_slice(path.as_bytes());
+    head.http10 = http10;
+    head.framing = framing;
+    head.len = len;
+    head.keep_alive = keep_alive;
+    head.expect_continue = expect_continue;
+    Ok(true)
 }
 
 /// A parsed upstream response head.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ResponseHead {
     pub status: u16,
     pub reason: SmallVec<[u8; 32]>,
@@ -209,13 +223,23 @@ impl ResponseHead {
 /// Parse a response head at the front of `buf`, for a request whose method
 /// was HEAD if `head_request`. `Ok(None)`: incomplete.
 pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Option<ResponseHead>, ParseError> {
+    let mut head = ResponseHead::default();
+    Ok(parse_response_into(buf, head_request, &mut head)?.then_some(head))
+}
+
+/// `parse_response` into a head kept by the caller, as `parse_request_into`.
+pub fn parse_response_into(
+    buf: &[u8],
+    head_request: bool,
+    head: &mut ResponseHead,
+) -> Result<bool, ParseError> {
     let mut raw: RawFields<'_> = [const { MaybeUninit::uninit() }; MAX_FIELDS];
     let mut resp = httparse::Response::new(&mut []);
     let config = httparse::ParserConfig::default();
     let len = match config.parse_response_with_uninit_headers(&mut resp, buf, &mut raw) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() >= MAX_RESPONSE_HEAD => return Err(ParseError::TooLarge),
-        Ok(httparse::Status::Partial) => return Ok(None),
+        Ok(httparse::Status::Partial) => return Ok(false),
         Err(e) => return Err(syntax(e)),
     };
     if len > MAX_RESPONSE_HEAD {
@@ -228,29 +252,29 @@ pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Option<ResponseH
     if !(100..=599).contains(&status) {
         return Err(ParseError::Syntax("status code"));
     }
-    let (mut headers, _, _) = merge_fields(resp.headers)?;
-    let framing = response_framing(&headers, status, head_request).map_err(ParseError::Framing)?;
+    let headers = &mut head.headers;
+    merge_fields(resp.headers, headers)?;
+    let framing = response_framing(headers, status, head_request).map_err(ParseError::Framing)?;
     let advertised_length = match framing {
         Framing::None => headers.get_class(Class::ContentLength).and_then(parse_digits),
         _ => None,
     };
     let http10 = version == 0;
     let keep_alive = if http10 {
-        has_token(&headers, Class::Connection, b"keep-alive")
+        has_token(headers, Class::Connection, b"keep-alive")
     } else {
-        !has_token(&headers, Class::Connection, b"close")
+        !has_token(headers, Class::Connection, b"close")
     } && framing != Framing::UntilClose;
     headers.strip_for_forwarding(&[Class::ContentLength]);
-    Ok(Some(ResponseHead {
-        status,
-        reason: SmallVec::from_slice(resp.reason.unwrap_or("").as_bytes()),
-        http10,
-        headers,
-        framing,
-        advertised_length,
-        len,
-        keep_alive,
-    }))
+    head.status = status;
+    head.reason.clear();
+    head.reason.extend_from_slice(resp.reason.unwrap_or("").as_bytes());
+    head.http10 = http10;
+    head.framing = framing;
+    head.advertised_length = advertised_length;
+    head.len = len;
+    head.keep_alive = keep_alive;
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -270,6 +294,37 @@ mod tests {
         let mut out = Vec::new();
         h.headers.write_to(&mut out);
         assert_eq!(out, b"host: 127.0.0.1:1\r\ncontent-type: application/json\r\nmcp-session-id: abc\r\n");
+    }
+
+    #[test]
+    fn a_reused_head_is_the_fresh_parse() {
+        let mut big =
+            b"POST /big HTTP/1.1\r\nHost: b\r\nConnection: close\r\nExpect: 100-continue\r\nX-Big: ".to_vec();
+        big.resize(big.len() + 2000, b'a');
+        big.extend_from_slice(b"\r\nContent-Length: 1\r\n\r\n");
+        let small = &b"GET / HTTP/1.0\r\nX-A: 1\r\n\r\n"[..];
+        let mut reused = RequestHead::default();
+        for raw in [&big[..], REQ, small, REQ, &big[..]] {
+            assert!(parse_request_into(raw, &mut reused).unwrap());
+            let fresh = parse_request(raw).unwrap().unwrap();
+            assert_eq!(format!("{reused:?}"), format!("{fresh:?}"));
+            assert!(reused.headers.iter().eq(fresh.headers.iter()));
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            reused.headers.write_to(&mut a);
+            fresh.headers.write_to(&mut b);
+            assert_eq!(a, b);
+        }
+        // Incomplete: the head is left as it was.
+        assert!(!parse_request_into(&REQ[..10], &mut reused).unwrap());
+        assert_eq!(reused.target.as_slice(), b"/big");
+
+        let mut resp = ResponseHead::default();
+        for raw in [RESP, &b"HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\n\r\n"[..], RESP] {
+            assert!(parse_response_into(raw, false, &mut resp).unwrap());
+            let fresh = parse_response(raw, false).unwrap().unwrap();
+            assert_eq!(format!("{resp:?}"), format!("{fresh:?}"));
+            assert!(resp.headers.iter().eq(fresh.headers.iter()));
+        }
     }
 
     #[test]

@@ -290,6 +290,13 @@ fn key(name: &[u8]) -> u32 {
     (name.len() as u32) << 16 | u32::from(first) << 8 | u32::from(last)
 }
 
+/// One of 64 bits for a name's `key`: a name whose bit is clear in
+/// `HeaderList::names` is not in the list, which settles most lookups of an
+/// absent name (and the merge of a new one) without walking the lines.
+fn key_bit(key: u32) -> u64 {
+    1 << (key.wrapping_mul(0x9E37_79B9) >> 26)
+}
+
 /// Copies `src` to the front of `dst`; returns what is left of `dst`.
 fn put<'a>(dst: &'a mut [u8], src: &[u8]) -> Result<&'a mut [u8], FieldError> {
     let (front, rest) = dst.split_at_mut_checked(src.len()).ok_or(FieldError::TooMany)?;
@@ -340,6 +347,9 @@ pub struct HeaderList {
     bytes: Arena,
     /// The live lines, in the order they are written.
     lines: SmallVec<[Line; INLINE_LINES]>,
+    /// `key_bit` of every name that entered (removed ones stay: a set bit
+    /// only means "walk the lines").
+    names: u64,
 }
 
 impl fmt::Debug for HeaderList {
@@ -367,6 +377,15 @@ impl HeaderList {
         self.lines.len()
     }
 
+    /// Empty, keeping the memory: a list reused for the next head costs
+    /// no allocation and no zeroing.
+    pub fn clear(&mut self) {
+        self.lines.clear();
+        self.names = 0;
+        self.bytes.len = 0;
+        self.bytes.heap.clear();
+    }
+
     pub fn is_empty(&self) -> bool {
         self.lines.is_empty()
     }
@@ -379,6 +398,9 @@ impl HeaderList {
 
     fn position(&self, name: &[u8]) -> Option<usize> {
         let k = key(name);
+        if self.names & key_bit(k) == 0 {
+            return None;
+        }
         self.lines.iter().position(|l| l.is(self.bytes.data(), name, k))
     }
 
@@ -415,7 +437,9 @@ impl HeaderList {
             rest = put(rest, part)?;
         }
         put(rest, b"\r\n")?;
-        Ok(Line { key: key(name), start: start32, name_len, value_len, class })
+        let key = key(name);
+        self.names |= key_bit(key);
+        Ok(Line { key, start: start32, name_len, value_len, class })
     }
 
     /// Take in one received field line (any case). Identical repeats
@@ -695,6 +719,19 @@ mod tests {
         assert!(!l.has_token(b"connection", b"upgrade"));
         assert_eq!(trim_ows(b" \t a b \t"), b"a b");
     }
+    #[test]
+    fn names_absent_or_removed_are_answered_alike() {
+        let mut l = list(&[("Host", "a"), ("X-One", "1"), ("mcp-session-id", "s")]).unwrap();
+        for absent in [&b"x-two"[..], b"origin", b"mcp-param-sender", b"", b"HOST-"] {
+            assert_eq!(l.get(absent), None);
+        }
+        assert!(l.remove(b"x-one"));
+        assert_eq!(l.get(b"X-ONE"), None);
+        l.set(b"x-one", b"2").unwrap();
+        assert_eq!(l.get(b"x-one"), Some(&b"2"[..]));
+        assert_eq!(l.get(b"MCP-Session-Id"), Some(&b"s"[..]));
+    }
+
     #[test]
     fn classify_agrees_with_the_lists() {
         for name in
