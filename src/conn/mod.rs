@@ -69,6 +69,18 @@ pub struct Ctx<'a> {
     pub response_head: &'a std::cell::RefCell<crate::http::head::ResponseHead>,
 }
 
+impl Ctx<'_> {
+    /// The identity in force now (a live identity change applies to the
+    /// next request planned, a replay included).
+    fn credentials(&self) -> editor::Credentials<'_> {
+        editor::Credentials { agent: self.agent, bearer: self.bearer, token: self.token }
+    }
+
+    fn route(&self) -> editor::Route<'_> {
+        editor::Route { authority: self.config.upstream.authority.as_bytes(), stamps: &self.config.stamps }
+    }
+}
+
 /// What the loop must do after a drive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {

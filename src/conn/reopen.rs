@@ -162,6 +162,12 @@ impl Conn {
         }
     }
 
+    /// The session's upstream id is no longer the one the request went out
+    /// with: another exchange re-initialised it meanwhile.
+    fn mapped_since_sent(&self, upstream_id: &[u8]) -> bool {
+        self.ex.reopen.as_deref().is_some_and(|r| *r.sent_with != *upstream_id)
+    }
+
     /// A 404 the proxy may recover from: a POST or GET in a session it
     /// recorded and still holds, with a body it can read whole. Not a loss:
     /// a 404 to DELETE, to `initialize` (it has no session id), or to an id
@@ -190,16 +196,15 @@ impl Conn {
 
     pub(super) fn collected(&mut self, ctx: &Ctx, at: usize) {
         let step = self.ex.reopen.as_deref().map_or(Step::Done, |r| r.step);
-        let whole = self.upstream_buf.data().get(..at).unwrap_or_default().to_vec();
+        if let (Step::Original, Some(r)) = (step, self.ex.reopen.as_deref_mut()) {
+            // Held to be relayed as it came if the recovery fails; the
+            // answers to replayed requests are read from their payload.
+            r.original.extend_from_slice(self.upstream_buf.data().get(..at).unwrap_or_default());
+        }
         self.release_collected(at);
         self.upstream_buf.clear();
         match step {
-            Step::Original => {
-                if let Some(r) = self.ex.reopen.as_deref_mut() {
-                    r.original = whole;
-                }
-                self.after_404(ctx);
-            }
+            Step::Original => self.after_404(ctx),
             Step::Initialize => self.initialize_answered(ctx),
             Step::Initialized => {
                 let status = self.ex.reopen.as_deref().map_or(0, |r| r.status);
@@ -217,10 +222,9 @@ impl Conn {
     /// straight to the retry when another exchange already reopened the
     /// session, or give up.
     fn after_404(&mut self, ctx: &Ctx) {
-        let sent_with = self.ex.reopen.as_deref().map(|r| r.sent_with.clone()).unwrap_or_default();
         let begun = {
             let mut table = ctx.sessions.borrow_mut();
-            match table.get(&self.ex.session_id).map(|s| *s.upstream_id() != *sent_with) {
+            match table.get(&self.ex.session_id).map(|s| self.mapped_since_sent(s.upstream_id())) {
                 None => Err(ReopenRefused::Unknown),
                 Some(true) => {
                     drop(table);
@@ -264,12 +268,11 @@ impl Conn {
         };
         let until = *until;
         *next_check = ctx.now + REOPEN_POLL;
-        let sent_with = self.ex.reopen.as_deref().map(|r| r.sent_with.clone()).unwrap_or_default();
         let state = ctx
             .sessions
             .borrow()
             .get(&self.ex.session_id)
-            .map(|s| (s.is_reopening(), *s.upstream_id() != *sent_with));
+            .map(|s| (s.is_reopening(), self.mapped_since_sent(s.upstream_id())));
         match state {
             Some((_, true)) => self.retry(ctx),
             Some((true, false)) if ctx.now < until => return false,
@@ -323,9 +326,7 @@ impl Conn {
     /// Writes a whole request of the proxy's own (with the current identity)
     /// into the reopen's request buffer and goes to Connect.
     fn send_replay(&mut self, ctx: &Ctx, headers: &mut HeaderList, body: &[u8], step: Step) {
-        let who = editor::Credentials { agent: ctx.agent, bearer: ctx.bearer, token: ctx.token };
-        let route =
-            editor::Route { authority: ctx.config.upstream.authority.as_bytes(), stamps: &ctx.config.stamps };
+        let (who, route) = (ctx.credentials(), ctx.route());
         let req = editor::Outgoing { method: b"POST", target: &self.ex.target, framed: true };
         let Some(r) = self.ex.reopen.as_deref_mut() else { return };
         let planned = editor::plan_request(&req, headers, body, &who, &route, &mut r.request);
@@ -333,13 +334,7 @@ impl Conn {
             self.fail_reopen(ctx, "recorded request refused by the scanner");
             return;
         };
-        let mut at = 0;
-        for splice in plan.splices() {
-            r.request.extend_from_slice(body.get(at..splice.start).unwrap_or_default());
-            r.request.extend_from_slice(&splice.insert);
-            at = splice.end;
-        }
-        r.request.extend_from_slice(body.get(at..).unwrap_or_default());
+        plan.parts(body).for_each(|p| r.request.extend_from_slice(p));
         r.step = step;
         self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
     }
@@ -444,19 +439,12 @@ impl Conn {
         if ex.method.as_slice() == b"GET" {
             ex.req.headers.remove(b"last-event-id");
         }
-        let req = editor::Outgoing { method: &ex.method, target: &ex.target, framed: ex.framed };
-        let who = editor::Credentials { agent: ctx.agent, bearer: ctx.bearer, token: ctx.token };
-        let route =
-            editor::Route { authority: ctx.config.upstream.authority.as_bytes(), stamps: &ctx.config.stamps };
-        match editor::plan_request(&req, &mut ex.req.headers, &ex.body, &who, &route, &mut ex.head_out) {
-            Ok(plan) => ex.plan = plan,
-            Err(_) => {
-                // Cannot happen: the same body was planned before.
-                self.relay_original(ctx);
-                return;
-            }
+        if self.plan_upstream_request(ctx).is_err() {
+            // Cannot happen: the same body was planned before.
+            self.relay_original(ctx);
+            return;
         }
-        if let Some(r) = ex.reopen.as_deref_mut() {
+        if let Some(r) = self.ex.reopen.as_deref_mut() {
             r.step = Step::Retry;
         }
         self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });

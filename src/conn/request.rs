@@ -9,6 +9,7 @@ use crate::http::guard::{self, Policy};
 use crate::http::head::{self, RequestHead};
 use crate::io::{slices_after, write_vectored, Outcome};
 use crate::limits::{MAX_REQUEST_HEAD, MAX_STAMP_BODY};
+use crate::mcp::stamp::StampError;
 use log::{debug, warn};
 use std::time::{Duration, Instant};
 
@@ -233,20 +234,23 @@ impl Conn {
         ex.in_session = !ex.session_id.is_empty() && ctx.sessions.borrow_mut().touch(&ex.session_id, ctx.now);
         // C -> U' for a re-initialised session (nothing until a first one).
         super::session::map_request_session(&mut ex.req.headers, &ex.session_id, &ctx.sessions.borrow());
-        let req = editor::Outgoing { method: &ex.method, target: &ex.target, framed: ex.framed };
-        let who = editor::Credentials { agent: ctx.agent, bearer: ctx.bearer, token: ctx.token };
-        let route =
-            editor::Route { authority: ctx.config.upstream.authority.as_bytes(), stamps: &ctx.config.stamps };
-        match editor::plan_request(&req, &mut ex.req.headers, &ex.body, &who, &route, &mut ex.head_out) {
-            Ok(plan) => ex.plan = plan,
-            Err(e) => {
-                // Fail closed: never forwarded unstamped.
-                warn!("conn {}: request body refused: {e}", self.id);
-                self.reply_error(ctx, Answer::BodyRefused(e));
-                return;
-            }
+        if let Err(e) = self.plan_upstream_request(ctx) {
+            // Fail closed: never forwarded unstamped.
+            warn!("conn {}: request body refused: {e}", self.id);
+            self.reply_error(ctx, Answer::BodyRefused(e));
+            return;
         }
         self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
+    }
+
+    /// Scans and stamps the body with the identity in force now and writes
+    /// the upstream head (`editor::plan_request`).
+    pub(super) fn plan_upstream_request(&mut self, ctx: &Ctx) -> Result<(), StampError> {
+        let ex = &mut self.ex;
+        let req = editor::Outgoing { method: &ex.method, target: &ex.target, framed: ex.framed };
+        let (who, route) = (ctx.credentials(), ctx.route());
+        ex.plan = editor::plan_request(&req, &mut ex.req.headers, &ex.body, &who, &route, &mut ex.head_out)?;
+        Ok(())
     }
 
     pub(super) fn read_body(&mut self, ctx: &Ctx) -> bool {
@@ -311,14 +315,7 @@ impl Conn {
             parts.push(replay);
         } else {
             parts.push(self.ex.head_out.as_slice());
-            let body = self.ex.body.as_slice();
-            let mut at = 0;
-            for splice in self.ex.plan.splices() {
-                parts.push(body.get(at..splice.start).unwrap_or_default());
-                parts.push(&splice.insert);
-                at = splice.end;
-            }
-            parts.push(body.get(at..).unwrap_or_default());
+            parts.extend(self.ex.plan.parts(&self.ex.body));
         }
         let total: usize = parts.iter().map(|p| p.len()).sum();
         while *written < total && u.ready.writable {

@@ -125,17 +125,23 @@ impl Plan {
         })
     }
 
-    /// The stamped body in one buffer (tests, fuzzing; the core writes the
-    /// same parts with one vectored write).
+    /// The stamped body as the slices to write in order: the body before
+    /// each splice, its insert, and the rest after the last one. The body
+    /// is never copied (the core writes them with one vectored write).
+    pub fn parts<'a>(&'a self, body: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let from = std::iter::once(0).chain(self.splices.iter().map(|s| s.end));
+        let tail = self.splices.last().map_or(0, |s| s.end);
+        self.splices
+            .iter()
+            .zip(from)
+            .flat_map(move |(s, from)| [body.get(from..s.start).unwrap_or_default(), &s.insert[..]])
+            .chain(std::iter::once(body.get(tail..).unwrap_or_default()))
+    }
+
+    /// The stamped body in one buffer.
     pub fn apply(&self, body: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.new_len(body.len()));
-        let mut at = 0;
-        for s in &self.splices {
-            out.extend_from_slice(body.get(at..s.start).unwrap_or_default());
-            out.extend_from_slice(&s.insert);
-            at = s.end;
-        }
-        out.extend_from_slice(body.get(at..).unwrap_or_default());
+        self.parts(body).for_each(|p| out.extend_from_slice(p));
         out
     }
 }
