@@ -15,6 +15,9 @@
 //! `cargo bench --bench head_path [-- N]`; exits 1 when a check fails or an
 //! exchange allocates in steady state.
 
+#[path = "util/body.rs"]
+mod body;
+use body::tools_call_body;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -58,20 +61,6 @@ const AGENT: &str = "bench";
 const BEARER: &[u8] = b"Bearer bench-token-0123456789abcdef";
 const TOKEN: &[u8] = b"bench-token-0123456789abcdef";
 const AUTHORITY: &[u8] = b"127.0.0.1:8200";
-
-/// The 300-byte tools/call of benches/relay.rs.
-fn tools_call_body() -> Vec<u8> {
-    let mut msg = String::from("benchmark message ");
-    let make = |m: &str| {
-        format!(
-            r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"chat_send","arguments":{{"channel":"general","message":"{m}","reply_to":null}},"_meta":{{"progressToken":7}}}}}}"#
-        )
-    };
-    while make(&msg).len() < 300 {
-        msg.push('x');
-    }
-    make(&msg).into_bytes()
-}
 
 /// The request as the TypeScript SDK (undici fetch) sends it through the
 /// proxy: the fields a real client sends, its credentials included.

@@ -15,11 +15,14 @@
 //! turn with the others; section 1 then also prints its ratios to nginx and
 //! the proxy's to it.
 
+#[path = "util/body.rs"]
+mod body;
 #[path = "util/client.rs"]
 mod client;
 #[path = "util/stub.rs"]
 mod stub;
 
+use body::tools_call_body;
 use client::{percentile, LoadResult};
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -256,20 +259,6 @@ fn raise_nofile() -> (u64, u64) {
 }
 
 // ---------- requests ----------
-
-fn tools_call_body() -> Vec<u8> {
-    // ~300 B tools/call of a stamped tool (chat_send: "sender" is stamped).
-    let mut msg = String::from("benchmark message ");
-    let make = |m: &str| {
-        format!(
-            r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"chat_send","arguments":{{"channel":"general","message":"{m}","reply_to":null}},"_meta":{{"progressToken":7}}}}}}"#
-        )
-    };
-    while make(&msg).len() < 300 {
-        msg.push('x');
-    }
-    make(&msg).into_bytes()
-}
 
 fn post_request(host: &str, path: &str) -> Vec<u8> {
     let body = tools_call_body();
