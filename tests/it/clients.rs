@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::support::checks::Checks;
 use crate::support::proxy_process::{token_file, ProxyProcess};
 use crate::support::realenv::{self, FastMcp, ScriptRun};
 
@@ -38,54 +39,6 @@ const SPOOF_SENDER: &str = "mallory";
 const MAX_NOTIFICATION_LATENCY_MS: f64 = 500.0;
 /// Bound on one client script run.
 const SCRIPT_LIMIT: Duration = Duration::from_secs(90);
-
-// ---------------------------------------------------------------------------------------------------------
-// Checks: collect every failed expectation, then panic once with all of them and the evidence.
-
-#[derive(Default)]
-struct Checks {
-    failures: Vec<String>,
-}
-
-impl Checks {
-    fn check(&mut self, ok: bool, msg: impl Into<String>) {
-        if !ok {
-            self.failures.push(msg.into());
-        }
-    }
-
-    fn eq(&mut self, what: &str, actual: &Value, expected: &Value) {
-        if actual != expected {
-            self.failures.push(format!("{what}: got {actual}, want {expected}"));
-        }
-    }
-
-    #[track_caller]
-    fn finish(self, test: &str, evidence: &[(&str, String)]) {
-        if self.failures.is_empty() {
-            return;
-        }
-        let mut msg = format!("{test}: {} failed expectation(s):\n", self.failures.len());
-        for f in &self.failures {
-            msg.push_str(&format!("  - {f}\n"));
-        }
-        for (name, text) in evidence {
-            msg.push_str(&format!("--- {name} ---\n{}\n", tail(text, 12_000)));
-        }
-        panic!("{msg}");
-    }
-}
-
-fn tail(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut start = text.len() - max;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    &text[start..]
-}
 
 fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()

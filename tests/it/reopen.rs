@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::support::checks::Checks;
 use crate::support::exchange::{client, host};
 use crate::support::proxy_process::{scratch_dir, token_file, ProxyProcess};
 use crate::support::realenv::{self, FastMcp, ScriptRun};
@@ -83,25 +84,8 @@ fn start_proxy(up: &FastMcp, extra: &[&str]) -> ProxyProcess {
     ProxyProcess::start(&args, &[])
 }
 
-/// Every failed expectation, then one panic with all of them and the evidence.
-#[derive(Default)]
-struct Checks {
-    failures: Vec<String>,
-}
-
+/// What this suite adds to the shared `Checks`.
 impl Checks {
-    fn check(&mut self, ok: bool, msg: impl Into<String>) {
-        if !ok {
-            self.failures.push(msg.into());
-        }
-    }
-
-    fn eq(&mut self, what: &str, actual: &Value, expected: &Value) {
-        if actual != expected {
-            self.failures.push(format!("{what}: got {actual}, want {expected}"));
-        }
-    }
-
     /// The client script itself failed (an exception outside any recorded step).
     fn client_ran(&mut self, out: &Value) {
         if let Some(err) = out["error"].as_str() {
@@ -123,33 +107,13 @@ impl Checks {
         }
         &rec["result"]
     }
-
-    #[track_caller]
-    fn finish(self, test: &str, started: Instant, evidence: &[(&str, String)]) {
-        eprintln!("{test}: {:.2}s wall", started.elapsed().as_secs_f64());
-        if self.failures.is_empty() {
-            return;
-        }
-        let mut msg = format!("{test}: {} failed expectation(s):\n", self.failures.len());
-        for f in &self.failures {
-            msg.push_str(&format!("  - {f}\n"));
-        }
-        for (name, text) in evidence {
-            msg.push_str(&format!("--- {name} ---\n{}\n", tail(text, 12_000)));
-        }
-        panic!("{msg}");
-    }
 }
 
-fn tail(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut start = text.len() - max;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    &text[start..]
+/// `Checks::finish`, after the test's wall time (the suite's figures).
+#[track_caller]
+fn finish(c: Checks, test: &str, started: Instant, evidence: &[(&str, String)]) {
+    eprintln!("{test}: {:.2}s wall", started.elapsed().as_secs_f64());
+    c.finish(test, evidence);
 }
 
 fn evidence(run: &ScriptRun, proxy: &ProxyProcess, up: &FastMcp) -> Vec<(&'static str, String)> {
@@ -363,7 +327,7 @@ fn session_survives_an_upstream_restart(test: &str, sdk: Sdk) {
     for r in in_session(&gen2, &client_id) {
         c.check(r["status"] == 404, format!("the restarted server accepted the old id: {}", brief(&[r])));
     }
-    c.finish(test, started, &evidence(&run, &proxy, &up));
+    finish(c, test, started, &evidence(&run, &proxy, &up));
 }
 
 /// `restart_twins! { test => Sdk, ... }`: scenario 1 for each SDK.
@@ -427,7 +391,7 @@ fn four_concurrent_calls_after_a_restart_share_one_reinitialisation() {
             format!("chat_send {message:?} served on the new session {} times, want once", served.len()),
         );
     }
-    c.finish(TEST, started, &evidence(&run, &proxy, &up));
+    finish(c, TEST, started, &evidence(&run, &proxy, &up));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -495,7 +459,7 @@ fn identity_changed_before_the_restart_is_the_identity_of_the_replay_and_the_ret
     }
     let refused: Vec<&Value> = gen2.iter().copied().filter(|r| r["status"] == 401).collect();
     c.check(refused.is_empty(), format!("requests with the old token after the change: {}", brief(&refused)));
-    c.finish(TEST, started, &evidence(&run, &proxy, &up));
+    finish(c, TEST, started, &evidence(&run, &proxy, &up));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -563,7 +527,7 @@ fn a_deleted_session_gets_the_servers_404_and_nothing_is_replayed() {
         );
     }
     c.check(gen2.len() == 1, format!("generation 2 was sent more than the one call: {}", brief(&gen2)));
-    c.finish(TEST, started, &evidence(&run, &proxy, &up));
+    finish(c, TEST, started, &evidence(&run, &proxy, &up));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -640,5 +604,5 @@ fn a_call_while_the_upstream_is_down_gets_its_error_within_the_grace_and_the_nex
     let served: Vec<&Value> =
         chat_sends(&in_session(&gen2, &new_id), "after").into_iter().filter(|r| r["status"] == 200).collect();
     c.check(served.len() == 1, format!("chat_send \"after\" on the new session: {}", brief(&served)));
-    c.finish(TEST, started, &evidence(&run, &proxy, &up));
+    finish(c, TEST, started, &evidence(&run, &proxy, &up));
 }

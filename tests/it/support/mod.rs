@@ -1,5 +1,8 @@
 //! Test-only helpers shared by every suite.
 
+/// `Checks`: failed expectations collected, then one panic with the evidence (the real-client suites).
+#[cfg(unix)]
+pub mod checks;
 /// One exchange on a new connection, the usual POST, the healthy-request and error-shape checks.
 pub mod exchange;
 /// `/proc` readers: CPU time, RSS and open descriptors of a process. Linux only.
