@@ -25,6 +25,21 @@ struct State {
     version: &'static str,
     /// Answer 404 to every request that names a session.
     lose_every_session: bool,
+    /// How `initialize` is answered.
+    init: Init,
+}
+
+/// The ways a server may answer `initialize`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Init {
+    /// 200, one Mcp-Session-Id, the result as application/json.
+    Json,
+    /// 200, one Mcp-Session-Id, the result as one SSE event (FastMCP's default).
+    EventStream,
+    /// 500 with a JSON-RPC error.
+    Refused,
+    /// 200 and a result, but no Mcp-Session-Id.
+    NoSessionId,
 }
 
 /// An MCP server that keeps sessions in memory like FastMCP: `restart`
@@ -41,6 +56,7 @@ impl SessionServer {
             created: 0,
             version: VERSION,
             lose_every_session: false,
+            init: Init::Json,
         }));
         let st = state.clone();
         let stub = StubUpstream::start(move |req: &Req, s: &mut TcpStream| {
@@ -85,7 +101,20 @@ fn answer(req: &Req, st: &mut State) -> Vec<u8> {
         let id = format!("upstream-{}", st.created);
         st.sessions.insert(id.clone());
         let result = json!({"jsonrpc":"2.0","id":v["id"],"result":{"protocolVersion":st.version,"capabilities":{},"serverInfo":{"name":"stub","version":"1"}}});
-        return json_response("200 OK", &[("Mcp-Session-Id", &id)], &result);
+        return match st.init {
+            Init::Json => json_response("200 OK", &[("Mcp-Session-Id", &id)], &result),
+            Init::EventStream => {
+                let event = format!("event: message\r\ndata: {result}\r\n\r\n");
+                let fields = [("Content-Type", "text/event-stream"), ("Mcp-Session-Id", id.as_str())];
+                response("200 OK", &fields, event.as_bytes())
+            }
+            Init::Refused => {
+                let error =
+                    json!({"jsonrpc":"2.0","id":v["id"],"error":{"code":-32603,"message":"not ready"}});
+                json_response("500 Internal Server Error", &[], &error)
+            }
+            Init::NoSessionId => json_response("200 OK", &[], &result),
+        };
     }
     let Some(sid) = sid.filter(|s| st.sessions.contains(s) && !st.lose_every_session) else {
         let body = json!({"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Session not found"}});
@@ -217,28 +246,6 @@ fn a_lost_session_is_reinitialised_and_the_call_sent_again_under_the_clients_id(
 }
 
 #[test]
-fn a_failed_replay_relays_the_servers_404_and_the_session_is_forgotten() {
-    let server = SessionServer::start();
-    let p = start_proxy(&server, "tok-RECOVER-2");
-    let sid = open_session(&p);
-    server.restart();
-    // The restarted server speaks another protocol version: the new session
-    // is not the one the client negotiated.
-    server.state.lock().unwrap().version = "2024-11-05";
-    let resp = post(&p, Some(&sid), &call(1));
-    assert_eq!(resp.status, 404, "{}", resp.raw_text());
-    assert_eq!(
-        body(&resp),
-        json!({"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Session not found"}}),
-        "the server's own 404, as it came"
-    );
-    assert_eq!(server.initializes(), 2);
-    // Forgotten: the next 404 is relayed without another replay.
-    assert_eq!(post(&p, Some(&sid), &call(2)).status, 404);
-    assert_eq!(server.initializes(), 2);
-}
-
-#[test]
 fn a_second_404_after_reinitialising_is_relayed_and_nothing_storms() {
     let server = SessionServer::start();
     let p = start_proxy(&server, "tok-RECOVER-3");
@@ -320,4 +327,74 @@ fn a_client_that_never_sent_initialized_gets_none_replayed() {
     // The replayed initialize is the client's, byte for byte.
     let replayed = &server.seen(before)[1].3;
     assert_eq!(replayed.body, init.to_string().as_bytes());
+}
+
+#[test]
+fn every_way_a_replay_can_fail_relays_the_servers_404_and_forgets_the_session() {
+    let cases: [(&str, Init, &'static str); 3] = [
+        ("initialize refused", Init::Refused, VERSION),
+        ("no session id in the answer", Init::NoSessionId, VERSION),
+        ("another protocol version", Init::Json, "2024-11-05"),
+    ];
+    for (case, init, version) in cases {
+        let server = SessionServer::start();
+        let p = start_proxy(&server, "tok-RECOVER-7");
+        let sid = open_session(&p);
+        server.restart();
+        {
+            let mut st = server.state.lock().unwrap();
+            st.init = init;
+            st.version = version;
+        }
+        let resp = post(&p, Some(&sid), &call(1));
+        assert_eq!(resp.status, 404, "{case}: {}", resp.raw_text());
+        assert_eq!(
+            body(&resp),
+            json!({"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Session not found"}}),
+            "{case}: the server's own 404, as it came"
+        );
+        assert_eq!(resp.all("mcp-session-id"), Vec::<&str>::new(), "{case}: no upstream id leaks");
+        assert_eq!(server.initializes(), 2, "{case}: one replay");
+        // Forgotten: the next 404 is relayed without another replay, even
+        // once the server would answer a replay well.
+        server.state.lock().unwrap().init = Init::Json;
+        std::thread::sleep(Duration::from_millis(1100));
+        assert_eq!(post(&p, Some(&sid), &call(2)).status, 404, "{case}");
+        assert_eq!(server.initializes(), 2, "{case}: nothing replayed for a forgotten session");
+    }
+}
+
+#[test]
+fn an_initialize_answered_as_an_event_stream_is_recorded_and_replayed() {
+    // FastMCP answers initialize with an SSE event: the version is read
+    // from that form both when the session is recorded and on the replay.
+    let server = SessionServer::start();
+    server.state.lock().unwrap().init = Init::EventStream;
+    let p = start_proxy(&server, "tok-RECOVER-8");
+    let sid = open_session(&p);
+    server.restart();
+    let resp = post(&p, Some(&sid), &call(1));
+    assert_eq!(resp.status, 200, "{}", resp.raw_text());
+    assert_eq!(body(&resp)["result"]["session"], "upstream-2");
+    assert_eq!(resp.all("mcp-session-id"), [sid.as_str()]);
+}
+
+#[test]
+fn a_404_that_is_no_lost_session_is_relayed_without_a_replay() {
+    let server = SessionServer::start();
+    let p = start_proxy(&server, "tok-RECOVER-9");
+    let sid = open_session(&p);
+    server.restart();
+    // An id the proxy never saw created.
+    let resp = post(&p, Some("never-recorded"), &call(1));
+    assert_eq!(resp.status, 404);
+    assert_eq!(server.initializes(), 1);
+    // A 404 to DELETE: the session ended, whatever the server answered.
+    let mut c = client(&p);
+    c.send(&request("DELETE", "/mcp", &host(&p), &[("Mcp-Session-Id", &sid)], b""));
+    assert_eq!(c.read_response("DELETE").status, 404);
+    assert_eq!(server.initializes(), 1, "a DELETE's 404 is not a lost session");
+    // And the client's DELETE forgot it: no replay afterwards either.
+    assert_eq!(post(&p, Some(&sid), &call(2)).status, 404);
+    assert_eq!(server.initializes(), 1);
 }
