@@ -33,13 +33,7 @@ from mcp import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-
-def text_json(result) -> object:
-    text = result.content[0].text
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+from client_common import text_json
 
 
 async def run(args, out: dict) -> None:

@@ -23,13 +23,7 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-
-def text_json(result) -> object:
-    text = result.content[0].text
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+from client_common import text_json
 
 
 async def _ignore(*_args) -> None:

@@ -33,6 +33,8 @@ from importlib.metadata import version
 
 import anyio
 
+from client_common import text_json
+
 try:  # SDK 2.x
     import httpx2 as httpx
     from mcp import Client
@@ -47,14 +49,6 @@ except ModuleNotFoundError:  # SDK 1.x
     SDK_MAJOR = 1
 
 CALL_TIMEOUT_S = 10
-
-
-def text_json(result) -> object:
-    text = result.content[0].text
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def error_of(e: BaseException) -> dict:

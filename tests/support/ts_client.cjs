@@ -21,6 +21,7 @@ const {
   ToolListChangedNotificationSchema,
 } = require('@modelcontextprotocol/sdk/types.js');
 const sdkVersion = require('@modelcontextprotocol/sdk/package.json').version;
+const { textJson, runBounded } = require('./client_common.cjs');
 
 function parseArgs(argv) {
   const args = { url: null, authorization: null, xAgentToken: null, sender: 'mallory', count: 3, transport: 'streamable-http', timeout: 30 };
@@ -41,15 +42,6 @@ function parseArgs(argv) {
 
 const nowSec = () => Date.now() / 1000;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-function textJson(result) {
-  const text = result.content[0].text;
-  try {
-    return JSON.parse(text);
-  } catch {
-    return text;
-  }
-}
 
 async function waitFor(pred, ms) {
   const end = Date.now() + ms;
@@ -208,22 +200,7 @@ async function main() {
     calls: {},
     error: null,
   };
-  const started = Date.now();
-  let timer;
-  try {
-    const args = parseArgs(process.argv.slice(2));
-    await Promise.race([
-      run(args, out),
-      new Promise((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`ts_client.cjs: timed out after ${args.timeout} s`)), args.timeout * 1000);
-      }),
-    ]);
-  } catch (e) {
-    out.error = String(e && e.stack ? e.stack : e);
-  } finally {
-    clearTimeout(timer);
-  }
-  out.elapsed_ms = Date.now() - started;
+  await runBounded('ts_client.cjs', parseArgs, run, out);
   process.stdout.write(JSON.stringify(out, null, 1) + '\n', () => process.exit(0));
 }
 

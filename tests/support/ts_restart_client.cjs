@@ -25,6 +25,7 @@ const { Client } = require('@modelcontextprotocol/sdk/client/index.js');
 const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/client/streamableHttp.js');
 const { LoggingMessageNotificationSchema } = require('@modelcontextprotocol/sdk/types.js');
 const sdkVersion = require('@modelcontextprotocol/sdk/package.json').version;
+const { textJson, runBounded } = require('./client_common.cjs');
 
 const CALL_TIMEOUT_MS = 10000;
 
@@ -69,15 +70,6 @@ function nextLine() {
   if (stdinLines.length) return Promise.resolve(stdinLines.shift());
   if (stdinClosed) return Promise.resolve(null);
   return new Promise((r) => (stdinWaiter = r));
-}
-
-function textJson(result) {
-  const text = result.content[0].text;
-  try {
-    return JSON.parse(text);
-  } catch {
-    return text;
-  }
 }
 
 function errorOf(e) {
@@ -218,25 +210,7 @@ async function run(args, out) {
 
 async function main() {
   const out = { sdk: sdkVersion, node: process.version, http: [], steps: [], transport_errors: [], error: null };
-  const started = Date.now();
-  let timer;
-  try {
-    const args = parseArgs(process.argv.slice(2));
-    await Promise.race([
-      run(args, out),
-      new Promise((_, reject) => {
-        timer = setTimeout(
-          () => reject(new Error(`ts_restart_client.cjs: timed out after ${args.timeout} s`)),
-          args.timeout * 1000,
-        );
-      }),
-    ]);
-  } catch (e) {
-    out.error = String(e && e.stack ? e.stack : e);
-  } finally {
-    clearTimeout(timer);
-  }
-  out.elapsed_ms = Date.now() - started;
+  await runBounded('ts_restart_client.cjs', parseArgs, run, out);
   rl.close();
   process.stdout.write('RESULT ' + JSON.stringify(out) + '\n', () => process.exit(0));
 }
