@@ -1063,9 +1063,14 @@ impl<'r> Client<'r> {
     }
 }
 
-/// A caller: a session, then tool calls 20 to 50 ms apart; a new session
-/// after a 404 (and now and then on its own, after a DELETE).
-fn caller(run: &Run, name: String, seed: u64) -> Result<(), String> {
+/// A client's life until the soak ends: a session (tried again after a
+/// pause when refused), then `act` on it; its session deleted at the end.
+fn live<'r>(
+    run: &'r Run,
+    name: String,
+    seed: u64,
+    mut act: impl FnMut(&mut Client<'r>) -> Result<(), String>,
+) -> Result<(), String> {
     let mut c = Client::new(run, name, seed);
     while !run.stopping() {
         if c.session.is_none() {
@@ -1074,11 +1079,7 @@ fn caller(run: &Run, name: String, seed: u64) -> Result<(), String> {
             }
             continue;
         }
-        c.call_tool()?;
-        if c.session.is_some() && c.rng.below(40) == 0 {
-            c.delete()?;
-        }
-        c.pause(20, 50);
+        act(&mut c)?;
     }
     if c.session.is_some() {
         c.delete()?;
@@ -1086,22 +1087,22 @@ fn caller(run: &Run, name: String, seed: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// A streamer: a session and a GET stream on it, opened again when cut.
-fn streamer(run: &Run, name: String, seed: u64) -> Result<(), String> {
-    let mut c = Client::new(run, name, seed);
-    while !run.stopping() {
-        if c.session.is_none() {
-            if !c.open_session()? {
-                c.pause(100, 200);
-            }
-            continue;
+/// A caller: tool calls 20 to 50 ms apart; a new session after a 404 (and
+/// now and then on its own, after a DELETE).
+fn caller(run: &Run, name: String, seed: u64) -> Result<(), String> {
+    live(run, name, seed, |c| {
+        c.call_tool()?;
+        if c.session.is_some() && c.rng.below(40) == 0 {
+            c.delete()?;
         }
-        c.hold_stream()?;
-    }
-    if c.session.is_some() {
-        c.delete()?;
-    }
-    Ok(())
+        c.pause(20, 50);
+        Ok(())
+    })
+}
+
+/// A streamer: a GET stream on its session, opened again when cut.
+fn streamer(run: &Run, name: String, seed: u64) -> Result<(), String> {
+    live(run, name, seed, Client::hold_stream)
 }
 
 /// The clients of one phase, named `{phase}.c{k}` (callers) and
