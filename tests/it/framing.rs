@@ -8,7 +8,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use crate::support::exchange::{
-    assert_healthy, assert_jsonrpc_error, chunk, client, exchange, host, ok_upstream, OK_JSON, PING,
+    assert_healthy, assert_jsonrpc_error, chunk, chunked_post_head, client, exchange, host, ok_upstream,
+    OK_JSON, PING,
 };
 use crate::support::proxy_process::ProxyProcess;
 use crate::support::setup::{post, start, SESSION};
@@ -231,11 +232,7 @@ fn expect_100_continue_is_answered_by_the_proxy_and_not_forwarded() {
 fn chunked_request_body_is_dechunked_and_sent_with_content_length() {
     let up = ok_upstream();
     let p = start(&up);
-    let mut raw = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
-        host(&p)
-    )
-    .into_bytes();
+    let mut raw = chunked_post_head(&p);
     raw.extend(chunk(&PING[..10]));
     raw.extend_from_slice(format!("{:X};name=value\r\n", PING.len() - 10 - 3).as_bytes());
     raw.extend_from_slice(&PING[10..PING.len() - 3]);
@@ -477,11 +474,7 @@ fn request_arriving_one_byte_at_a_time_is_relayed() {
 fn chunked_request_arriving_one_byte_at_a_time_is_dechunked() {
     let up = ok_upstream();
     let p = start(&up);
-    let mut raw = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
-        host(&p)
-    )
-    .into_bytes();
+    let mut raw = chunked_post_head(&p);
     raw.extend(chunk(&PING[..7]));
     raw.extend(chunk(&PING[7..]));
     raw.extend_from_slice(b"0\r\n\r\n");

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::exchange::{
-    assert_healthy, assert_jsonrpc_error, chunk, client, exchange, host, json_post as post, ok_response,
-    ok_upstream, OK_JSON, PING,
+    assert_healthy, assert_jsonrpc_error, chunk, chunked_post_head, client, exchange, host,
+    json_post as post, ok_response, ok_upstream, OK_JSON, PING,
 };
 #[cfg(target_os = "linux")]
 use crate::support::procfs::{fd_count, proc_stat, rss_kib};
@@ -241,13 +241,7 @@ fn chunked_body_growing_past_8_mib_gets_413() {
     let up = ok_upstream();
     let p = start(&up);
     let mut c = client(&p);
-    c.send(
-        format!(
-            "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
-            host(&p)
-        )
-        .as_bytes(),
-    );
+    c.send(&chunked_post_head(&p));
     let mut w = c.stream.try_clone().unwrap();
     let writer = std::thread::spawn(move || {
         let piece = chunk(&vec![b' '; 1024 * 1024]);

@@ -81,6 +81,15 @@ pub fn assert_jsonrpc_error(resp: &Resp, status: u16) {
     assert!(v["error"]["message"].is_string(), "error.message not a string: {v}");
 }
 
+/// The head of a chunked JSON POST to `/mcp`; the chunks follow.
+pub fn chunked_post_head(p: &ProxyProcess) -> Vec<u8> {
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+        host(p)
+    )
+    .into_bytes()
+}
+
 /// One chunk of a chunked body.
 pub fn chunk(data: &[u8]) -> Vec<u8> {
     let mut out = format!("{:x}\r\n", data.len()).into_bytes();
