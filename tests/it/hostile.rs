@@ -37,9 +37,14 @@ const SSE_HEAD: &[u8] =
 
 #[track_caller]
 fn start_with(up: &StubUpstream, extra: &[&str], envs: &[(&str, &str)]) -> ProxyProcess {
+    start_url(&up.url(), extra, envs)
+}
+
+/// This suite's identity (its own secret token) in front of `url`.
+#[track_caller]
+fn start_url(url: &str, extra: &[&str], envs: &[(&str, &str)]) -> ProxyProcess {
     let tf = token_file(TOKEN);
-    let url = up.url();
-    let mut args = vec!["--upstream", url.as_str(), "--agent", AGENT, "--token-file", tf.to_str().unwrap()];
+    let mut args = vec!["--upstream", url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()];
     args.extend_from_slice(extra);
     ProxyProcess::start(&args, envs)
 }
@@ -1160,12 +1165,7 @@ fn upstream_dying_mid_stream_and_coming_back_serves_new_requests() {
     let port = listener.local_addr().unwrap().port();
     let stop = Arc::new(AtomicBool::new(false));
     let first = dying_sse_upstream(listener, stop.clone());
-    let tf = token_file(TOKEN);
-    let url = format!("http://127.0.0.1:{port}/mcp");
-    let p = ProxyProcess::start(
-        &["--upstream", &url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()],
-        &[],
-    );
+    let p = start_url(&format!("http://127.0.0.1:{port}/mcp"), &[], &[]);
     let mut c = client(&p);
     c.send(&request("GET", "/mcp", &host(&p), &[("Accept", "text/event-stream")], b""));
     assert_eq!(c.read_head().status, 200);

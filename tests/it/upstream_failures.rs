@@ -11,19 +11,14 @@ use std::time::{Duration, Instant};
 use crate::support::exchange::{
     assert_healthy, assert_jsonrpc_error, chunk, client, exchange, host, OK_JSON, PING,
 };
-use crate::support::proxy_process::{token_file, ProxyProcess};
-use crate::support::setup::{dead_port, post, start, start_with, AGENT, SSE_HEAD, TOKEN};
+use crate::support::setup::{dead_port, post, start, start_url, start_with, SSE_HEAD, TOKEN};
 use crate::support::wire::{contains, request, response, Next, StubUpstream};
 
 #[test]
 fn refused_upstream_gives_json_502_within_three_seconds() {
     let port = dead_port();
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let tf = token_file(TOKEN);
-    let p = ProxyProcess::start(
-        &["--upstream", &url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()],
-        &[],
-    );
+    let p = start_url(&url, &[]);
     let t0 = Instant::now();
     let resp = exchange(&p, &post(&p, &[], PING));
     let took = t0.elapsed();
@@ -36,11 +31,7 @@ fn refused_upstream_gives_json_502_within_three_seconds() {
 fn refused_connect_is_retried_and_succeeds_when_upstream_comes_up() {
     let port = dead_port();
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let tf = token_file(TOKEN);
-    let p = ProxyProcess::start(
-        &["--upstream", &url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()],
-        &[],
-    );
+    let p = start_url(&url, &[]);
     let upstream: Arc<Mutex<Option<StubUpstream>>> = Arc::new(Mutex::new(None));
     let slot = upstream.clone();
     let mut c = client(&p);

@@ -29,9 +29,15 @@ pub fn start(up: &StubUpstream) -> ProxyProcess {
 
 #[track_caller]
 pub fn start_with(up: &StubUpstream, extra: &[&str]) -> ProxyProcess {
+    start_url(&up.url(), extra)
+}
+
+/// The proxy with the usual identity in front of `url` (an upstream that
+/// is not a `StubUpstream`, or not there at all).
+#[track_caller]
+pub fn start_url(url: &str, extra: &[&str]) -> ProxyProcess {
     let tf = token_file(TOKEN);
-    let url = up.url();
-    let mut args = vec!["--upstream", url.as_str(), "--agent", AGENT, "--token-file", tf.to_str().unwrap()];
+    let mut args = vec!["--upstream", url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()];
     args.extend_from_slice(extra);
     ProxyProcess::start(&args, &[])
 }
