@@ -66,18 +66,7 @@ impl ProxyProcess {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("spawn proxy binary");
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let mut err_pipe = child.stderr.take().expect("stderr piped");
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = err_pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
+        let stderr = drain(child.stderr.take().expect("stderr piped"));
         let out = child.stdout.take().expect("stdout piped");
         let (tx, rx) = std::sync::mpsc::channel();
         let stdout_rest = Arc::new(Mutex::new(Vec::new()));
@@ -190,4 +179,24 @@ impl Drop for ProxyProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Collects a child's pipe into a shared buffer.
+pub fn drain(pipe: impl Read + Send + 'static) -> Arc<Mutex<Vec<u8>>> {
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    drain_into(pipe, buf.clone());
+    buf
+}
+
+/// Appends a child's pipe to `sink` until EOF.
+pub fn drain_into(mut pipe: impl Read + Send + 'static, sink: Arc<Mutex<Vec<u8>>>) {
+    std::thread::spawn(move || {
+        let mut chunk = [0u8; 8192];
+        while let Ok(n) = pipe.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&chunk[..n]);
+        }
+    });
 }

@@ -25,6 +25,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::support::proxy_process::{drain, drain_into};
+
 /// `tests/support/` in the source tree.
 pub fn support_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("support")
@@ -253,26 +255,6 @@ fn install_rmcp_client() -> PathBuf {
         .unwrap_or_else(|e| panic!("realenv: copy {} to {}: {e}", built.display(), partial.display()));
     fs::rename(&partial, &exe).unwrap_or_else(|e| panic!("realenv: rename to {}: {e}", exe.display()));
     exe
-}
-
-/// Collects a child's pipe into a shared buffer.
-fn drain(pipe: impl Read + Send + 'static) -> Arc<Mutex<Vec<u8>>> {
-    let buf = Arc::new(Mutex::new(Vec::new()));
-    drain_into(pipe, buf.clone());
-    buf
-}
-
-/// Appends a child's pipe to `sink` until EOF.
-fn drain_into(mut pipe: impl Read + Send + 'static, sink: Arc<Mutex<Vec<u8>>>) {
-    std::thread::spawn(move || {
-        let mut chunk = [0u8; 8192];
-        while let Ok(n) = pipe.read(&mut chunk) {
-            if n == 0 {
-                break;
-            }
-            sink.lock().unwrap().extend_from_slice(&chunk[..n]);
-        }
-    });
 }
 
 /// A running `tests/support/fastmcp_server.py`. Killed on drop.
