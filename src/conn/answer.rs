@@ -245,7 +245,7 @@ impl Conn {
     pub(super) fn answer_outage(&mut self, ctx: &Ctx) {
         let answer = Answer::UpstreamUnavailable;
         warn!("conn {}: upstream unavailable for a request in a recorded session", self.id);
-        if self.ex.method.as_slice() == b"POST" {
+        if self.ex.req.method.as_slice() == b"POST" {
             let mut body = Vec::new();
             let written =
                 rpc::parse(&self.ex.body).ok().map(|parsed| answer.write_errors(Some(&parsed), &mut body));
@@ -274,7 +274,7 @@ impl Conn {
         }
         let now = ctx.now;
         self.release_upstream();
-        let close = answer.closes() || self.close_after || self.ex.http10;
+        let close = answer.closes() || self.close_after || self.ex.req.http10;
         write_response(status, body, close, self.out.own());
         self.ex.status = status;
         self.ex.bytes_out = body.len() as u64;

@@ -310,8 +310,8 @@ impl Conn {
         if let Some(start) = self.ex.start.take() {
             info!(
                 "{} {} -> {} {}B {}ms {ending}",
-                String::from_utf8_lossy(&self.ex.method),
-                String::from_utf8_lossy(&self.ex.target),
+                String::from_utf8_lossy(&self.ex.req.method),
+                String::from_utf8_lossy(&self.ex.req.target),
                 self.ex.status,
                 self.ex.bytes_out,
                 now.saturating_duration_since(start).as_millis()

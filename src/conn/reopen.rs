@@ -174,7 +174,7 @@ impl Conn {
     /// never recorded or already forgotten.
     fn may_reopen(&self, resp: &ResponseHead, ctx: &Ctx) -> bool {
         self.ex.in_session
-            && matches!(self.ex.method.as_slice(), b"POST" | b"GET")
+            && matches!(self.ex.req.method.as_slice(), b"POST" | b"GET")
             && matches!(resp.framing, Framing::Length(_) | Framing::Chunked)
             && ctx.sessions.borrow().get(&self.ex.session_id).is_some()
     }
@@ -327,7 +327,7 @@ impl Conn {
     /// into the reopen's request buffer and goes to Connect.
     fn send_replay(&mut self, ctx: &Ctx, headers: &mut HeaderList, body: &[u8], step: Step) {
         let (who, route) = (ctx.credentials(), ctx.route());
-        let req = editor::Outgoing { method: b"POST", target: &self.ex.target, framed: true };
+        let req = editor::Outgoing { method: b"POST", target: &self.ex.req.target, framed: true };
         let Some(r) = self.ex.reopen.as_deref_mut() else { return };
         let planned = editor::plan_request(&req, headers, body, &who, &route, &mut r.request);
         let Ok(plan) = planned else {
@@ -436,7 +436,7 @@ impl Conn {
         };
         let ex = &mut self.ex;
         let _ = ex.req.headers.set(b"mcp-session-id", &upstream_id);
-        if ex.method.as_slice() == b"GET" {
+        if ex.req.method.as_slice() == b"GET" {
             ex.req.headers.remove(b"last-event-id");
         }
         if self.plan_upstream_request(ctx).is_err() {

@@ -24,19 +24,15 @@ const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 /// exchanges on one connection.
 #[derive(Default)]
 pub(super) struct Exchange {
-    pub(super) method: smallvec::SmallVec<[u8; 16]>,
-    pub(super) target: smallvec::SmallVec<[u8; 64]>,
     /// The Host the client used (for `Location` rewriting).
     pub(super) client_host: smallvec::SmallVec<[u8; 32]>,
-    pub(super) http10: bool,
     /// The rewritten request head for the upstream.
     pub(super) head_out: Vec<u8>,
     /// The whole request body (de-chunked), read before anything is sent.
     pub(super) body: Vec<u8>,
-    /// The client delimited a body (Content-Length or chunked).
-    pub(super) framed: bool,
     /// The request head, parsed in place (reused from one request to the
-    /// next); its fields are edited into what goes upstream.
+    /// next): method, target, version and framing as the client sent them;
+    /// its fields are edited into what goes upstream.
     pub(super) req: RequestHead,
     pub(super) start: Option<Instant>,
     pub(super) status: u16,
@@ -63,7 +59,7 @@ impl Exchange {
     /// May be sent again after a stale pooled connection failed (RFC 9110
     /// §9.2.2).
     pub(super) fn idempotent(&self) -> bool {
-        matches!(self.method.as_slice(), b"GET" | b"HEAD" | b"OPTIONS" | b"DELETE" | b"PUT")
+        matches!(self.req.method.as_slice(), b"GET" | b"HEAD" | b"OPTIONS" | b"DELETE" | b"PUT")
     }
 }
 
@@ -164,8 +160,9 @@ impl Conn {
             }
             Err(e) => {
                 warn!("conn {} ({}): bad request: {e}", self.id, self.peer);
-                self.ex.method.clear();
-                self.ex.target.clear();
+                // Nothing of the bad head is logged as the exchange's.
+                self.ex.req.method.clear();
+                self.ex.req.target.clear();
                 self.client_buf.clear();
                 self.reply_error(ctx, Answer::BadHead(e));
                 true
@@ -177,10 +174,7 @@ impl Conn {
     pub(super) fn start_exchange(&mut self, ctx: &Ctx) {
         let ex = &mut self.ex;
         let req = &ex.req;
-        ex.method = req.method.clone();
-        ex.target = req.target.clone();
         ex.client_host = req.headers.get(b"host").map(smallvec::SmallVec::from_slice).unwrap_or_default();
-        ex.http10 = req.http10;
         ex.start = Some(ctx.now);
         ex.status = 0;
         ex.bytes_out = 0;
@@ -192,7 +186,6 @@ impl Conn {
         ex.version_capture = None;
         ex.session_id =
             req.headers.get(b"mcp-session-id").map(smallvec::SmallVec::from_slice).unwrap_or_default();
-        ex.framed = req.framing != Framing::None;
         if !req.keep_alive || ctx.shutting_down {
             self.close_after = true;
         }
@@ -247,7 +240,12 @@ impl Conn {
     /// the upstream head (`editor::plan_request`).
     pub(super) fn plan_upstream_request(&mut self, ctx: &Ctx) -> Result<(), StampError> {
         let ex = &mut self.ex;
-        let req = editor::Outgoing { method: &ex.method, target: &ex.target, framed: ex.framed };
+        let req = editor::Outgoing {
+            method: &ex.req.method,
+            target: &ex.req.target,
+            // The client delimited a body (Content-Length or chunked).
+            framed: ex.req.framing != Framing::None,
+        };
         let (who, route) = (ctx.credentials(), ctx.route());
         ex.plan = editor::plan_request(&req, &mut ex.req.headers, &ex.body, &who, &route, &mut ex.head_out)?;
         Ok(())

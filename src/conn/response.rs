@@ -167,7 +167,7 @@ impl Conn {
             if self.upstream_buf.is_empty() {
                 break;
             }
-            let head_request = self.ex.method.as_slice() == b"HEAD";
+            let head_request = self.ex.req.method.as_slice() == b"HEAD";
             // Nothing called below borrows it again (`Ctx::response_head`);
             // it is given back before the relay starts.
             let mut resp = ctx.response_head.borrow_mut();
@@ -224,13 +224,13 @@ impl Conn {
         // before a DELETE's answer forgets the session.
         super::session::map_response_session(&mut resp.headers, &ctx.sessions.borrow());
         self.ex.version_capture = self.note_session(resp, ctx).map(Box::new);
-        let http10 = self.ex.http10;
+        let http10 = self.ex.req.http10;
         let sse = editor::is_event_stream(&resp.headers);
         // Legacy SSE (MCP specification 2024-11-05, Transports, HTTP with
         // SSE): the first event of a GET stream, `endpoint`, may announce an
         // absolute upstream URL. Only bodies that can carry events qualify.
         let rewrite = sse
-            && self.ex.method.as_slice() == b"GET"
+            && self.ex.req.method.as_slice() == b"GET"
             && resp.status == 200
             && resp.framing != Framing::None
             && !self.ex.client_host.is_empty();

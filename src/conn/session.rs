@@ -99,7 +99,7 @@ impl Conn {
     pub(super) fn note_session(&self, resp: &ResponseHead, ctx: &Ctx) -> Option<VersionCapture> {
         let ex = &self.ex;
         let mut table = ctx.sessions.borrow_mut();
-        match ex.method.as_slice() {
+        match ex.req.method.as_slice() {
             b"DELETE" if !ex.session_id.is_empty() => {
                 table.forget(&ex.session_id);
             }
