@@ -212,30 +212,34 @@ fn spawn_nginx(upstream: SocketAddr) -> Result<Proc, String> {
     Ok(proc)
 }
 
-/// (ppid, user+system CPU seconds) of a process.
-fn stat(pid: u32) -> Option<(u32, f64)> {
+/// (ppid, user CPU seconds, system CPU seconds) of a process.
+fn stat(pid: u32) -> Option<(u32, f64, f64)> {
     let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &s[s.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split(' ').collect();
     // rest starts at field 3 (state): ppid = field 4, utime 14, stime 15.
     let ppid = f.get(1)?.parse().ok()?;
-    let t = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some((ppid, t / tick))
+    let user = f.get(11)?.parse::<f64>().ok()?;
+    let sys = f.get(12)?.parse::<f64>().ok()?;
+    Some((ppid, user / tick, sys / tick))
 }
 
 fn children(pid: u32) -> Vec<u32> {
     let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
     rd.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| stat(*p).is_some_and(|(ppid, _)| ppid == pid))
+        .filter(|p| stat(*p).is_some_and(|(ppid, ..)| ppid == pid))
         .collect()
 }
 
-/// User+system CPU seconds of `pid` and its direct children (nginx's worker).
-fn cpu_secs(pid: u32) -> f64 {
-    let own = stat(pid).map_or(0.0, |x| x.1);
-    own + children(pid).into_iter().filter_map(stat).map(|x| x.1).sum::<f64>()
+/// (user, system) CPU seconds of `pid` and its direct children (nginx's
+/// worker).
+fn cpu_secs(pid: u32) -> (f64, f64) {
+    std::iter::once(pid)
+        .chain(children(pid))
+        .filter_map(stat)
+        .fold((0.0, 0.0), |(u, s), (_, du, ds)| (u + du, s + ds))
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -347,21 +351,39 @@ struct Cell {
     rps: f64,
     p50_us: f64,
     p99_us: f64,
-    cpu_us: Option<f64>,
+    /// User+system and system CPU per request, us.
+    cpu_us: Option<(f64, f64)>,
     reconnects: u64,
 }
 
-fn run_load(t: &Target, kind: Kind, conns: usize, measure: Duration) -> Option<(LoadResult, Option<f64>)> {
+/// The medians of one target's runs in a cell.
+struct Med {
+    rps: f64,
+    p50_us: f64,
+    p99_us: f64,
+    cpu_us: Option<f64>,
+    sys_us: Option<f64>,
+    reconnects: u64,
+}
+
+/// One load run; with the relay's (user+system, system) CPU per request in us.
+fn run_load(
+    t: &Target,
+    kind: Kind,
+    conns: usize,
+    measure: Duration,
+) -> Option<(LoadResult, Option<(f64, f64)>)> {
     let req = match kind {
         Kind::Post => post_request(&t.host(), "/mcp"),
         Kind::Get => get_request(&t.host()),
     };
     let cpu0 = t.pid.map(cpu_secs);
     let r = client::load(t.addr, &req, stub::RESPONSE_BODY_LEN, conns, Duration::from_millis(300), measure);
-    let cpu = t.pid.map(cpu_secs).zip(cpu0).map(|(b, a)| b - a);
+    let cpu = t.pid.map(cpu_secs).zip(cpu0).map(|(b, a)| (b.0 + b.1 - a.0 - a.1, b.1 - a.1));
     match r {
         Ok(r) => {
-            let cpu_per = cpu.map(|c| c * 1e6 / r.total.max(1) as f64);
+            let per = |s: f64| s * 1e6 / r.total.max(1) as f64;
+            let cpu_per = cpu.map(|(all, sys)| (per(all), per(sys)));
             if std::env::var_os("RELAY_BENCH_VERBOSE").is_some() {
                 println!(
                     "      [{} x{conns}: {} responses in all, {:.0} r/s in window, cpu {:?} s]",
@@ -388,6 +410,7 @@ fn section_throughput(targets: &[Target], runs: usize, measure: Duration) {
         measure.as_secs_f64()
     );
     println!("   cpu/req = user+sys CPU of the relay process per request (nginx: master+worker), in us");
+    println!("   split = user + sys us/req; floor = the proxy's sys alone over nginx's cpu/req, the ratio with no user time");
     let mut hdr = format!("{:<5} {:>5} ", "req", "conns");
     for t in targets {
         hdr += &format!(
@@ -421,64 +444,77 @@ fn section_throughput(targets: &[Target], runs: usize, measure: Duration) {
                     }
                 }
             }
-            let med: Vec<(f64, f64, f64, Option<f64>, u64)> = per
+            let med: Vec<Med> = per
                 .iter()
                 .map(|cells| {
-                    (
-                        median(cells.iter().map(|c| c.rps).collect()),
-                        median(cells.iter().map(|c| c.p50_us).collect()),
-                        median(cells.iter().map(|c| c.p99_us).collect()),
-                        cells
-                            .first()
-                            .and_then(|c| c.cpu_us)
-                            .map(|_| median(cells.iter().filter_map(|c| c.cpu_us).collect())),
-                        cells.iter().map(|c| c.reconnects).sum(),
-                    )
+                    let cpu: Vec<(f64, f64)> = cells.iter().filter_map(|c| c.cpu_us).collect();
+                    let has_cpu = !cpu.is_empty();
+                    Med {
+                        rps: median(cells.iter().map(|c| c.rps).collect()),
+                        p50_us: median(cells.iter().map(|c| c.p50_us).collect()),
+                        p99_us: median(cells.iter().map(|c| c.p99_us).collect()),
+                        cpu_us: has_cpu.then(|| median(cpu.iter().map(|c| c.0).collect())),
+                        sys_us: has_cpu.then(|| median(cpu.iter().map(|c| c.1).collect())),
+                        reconnects: cells.iter().map(|c| c.reconnects).sum(),
+                    }
                 })
                 .collect();
             let mut line = format!("{label:<5} {conns:>5} ");
             for m in &med {
-                let cpu = m.3.map_or("-".to_string(), |c| format!("{c:.1}"));
-                line += &format!("| {:>7.0} {:>8.0} {:>8.0} {:>7} ", m.0, m.1, m.2, cpu);
+                let cpu = m.cpu_us.map_or("-".to_string(), |c| format!("{c:.1}"));
+                line += &format!("| {:>7.0} {:>8.0} {:>8.0} {:>7} ", m.rps, m.p50_us, m.p99_us, cpu);
             }
             let idx = |n: &str| targets.iter().position(|t| t.name == n);
             let (d, p, n) = (idx("direct"), idx("proxy"), idx("nginx"));
-            let ratio = |a: Option<usize>,
-                         b: Option<usize>,
-                         f: fn(&(f64, f64, f64, Option<f64>, u64)) -> Option<f64>| {
-                match (a, b) {
-                    (Some(a), Some(b)) => match (f(&med[a]), f(&med[b])) {
-                        (Some(x), Some(y)) if y > 0.0 => Some(x / y),
-                        _ => None,
-                    },
+            let ratio = |a: Option<usize>, b: Option<usize>, f: fn(&Med) -> Option<f64>| match (a, b) {
+                (Some(a), Some(b)) => match (f(&med[a]), f(&med[b])) {
+                    (Some(x), Some(y)) if y > 0.0 => Some(x / y),
                     _ => None,
-                }
+                },
+                _ => None,
             };
             let fmt = |r: Option<f64>| r.map_or("    -".to_string(), |r| format!("{r:>5.2}x"));
-            let tput_pn = ratio(p, n, |m| Some(m.0));
-            let p99_pn = ratio(p, n, |m| Some(m.2));
-            let cpu_pn = ratio(p, n, |m| m.3);
+            let tput_pn = ratio(p, n, |m| Some(m.rps));
+            let p99_pn = ratio(p, n, |m| Some(m.p99_us));
+            let cpu_pn = ratio(p, n, |m| m.cpu_us);
             line += &format!(
                 "| {:>7}  {:>7}  {:>11}  {:>11}",
-                fmt(ratio(p, d, |m| Some(m.0))),
+                fmt(ratio(p, d, |m| Some(m.rps))),
                 fmt(tput_pn),
                 fmt(p99_pn),
                 fmt(cpu_pn)
             );
             println!("{line}");
+            let split: Vec<String> = targets
+                .iter()
+                .zip(&med)
+                .filter_map(|(t, m)| {
+                    let (all, sys) = (m.cpu_us?, m.sys_us?);
+                    Some(format!("{} {:.1} + {:.1}", short(t.name), all - sys, sys))
+                })
+                .collect();
+            let floor = match (p, n) {
+                (Some(p), Some(n)) => {
+                    med[p].sys_us.zip(med[n].cpu_us).filter(|(_, c)| *c > 0.0).map(|(s, c)| s / c)
+                }
+                _ => None,
+            };
+            if !split.is_empty() {
+                println!("      split {};  floor {}", split.join(", "), fmt(floor));
+            }
             let b = idx("base");
             if b.is_some() {
                 println!(
                     "      base: r/s bas/ngx {}  p99 bas/ngx {}  cpu bas/ngx {};  prx/bas: r/s {}  p99 {}  cpu {}",
-                    fmt(ratio(b, n, |m| Some(m.0))),
-                    fmt(ratio(b, n, |m| Some(m.2))),
-                    fmt(ratio(b, n, |m| m.3)),
-                    fmt(ratio(p, b, |m| Some(m.0))),
-                    fmt(ratio(p, b, |m| Some(m.2))),
-                    fmt(ratio(p, b, |m| m.3)),
+                    fmt(ratio(b, n, |m| Some(m.rps))),
+                    fmt(ratio(b, n, |m| Some(m.p99_us))),
+                    fmt(ratio(b, n, |m| m.cpu_us)),
+                    fmt(ratio(p, b, |m| Some(m.rps))),
+                    fmt(ratio(p, b, |m| Some(m.p99_us))),
+                    fmt(ratio(p, b, |m| m.cpu_us)),
                 );
             }
-            let reconnects: u64 = med.iter().map(|m| m.4).sum();
+            let reconnects: u64 = med.iter().map(|m| m.reconnects).sum();
             if reconnects > 0 {
                 println!(
                     "      note: {reconnects} keep-alive connections were closed by a server and reopened"
@@ -492,6 +528,15 @@ fn section_throughput(targets: &[Target], runs: usize, measure: Duration) {
             if let Some(r) = p99_pn {
                 if r > 1.0 {
                     missed(format!("{label} x{conns}: proxy p99 {r:.2}x nginx's (target <= 1.0x)"));
+                }
+            }
+            if let Some(r) = cpu_pn.filter(|_| conns == 32) {
+                if r > 0.75 {
+                    missed(format!(
+                        "{label} x{conns}: proxy CPU per request {r:.2}x nginx's (target <= 0.75x; \
+                         with no user time at all it would be {})",
+                        fmt(floor).trim()
+                    ));
                 }
             }
         }
