@@ -4,7 +4,7 @@
 //! connection buffer past one call. Pure.
 
 use super::framing::{parse_digits, request_framing, response_framing, Framing, FramingError};
-use super::headers::{list_elements, trim_ows, Class, FieldError, HeaderList};
+use super::headers::{list_elements, Class, FieldError, HeaderList};
 use crate::limits::{MAX_FIELDS, MAX_REQUEST_HEAD, MAX_RESPONSE_HEAD};
 use smallvec::SmallVec;
 use std::fmt;
@@ -103,7 +103,7 @@ fn merge_fields(
     headers.clear();
     let (mut hosts, mut codings) = (0, 0);
     for h in lines {
-        match headers.merge(h.name.as_bytes(), trim_ows(h.value))? {
+        match headers.merge_parsed(h.name.as_bytes(), h.value)? {
             Class::Host => hosts += 1,
             Class::TransferEncoding => codings += 1,
             _ => {}

@@ -290,6 +290,27 @@ fn key(name: &[u8]) -> u32 {
     (name.len() as u32) << 16 | u32::from(first) << 8 | u32::from(last)
 }
 
+/// `dst = src` ASCII-lowercased, eight bytes at a time: a name is a token,
+/// so a byte-wise loop would spend most of its time on loop control.
+fn lowercase_into(dst: &mut [u8], src: &[u8]) {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let mut d = dst.chunks_exact_mut(8);
+    let mut s = src.chunks_exact(8);
+    for (d, s) in (&mut d).zip(&mut s) {
+        let Ok(word) = <[u8; 8]>::try_from(s).map(u64::from_le_bytes) else { continue };
+        // Per byte below 0x80: bit 7 of `upper` is set exactly for `A`-`Z`
+        // (no carry crosses a byte, since every sum stays below 0x100).
+        let ascii = !word & (ONES * 0x80);
+        let low7 = word & (ONES * 0x7f);
+        let upper =
+            (low7 + ONES * (0x80 - u64::from(b'A'))) & !(low7 + ONES * (0x80 - u64::from(b'Z') - 1)) & ascii;
+        d.copy_from_slice(&(word | (upper >> 2)).to_le_bytes());
+    }
+    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
+        *d = s.to_ascii_lowercase();
+    }
+}
+
 /// One of 64 bits for a name's `key`: a name whose bit is clear in
 /// `HeaderList::names` is not in the list, which settles most lookups of an
 /// absent name (and the merge of a new one) without walking the lines.
@@ -428,16 +449,16 @@ impl HeaderList {
         };
         let line = self.bytes.grow(total);
         let (lower, rest) = line.split_at_mut_checked(name.len()).ok_or(FieldError::TooMany)?;
-        for (d, s) in lower.iter_mut().zip(name) {
-            *d = s.to_ascii_lowercase();
-        }
+        lowercase_into(lower, name);
         let class = classify(lower);
-        let mut rest = put(rest, b": ")?;
+        let key = key(lower);
+        let (sep, mut rest) = rest.split_first_chunk_mut::<2>().ok_or(FieldError::TooMany)?;
+        *sep = *b": ";
         for part in value {
             rest = put(rest, part)?;
         }
-        put(rest, b"\r\n")?;
-        let key = key(name);
+        let end: &mut [u8; 2] = rest.try_into().map_err(|_| FieldError::TooMany)?;
+        *end = *b"\r\n";
         self.names |= key_bit(key);
         Ok(Line { key, start: start32, name_len, value_len, class })
     }
@@ -450,14 +471,28 @@ impl HeaderList {
         self.merge(name, value).map(|_| ())
     }
 
-    /// `merge_line`, telling the parser what the name was.
-    pub(crate) fn merge(&mut self, name: &[u8], value: &[u8]) -> Result<Class, FieldError> {
+    /// `merge_line`, telling the caller what the name was.
+    fn merge(&mut self, name: &[u8], value: &[u8]) -> Result<Class, FieldError> {
         if !valid_name(name) {
             return Err(FieldError::InvalidName);
         }
         if !valid_value(value) {
             return Err(FieldError::InvalidValue);
         }
+        self.merge_valid(name, value)
+    }
+
+    /// `merge` of a line httparse returned (default `ParserConfig`, as in
+    /// `http::head`): its name is a token and its value holds only HTAB,
+    /// visible ASCII, SP and obs-text, with the whitespace around it cut,
+    /// so the checks `merge` makes would only repeat httparse's (the test
+    /// `httparse_lines_are_valid_lines` holds httparse to that).
+    pub(crate) fn merge_parsed(&mut self, name: &[u8], value: &[u8]) -> Result<Class, FieldError> {
+        debug_assert!(valid_name(name) && valid_value(value));
+        self.merge_valid(name, value)
+    }
+
+    fn merge_valid(&mut self, name: &[u8], value: &[u8]) -> Result<Class, FieldError> {
         let Some(i) = self.position(name) else {
             if self.lines.len() >= crate::limits::MAX_FIELDS {
                 return Err(FieldError::TooMany);
@@ -757,6 +792,65 @@ mod tests {
         ] {
             assert_eq!(classify(name), class, "{}", String::from_utf8_lossy(name));
         }
+    }
+
+    #[test]
+    fn lowercase_into_lowers_ascii_letters_only() {
+        // Every byte value at every position of the eight-byte words and
+        // of the tail, against the byte-wise definition.
+        for len in [0usize, 1, 7, 8, 9, 15, 16, 23] {
+            for b in 0..=255u8 {
+                for at in 0..len {
+                    let mut src: Vec<u8> = (0..len).map(|i| b"aZ-09_Mx"[i % 8]).collect();
+                    src[at] = b;
+                    let mut dst = vec![0u8; len];
+                    lowercase_into(&mut dst, &src);
+                    assert_eq!(dst, src.to_ascii_lowercase(), "byte {b:#x} at {at} of {len}");
+                }
+            }
+        }
+    }
+
+    /// `merge_parsed` skips the name and value checks because httparse
+    /// (default config) already makes them: every line it accepts, from
+    /// heads built of hostile bytes, must pass `valid_name` and
+    /// `valid_value` (trimmed).
+    #[test]
+    fn httparse_lines_are_valid_lines() {
+        const PIECES: &[&[u8]] = &[
+            b"a", b"X-Y", b" ", b"\t", b":", b"\r", b"\n", b"\r\n", b"\0", b"\x7f", b"\x80", b"\xff",
+            b"\x01", b"\x0b", b",", b"\"", b"v w", b"(", b"@", b"\\",
+        ];
+        let mut rng = crate::test_rng::Rng(0x4A77_9A25);
+        let mut accepted = 0;
+        for _ in 0..200_000 {
+            let mut raw = b"GET / HTTP/1.1\r\nhost: h\r\n".to_vec();
+            for _ in 0..rng.below(12) {
+                raw.extend_from_slice(rng.pick(PIECES));
+            }
+            raw.extend_from_slice(b"\r\n\r\n");
+            let mut fields = [httparse::EMPTY_HEADER; 16];
+            let mut req = httparse::Request::new(&mut fields);
+            if let Ok(httparse::Status::Complete(_)) = req.parse(&raw) {
+                for h in req.headers.iter() {
+                    accepted += 1;
+                    assert!(valid_name(h.name.as_bytes()), "{raw:?}");
+                    assert!(valid_value(h.value), "{raw:?}");
+                }
+            }
+            let mut fields = [httparse::EMPTY_HEADER; 16];
+            let mut resp = httparse::Response::new(&mut fields);
+            let raw = [&b"HTTP/1.1 200 OK\r\n"[..], raw.get(16..).unwrap_or_default()].concat();
+            if let Ok(httparse::Status::Complete(_)) = resp.parse(&raw) {
+                for h in resp.headers.iter() {
+                    accepted += 1;
+                    assert!(valid_name(h.name.as_bytes()), "{raw:?}");
+                    assert!(valid_value(h.value), "{raw:?}");
+                }
+            }
+        }
+        // The generator reaches accepted lines, not only refusals.
+        assert!(accepted > 50_000, "{accepted}");
     }
 
     /// The list as it was first written: a vector of owned lowercase
