@@ -486,9 +486,40 @@ impl Cursor<'_> {
     }
 
     /// Skips a string starting at its opening quote; returns whether it
-    /// holds an escape.
+    /// holds an escape. Inlined where strings are read: most strings of a
+    /// request are keys and short values without escapes, and for them this
+    /// is one or two word tests with the position in a register. At the
+    /// first `\\`, control character or (past `SWAR_BYTES`) long run,
+    /// `string_rest` goes on from there.
+    #[inline(always)]
     fn string(&mut self) -> Result<bool, ScanError> {
         self.expect(b'"')?;
+        let from = self.pos;
+        let mut at = from;
+        while let Some(w) = self.b.get(at..at + 8) {
+            let hits = special_bytes(le_word(w));
+            if hits != 0 {
+                at += (hits.trailing_zeros() / 8) as usize;
+                if self.b.get(at) == Some(&b'"') {
+                    self.pos = at + 1;
+                    return Ok(false);
+                }
+                break;
+            }
+            at += 8;
+            if at - from >= SWAR_BYTES {
+                break;
+            }
+        }
+        self.pos = at;
+        self.string_rest()
+    }
+
+    /// The rest of a string from `pos`, past its opening quote and any
+    /// plain run `string` skipped: escapes, control characters, long runs
+    /// and the last bytes of the body. Returns whether it holds an escape.
+    #[inline(never)]
+    fn string_rest(&mut self) -> Result<bool, ScanError> {
         let mut escaped = false;
         loop {
             let rest = self.b.get(self.pos..).unwrap_or_default();
@@ -801,27 +832,31 @@ fn first(slot: &mut Option<Value>, duplicate: &mut bool, v: Value) {
 }
 
 /// Index of the first byte of `s` that ends a plain run inside a string:
-/// `"`, `\\` or a control character. Runs of text between escapes are
-/// short (a line of prose), so they are searched 32 bytes at a time in
-/// four `u64`s; past `SWAR_BYTES` the run is long, and memchr's vector
-/// search (with a vectorized control check) takes over.
+/// `"`, `\\` or a control character. Most strings of a request are keys and
+/// short values (2 to 20 bytes), so the run is searched one `u64` at a time
+/// and the search stops at the first word holding a hit: a short key costs
+/// one word. Past `SWAR_BYTES` the run is long, and memchr's vector search
+/// (with a vectorized control check) takes over.
 fn find_special(s: &[u8]) -> Option<usize> {
-    const SWAR_BYTES: usize = 256;
-    let word = |at: usize| s.get(at..at + 8).and_then(|w| w.try_into().ok()).map_or(0, u64::from_le_bytes);
     let mut at = 0;
-    while at + 32 <= s.len() && at < SWAR_BYTES {
-        let hits = [0, 8, 16, 24].map(|i| special_bytes(word(at + i)));
-        if hits.iter().any(|&h| h != 0) {
-            let (i, h) = hits.iter().enumerate().find(|(_, &h)| h != 0)?;
-            return Some(at + 8 * i + (h.trailing_zeros() / 8) as usize);
+    while let Some(w) = s.get(at..at + 8) {
+        let hits = special_bytes(le_word(w));
+        if hits != 0 {
+            return Some(at + (hits.trailing_zeros() / 8) as usize);
         }
-        at += 32;
+        at += 8;
+        if at >= SWAR_BYTES {
+            return long_run(s, at);
+        }
     }
+    // Fewer than 8 bytes left.
     let rest = s.get(at..)?;
-    if at < SWAR_BYTES {
-        // Fewer than 32 bytes left.
-        return rest.iter().position(|&c| is_special(c)).map(|i| at + i);
-    }
+    rest.iter().position(|&c| is_special(c)).map(|i| at + i)
+}
+
+/// `find_special` from `at` on, for a run already known to be long.
+fn long_run(s: &[u8], at: usize) -> Option<usize> {
+    let rest = s.get(at..)?;
     let end = memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
     let run = rest.get(..end)?;
     let stop = if has_control(run) {
@@ -832,6 +867,15 @@ fn find_special(s: &[u8]) -> Option<usize> {
         return None;
     };
     Some(at + stop)
+}
+
+/// Runs of string text at least this long are searched with memchr.
+const SWAR_BYTES: usize = 256;
+
+/// The little-endian `u64` of an 8-byte slice (0 for any other length,
+/// which callers never pass).
+fn le_word(w: &[u8]) -> u64 {
+    w.try_into().map_or(0, u64::from_le_bytes)
 }
 
 fn is_special(c: u8) -> bool {
