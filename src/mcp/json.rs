@@ -171,55 +171,46 @@ pub fn scan_messages<'k, E: From<ScanError>>(
     identity_key: impl Fn(&Value) -> Option<&'k str>,
     mut visit: impl FnMut(&Message) -> Result<(), E>,
 ) -> Result<(), E> {
-    let identity_key: IdentityKey<'_, 'k> = &identity_key;
-    check_utf8(body)?;
     let mut cur = Cursor { b: body, pos: 0 };
-    cur.ws();
-    match cur.peek() {
-        Some(b'{') => visit(&cur.message(1, identity_key)?)?,
-        Some(b'[') => {
-            cur.pos += 1;
-            cur.ws();
-            if cur.peek() == Some(b']') {
-                cur.pos += 1;
-            } else {
-                loop {
-                    if cur.peek() == Some(b'{') {
-                        visit(&cur.message(2, identity_key)?)?;
-                    } else {
-                        cur.value(1)?;
-                    }
-                    cur.ws();
-                    match cur.peek() {
-                        Some(b',') => {
-                            cur.pos += 1;
-                            cur.ws();
-                        }
-                        Some(b']') => {
-                            cur.pos += 1;
-                            break;
-                        }
-                        _ => return Err(cur.err().into()),
-                    }
-                }
-            }
-        }
-        _ => {
-            cur.value(0)?;
+    match cur.messages(&identity_key, &mut visit) {
+        Ok(()) => Ok(()),
+        Err(stop) => {
+            // Whatever stopped the scan, a body that is not UTF-8 is
+            // refused as such (see `check_utf8`).
+            check_utf8(body)?;
+            Err(match stop {
+                Stop::Scan(e) => e.into(),
+                Stop::Visit(e) => e,
+            })
         }
     }
-    cur.end()?;
-    Ok(())
+}
+
+/// Why `Cursor::messages` stopped: the scanner's error, or the visitor's.
+enum Stop<E> {
+    Scan(ScanError),
+    Visit(E),
+}
+
+impl<E> From<ScanError> for Stop<E> {
+    fn from(e: ScanError) -> Self {
+        Stop::Scan(e)
+    }
 }
 
 /// Validates a whole body holding one JSON value and returns its span.
 pub fn parse_value(body: &[u8]) -> Result<Value, ScanError> {
-    check_utf8(body)?;
     let mut cur = Cursor { b: body, pos: 0 };
-    cur.ws();
-    let v = cur.value(0)?;
-    cur.end()?;
-    Ok(v)
+    let scanned = (|| {
+        cur.ws();
+        let v = cur.value(0)?;
+        cur.end()?;
+        Ok(v)
+    })();
+    scanned.map_err(|e| {
+        // As in `scan_messages`.
+        check_utf8(body).err().unwrap_or(e)
+    })
 }
 
 /// Calls `f(key, value)` for each member of `object`, an object value this
@@ -316,9 +307,13 @@ pub fn write_json_string<E: Extend<u8>>(s: &str, out: &mut E) {
     out.extend([b'"']);
 }
 
+/// Whether the whole body is UTF-8. Not run ahead of a scan: the scanner
+/// accepts only ASCII outside strings and checks each string holding other
+/// bytes as it reads it (`Cursor::string_rest`), so a body it accepts is
+/// UTF-8. Run when a scan stops, so that a body that is not UTF-8 is always
+/// refused as `InvalidUtf8` at its first bad byte, as it was when this check
+/// came first.
 fn check_utf8(body: &[u8]) -> Result<(), ScanError> {
-    // Outside strings only ASCII is valid JSON, so one pass over the whole
-    // body is the same as checking each string.
     std::str::from_utf8(body).map_err(|e| ScanError::InvalidUtf8 { offset: e.valid_up_to() })?;
     Ok(())
 }
@@ -487,17 +482,17 @@ impl Cursor<'_> {
 
     /// Skips a string starting at its opening quote; returns whether it
     /// holds an escape. Inlined where strings are read: most strings of a
-    /// request are keys and short values without escapes, and for them this
-    /// is one or two word tests with the position in a register. At the
-    /// first `\\`, control character or (past `SWAR_BYTES`) long run,
-    /// `string_rest` goes on from there.
+    /// request are ASCII keys and short values without escapes, and for
+    /// them this is one or two word tests with the position in a register.
+    /// At the first `\\`, control character, non-ASCII byte or (past
+    /// `SWAR_BYTES`) long run, `string_rest` goes on from there.
     #[inline(always)]
     fn string(&mut self) -> Result<bool, ScanError> {
         self.expect(b'"')?;
         let from = self.pos;
         let mut at = from;
         while let Some(w) = self.b.get(at..at + 8) {
-            let hits = special_bytes(le_word(w));
+            let hits = stop_bytes(le_word(w));
             if hits != 0 {
                 at += (hits.trailing_zeros() / 8) as usize;
                 if self.b.get(at) == Some(&b'"') {
@@ -512,14 +507,16 @@ impl Cursor<'_> {
             }
         }
         self.pos = at;
-        self.string_rest()
+        self.string_rest(from)
     }
 
-    /// The rest of a string from `pos`, past its opening quote and any
-    /// plain run `string` skipped: escapes, control characters, long runs
-    /// and the last bytes of the body. Returns whether it holds an escape.
+    /// The rest of a string from `pos`, past any plain ASCII run `string`
+    /// skipped from `text_start` (just after the opening quote): escapes,
+    /// control characters, long runs, non-ASCII text and the last bytes of
+    /// the body. Returns whether it holds an escape. The string's text must
+    /// be UTF-8, and this is where it is checked (see `check_utf8`).
     #[inline(never)]
-    fn string_rest(&mut self) -> Result<bool, ScanError> {
+    fn string_rest(&mut self, text_start: usize) -> Result<bool, ScanError> {
         let mut escaped = false;
         loop {
             let rest = self.b.get(self.pos..).unwrap_or_default();
@@ -529,6 +526,12 @@ impl Cursor<'_> {
             self.pos += i;
             match rest.get(i) {
                 Some(b'"') => {
+                    // A multi-byte sequence cannot hold the quote (its
+                    // bytes are all non-ASCII), so the text is checked alone.
+                    let text = self.b.get(text_start..self.pos).unwrap_or_default();
+                    if let Err(e) = std::str::from_utf8(text) {
+                        return Err(ScanError::InvalidUtf8 { offset: text_start + e.valid_up_to() });
+                    }
                     self.pos += 1;
                     return Ok(escaped);
                 }
@@ -759,6 +762,51 @@ impl Cursor<'_> {
         Ok(Value { start, end: self.pos, kind: Kind::Object { empty } })
     }
 
+    /// The body of `scan_messages`, from the start of the body: a message
+    /// object, or a batch array whose object elements are messages.
+    fn messages<'k, E>(
+        &mut self,
+        identity_key: IdentityKey<'_, 'k>,
+        visit: &mut impl FnMut(&Message) -> Result<(), E>,
+    ) -> Result<(), Stop<E>> {
+        self.ws();
+        match self.peek() {
+            Some(b'{') => visit(&self.message(1, identity_key)?).map_err(Stop::Visit)?,
+            Some(b'[') => {
+                self.pos += 1;
+                self.ws();
+                if self.peek() == Some(b']') {
+                    self.pos += 1;
+                } else {
+                    loop {
+                        if self.peek() == Some(b'{') {
+                            visit(&self.message(2, identity_key)?).map_err(Stop::Visit)?;
+                        } else {
+                            self.value(1)?;
+                        }
+                        self.ws();
+                        match self.peek() {
+                            Some(b',') => {
+                                self.pos += 1;
+                                self.ws();
+                            }
+                            Some(b']') => {
+                                self.pos += 1;
+                                break;
+                            }
+                            _ => return Err(self.err().into()),
+                        }
+                    }
+                }
+            }
+            _ => {
+                self.value(0)?;
+            }
+        }
+        self.end()?;
+        Ok(())
+    }
+
     /// A message object at `depth`: records `method` and `params`, and
     /// descends into the first `params` when it is an object.
     fn message(&mut self, depth: usize, identity_key: IdentityKey) -> Result<Message, ScanError> {
@@ -893,6 +941,19 @@ fn special_bytes(x: u64) -> u64 {
     let backslash = zero(x ^ (ONES * u64::from(b'\\')));
     let control = x.wrapping_sub(ONES * 0x20) & !x;
     (quote | backslash | control) & HIGHS
+}
+
+/// As `special_bytes`, also flagging non-ASCII bytes (high bit set), which
+/// end the inlined ASCII fast path of `Cursor::string`. Borrows start only
+/// at a flagged byte (a zero byte after the XOR, or one below 0x20), so again
+/// the lowest set bit is exact; a flagged non-ASCII byte needs no `& !t`.
+fn stop_bytes(x: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let quote = (x ^ (ONES * u64::from(b'"'))).wrapping_sub(ONES);
+    let backslash = (x ^ (ONES * u64::from(b'\\'))).wrapping_sub(ONES);
+    let control = x.wrapping_sub(ONES * 0x20);
+    (quote | backslash | control | x) & HIGHS
 }
 
 /// Whether a run of string bytes holds a control character. Written without
@@ -1203,6 +1264,13 @@ mod tests {
         let f = fast(b);
         let n = naive::messages(b);
         assert_eq!(f, n, "fast and naive disagree on {:?}", String::from_utf8_lossy(b));
+        // UTF-8 is checked as strings are read, yet a body that is not UTF-8
+        // is refused at its first bad byte, as by a check ahead of the scan.
+        if let Err(e) = std::str::from_utf8(b) {
+            let want = Err(ScanError::InvalidUtf8 { offset: e.valid_up_to() });
+            assert_eq!(scan_messages(b, sender_for_strings, |_| Ok::<(), ScanError>(())), want);
+            assert_eq!(parse_value(b).map(|_| ()), want);
+        }
         // parse_value accepts exactly the same bodies.
         assert_eq!(parse_value(b).is_ok(), n.is_ok(), "{:?}", String::from_utf8_lossy(b));
         // The walks over the top value's elements or members give the
@@ -1319,6 +1387,31 @@ mod tests {
             ));
             assert!(agree(b).is_err());
         }
+    }
+
+    #[test]
+    fn invalid_utf8_comes_before_other_errors() {
+        // After a syntax error, past the string the scan stopped in, in a
+        // message the visitor refused: still `InvalidUtf8`, at the bad byte.
+        for (b, offset) in [
+            (&b"{\"a\":x,\"b\":\"\xff\"}"[..], 12),
+            (b"[\"\\q\xc3\"]", 4),
+            (b"\"abc\xe9", 4),
+            (b"[{\"method\":1}, \"\xff\"]", 16),
+            (b"{\"method\":1} \x80", 13),
+            (b"[[[[\xff", 4),
+        ] {
+            let want = Err(ScanError::InvalidUtf8 { offset });
+            assert_eq!(scan_messages(b, |_| None, |_| Err(ScanError::Syntax { offset: 0 })), want, "{b:?}");
+            assert_eq!(parse_value(b).map(|_| ()), want, "{b:?}");
+        }
+        // The error a string's own check gives is the whole-body one.
+        let b = "{\"é\":\"x\u{10ffff}y\"}";
+        assert!(parse_value(b.as_bytes()).is_ok());
+        let mut bad = b.as_bytes().to_vec();
+        bad.truncate(b.len() - 4); // `x` and 3 of the 4 bytes of U+10FFFF
+        bad.extend_from_slice(b"\"}");
+        assert_eq!(parse_value(&bad), Err(ScanError::InvalidUtf8 { offset: 8 }));
     }
 
     #[test]
@@ -1555,6 +1648,19 @@ mod tests {
             }
             let naive = s.iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20);
             assert_eq!(find_special(&s), naive, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn stop_bytes_finds_the_first_stop() {
+        let mut r = Rng(11);
+        let alphabet = b"aZ \"\\\x00\x1f\x20\x21\x5b\x5d\x7f\x80\xa2\xdc\xff";
+        for _ in 0..100_000 {
+            let w: [u8; 8] = std::array::from_fn(|_| if r.below(3) == 0 { r.pick(alphabet) } else { b'x' });
+            let naive = w.iter().position(|&c| is_special(c) || c >= 0x80);
+            let hits = stop_bytes(u64::from_le_bytes(w));
+            let got = (hits != 0).then(|| (hits.trailing_zeros() / 8) as usize);
+            assert_eq!(got, naive, "{w:?}");
         }
     }
 
