@@ -275,11 +275,24 @@ pub fn find_member(body: &[u8], object: &Value, key: &str) -> Result<Lookup, Sca
     Ok(found)
 }
 
+/// Whether `write_json_string` escapes any byte of `s` (else it writes
+/// `s` between quotes as it is).
+pub fn needs_escape(s: &str) -> bool {
+    s.bytes().any(|c| c == b'"' || c == b'\\' || c < 0x20)
+}
+
 /// Writes `s` as a JSON string, quotes included: `"` and `\` escaped,
 /// control characters as `\n`-style or `\u00XX` escapes, the rest as UTF-8.
 pub fn write_json_string<E: Extend<u8>>(s: &str, out: &mut E) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = s.as_bytes();
+    // The usual text (an agent name, a key) has nothing to escape: one
+    // `extend` of known length, which a `SmallVec` reserves once.
+    if !needs_escape(s) {
+        let quote = std::iter::once(b'"');
+        out.extend(quote.clone().chain(bytes.iter().copied()).chain(quote));
+        return;
+    }
     out.extend([b'"']);
     let mut run = 0;
     for (i, &c) in bytes.iter().enumerate() {
