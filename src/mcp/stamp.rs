@@ -551,6 +551,25 @@ mod tests {
     }
 
     #[test]
+    fn long_agent_names_in_every_splice_shape() {
+        // Past the 64 bytes a splice holds inline, with and without escapes.
+        let long = "x".repeat(70);
+        let long_escaped = "\"".repeat(40);
+        for body in [
+            r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"x"}}}"#,
+            r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"a":1}}}"#,
+            r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{}}}"#,
+            r#"{"method":"tools/call","params":{"name":"chat_send","arguments":null}}"#,
+            r#"{"method":"tools/call","params":{"name":"chat_send"}}"#,
+        ] {
+            for agent in [long.as_str(), long_escaped.as_str(), "\"", ""] {
+                let v: J = serde_json::from_str(&stamp(body, agent).unwrap()).unwrap();
+                assert_eq!(v["params"]["arguments"]["sender"], J::from(agent), "{body}");
+            }
+        }
+    }
+
+    #[test]
     fn non_ascii_and_escaped_agent_names() {
         let body = r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"x"}}}"#;
         for agent in ["claude-é😀", "quote\"back\\slash", "tab\tnew\nline", "\u{7f}"] {
