@@ -788,7 +788,11 @@ impl Cursor<'_> {
     ) -> Result<(), Stop<E>> {
         self.ws();
         match self.peek() {
-            Some(b'{') => visit(&self.message(1, identity_key)?).map_err(Stop::Visit)?,
+            Some(b'{') => {
+                let mut m = Message::default();
+                self.message(1, identity_key, &mut m)?;
+                visit(&m).map_err(Stop::Visit)?;
+            }
             Some(b'[') => {
                 self.pos += 1;
                 self.ws();
@@ -797,7 +801,9 @@ impl Cursor<'_> {
                 } else {
                     loop {
                         if self.peek() == Some(b'{') {
-                            visit(&self.message(2, identity_key)?).map_err(Stop::Visit)?;
+                            let mut m = Message::default();
+                            self.message(2, identity_key, &mut m)?;
+                            visit(&m).map_err(Stop::Visit)?;
                         } else {
                             self.value(1)?;
                         }
@@ -826,16 +832,17 @@ impl Cursor<'_> {
 
     /// A message object at `depth`: records `method` and `params`, and
     /// descends into the first `params` when it is an object.
-    fn message(&mut self, depth: usize, identity_key: IdentityKey) -> Result<Message, ScanError> {
+    /// Fills `m`, a default `Message`, in place: it is large, and returning
+    /// it would copy it.
+    fn message(&mut self, depth: usize, identity_key: IdentityKey, m: &mut Message) -> Result<(), ScanError> {
         let body = self.b;
-        let mut m = Message::default();
         let v = self.object(depth, |cur, key| {
             if key.is(body, "method") {
                 let v = cur.value(depth)?;
                 first(&mut m.method, &mut m.duplicates.method, v);
             } else if key.is(body, "params") {
                 let v = if m.params.is_none() && cur.peek() == Some(b'{') {
-                    cur.params(depth + 1, &mut m, identity_key)?
+                    cur.params(depth + 1, m, identity_key)?
                 } else {
                     cur.value(depth)?
                 };
@@ -847,7 +854,7 @@ impl Cursor<'_> {
         })?;
         m.start = v.start;
         m.end = v.end;
-        Ok(m)
+        Ok(())
     }
 
     fn params(
