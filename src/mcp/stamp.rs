@@ -19,7 +19,23 @@ use crate::mcp::json::{self, Kind, Message, ScanError, Value};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StampMap {
     /// (tool, argument); few entries, so a linear scan beats hashing.
-    entries: Vec<(String, Arc<str>)>,
+    entries: Vec<(String, Param)>,
+}
+
+/// An argument to stamp: its name, and the name's JSON text between the
+/// quotes, escaped once here instead of on each request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Param {
+    name: Arc<str>,
+    text: Box<[u8]>,
+}
+
+impl Param {
+    fn new(name: &str) -> Param {
+        let mut buf = SmallVec::new();
+        let text = string_text(name, &mut buf).into();
+        Param { name: Arc::from(name), text }
+    }
 }
 
 impl StampMap {
@@ -52,7 +68,7 @@ impl StampMap {
 
     /// Adds `tool`, or changes the argument it is stamped into.
     pub fn set(&mut self, tool: &str, param: &str) {
-        let param: Arc<str> = Arc::from(param);
+        let param = Param::new(param);
         match self.entries.iter_mut().find(|(t, _)| t == tool) {
             Some(entry) => entry.1 = param,
             None => self.entries.push((tool.to_owned(), param)),
@@ -61,11 +77,11 @@ impl StampMap {
 
     /// The argument to stamp for a tool name (decoded bytes).
     pub fn param_for(&self, tool: &[u8]) -> Option<&str> {
-        self.entries.iter().find(|(t, _)| t.as_bytes() == tool).map(|(_, p)| &**p)
+        self.entries.iter().find(|(t, _)| t.as_bytes() == tool).map(|(_, p)| &*p.name)
     }
 
     /// The entry for the tool named by a `params.name` string value.
-    fn param_for_value(&self, body: &[u8], name: &Value) -> Option<&Arc<str>> {
+    fn param_for_value(&self, body: &[u8], name: &Value) -> Option<&Param> {
         self.entries.iter().find(|(t, _)| name.is_str(body, t)).map(|(_, p)| p)
     }
 }
@@ -232,7 +248,7 @@ pub fn plan(body: &[u8], agent: &str, map: &StampMap) -> Result<Plan, StampError
         |name| {
             let key = map.param_for_value(body, name);
             looked_up.set(key);
-            key.map(|p| &**p)
+            key.map(|p| &*p.name)
         },
         |m| plan_message(body, m, looked_up.take(), agent, map, &mut plan),
     )?;
@@ -245,7 +261,7 @@ pub fn plan(body: &[u8], agent: &str, map: &StampMap) -> Result<Plan, StampError
 fn plan_message(
     body: &[u8],
     m: &Message,
-    looked_up: Option<&Arc<str>>,
+    looked_up: Option<&Param>,
     agent: &str,
     map: &StampMap,
     plan: &mut Plan,
@@ -280,12 +296,13 @@ fn plan_message(
         (Some(_), Some(key)) => Some(key),
         _ => m.name.and_then(|name| map.param_for_value(body, &name)),
     };
-    let Some(key) = key else {
+    // The key's name, and its JSON text between the quotes.
+    let Some(Param { name: key, text: k }) = key else {
         return Ok(());
     };
-    // The text between the quotes of the key and of the agent name.
-    let (mut key_buf, mut agent_buf) = (SmallVec::new(), SmallVec::new());
-    let (k, a) = (string_text(key, &mut key_buf), string_text(agent, &mut agent_buf));
+    // The agent name's.
+    let mut agent_buf = SmallVec::new();
+    let a = string_text(agent, &mut agent_buf);
     let splice = match m.arguments {
         // `params` holds at least `name`: the new member needs a comma.
         None => {
@@ -643,6 +660,24 @@ mod tests {
         assert_eq!(empty.param_for(b"chat_send"), None);
         let body = r#"{"method":"tools/call","params":{"name":"chat_send","arguments":[]}}"#;
         assert!(plan(body.as_bytes(), "z", &empty).unwrap().is_empty());
+    }
+
+    #[test]
+    fn argument_names_that_need_escapes() {
+        // The name's JSON text is escaped once, when the map is built.
+        let mut map = StampMap::empty();
+        map.set("t", "a\"b\\é");
+        for body in [
+            r#"{"method":"tools/call","params":{"name":"t","arguments":{"x":1}}}"#,
+            r#"{"method":"tools/call","params":{"name":"t","arguments":{"a\"b\\\u00e9":1}}}"#,
+            r#"{"method":"tools/call","params":{"name":"t","arguments":null}}"#,
+            r#"{"method":"tools/call","params":{"name":"t"}}"#,
+        ] {
+            let p = plan(body.as_bytes(), "z", &map).unwrap();
+            let v: J = serde_json::from_slice(&p.apply(body.as_bytes())).unwrap();
+            assert_eq!(v["params"]["arguments"]["a\"b\\é"], J::from("z"), "{body}");
+            assert_eq!(p.stamped_keys().collect::<Vec<_>>(), ["a\"b\\é"]);
+        }
     }
 
     #[test]
