@@ -503,6 +503,7 @@ impl Cursor<'_> {
     fn string(&mut self) -> Result<bool, ScanError> {
         self.expect(b'"')?;
         let from = self.pos;
+        let limit = from + SWAR_BYTES;
         let mut at = from;
         while let Some(w) = self.b.get(at..at + 8) {
             let hits = stop_bytes(le_word(w));
@@ -515,7 +516,7 @@ impl Cursor<'_> {
                 break;
             }
             at += 8;
-            if at - from >= SWAR_BYTES {
+            if at >= limit {
                 break;
             }
         }
@@ -667,8 +668,19 @@ impl Cursor<'_> {
     /// A key, its colon and the whitespace up to the member's value.
     fn member_key(&mut self) -> Result<(), ScanError> {
         self.string()?;
-        self.ws();
-        self.expect(b':')?;
+        self.colon()
+    }
+
+    /// The colon after a key, with the whitespace around it. Most bodies
+    /// have none before it, and then this is one test.
+    #[inline(always)]
+    fn colon(&mut self) -> Result<(), ScanError> {
+        if self.peek() == Some(b':') {
+            self.pos += 1;
+        } else {
+            self.ws();
+            self.expect(b':')?;
+        }
         self.ws();
         Ok(())
     }
@@ -758,9 +770,7 @@ impl Cursor<'_> {
                 let key_start = self.pos + 1;
                 let escaped = self.string()?;
                 let key = Key { start: key_start, end: self.pos - 1, escaped };
-                self.ws();
-                self.expect(b':')?;
-                self.ws();
+                self.colon()?;
                 member(self, key)?;
                 self.ws();
                 match self.peek() {
