@@ -171,55 +171,46 @@ pub fn scan_messages<'k, E: From<ScanError>>(
     identity_key: impl Fn(&Value) -> Option<&'k str>,
     mut visit: impl FnMut(&Message) -> Result<(), E>,
 ) -> Result<(), E> {
-    let identity_key: IdentityKey<'_, 'k> = &identity_key;
-    check_utf8(body)?;
     let mut cur = Cursor { b: body, pos: 0 };
-    cur.ws();
-    match cur.peek() {
-        Some(b'{') => visit(&cur.message(1, identity_key)?)?,
-        Some(b'[') => {
-            cur.pos += 1;
-            cur.ws();
-            if cur.peek() == Some(b']') {
-                cur.pos += 1;
-            } else {
-                loop {
-                    if cur.peek() == Some(b'{') {
-                        visit(&cur.message(2, identity_key)?)?;
-                    } else {
-                        cur.value(1)?;
-                    }
-                    cur.ws();
-                    match cur.peek() {
-                        Some(b',') => {
-                            cur.pos += 1;
-                            cur.ws();
-                        }
-                        Some(b']') => {
-                            cur.pos += 1;
-                            break;
-                        }
-                        _ => return Err(cur.err().into()),
-                    }
-                }
-            }
-        }
-        _ => {
-            cur.value(0)?;
+    match cur.messages(&identity_key, &mut visit) {
+        Ok(()) => Ok(()),
+        Err(stop) => {
+            // Whatever stopped the scan, a body that is not UTF-8 is
+            // refused as such (see `check_utf8`).
+            check_utf8(body)?;
+            Err(match stop {
+                Stop::Scan(e) => e.into(),
+                Stop::Visit(e) => e,
+            })
         }
     }
-    cur.end()?;
-    Ok(())
+}
+
+/// Why `Cursor::messages` stopped: the scanner's error, or the visitor's.
+enum Stop<E> {
+    Scan(ScanError),
+    Visit(E),
+}
+
+impl<E> From<ScanError> for Stop<E> {
+    fn from(e: ScanError) -> Self {
+        Stop::Scan(e)
+    }
 }
 
 /// Validates a whole body holding one JSON value and returns its span.
 pub fn parse_value(body: &[u8]) -> Result<Value, ScanError> {
-    check_utf8(body)?;
     let mut cur = Cursor { b: body, pos: 0 };
-    cur.ws();
-    let v = cur.value(0)?;
-    cur.end()?;
-    Ok(v)
+    let scanned = (|| {
+        cur.ws();
+        let v = cur.value(0)?;
+        cur.end()?;
+        Ok(v)
+    })();
+    scanned.map_err(|e| {
+        // As in `scan_messages`.
+        check_utf8(body).err().unwrap_or(e)
+    })
 }
 
 /// Calls `f(key, value)` for each member of `object`, an object value this
@@ -284,11 +275,24 @@ pub fn find_member(body: &[u8], object: &Value, key: &str) -> Result<Lookup, Sca
     Ok(found)
 }
 
+/// Whether `write_json_string` escapes any byte of `s` (else it writes
+/// `s` between quotes as it is).
+pub fn needs_escape(s: &str) -> bool {
+    s.bytes().any(|c| c == b'"' || c == b'\\' || c < 0x20)
+}
+
 /// Writes `s` as a JSON string, quotes included: `"` and `\` escaped,
 /// control characters as `\n`-style or `\u00XX` escapes, the rest as UTF-8.
 pub fn write_json_string<E: Extend<u8>>(s: &str, out: &mut E) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = s.as_bytes();
+    // The usual text (an agent name, a key) has nothing to escape: one
+    // `extend` of known length, which a `SmallVec` reserves once.
+    if !needs_escape(s) {
+        let quote = std::iter::once(b'"');
+        out.extend(quote.clone().chain(bytes.iter().copied()).chain(quote));
+        return;
+    }
     out.extend([b'"']);
     let mut run = 0;
     for (i, &c) in bytes.iter().enumerate() {
@@ -316,9 +320,13 @@ pub fn write_json_string<E: Extend<u8>>(s: &str, out: &mut E) {
     out.extend([b'"']);
 }
 
+/// Whether the whole body is UTF-8. Not run ahead of a scan: the scanner
+/// accepts only ASCII outside strings and checks each string holding other
+/// bytes as it reads it (`Cursor::string_rest`), so a body it accepts is
+/// UTF-8. Run when a scan stops, so that a body that is not UTF-8 is always
+/// refused as `InvalidUtf8` at its first bad byte, as it was when this check
+/// came first.
 fn check_utf8(body: &[u8]) -> Result<(), ScanError> {
-    // Outside strings only ASCII is valid JSON, so one pass over the whole
-    // body is the same as checking each string.
     std::str::from_utf8(body).map_err(|e| ScanError::InvalidUtf8 { offset: e.valid_up_to() })?;
     Ok(())
 }
@@ -486,9 +494,43 @@ impl Cursor<'_> {
     }
 
     /// Skips a string starting at its opening quote; returns whether it
-    /// holds an escape.
+    /// holds an escape. Inlined where strings are read: most strings of a
+    /// request are ASCII keys and short values without escapes, and for
+    /// them this is one or two word tests with the position in a register.
+    /// At the first `\\`, control character, non-ASCII byte or (past
+    /// `SWAR_BYTES`) long run, `string_rest` goes on from there.
+    #[inline(always)]
     fn string(&mut self) -> Result<bool, ScanError> {
         self.expect(b'"')?;
+        let from = self.pos;
+        let limit = from + SWAR_BYTES;
+        let mut at = from;
+        while let Some(w) = self.b.get(at..at + 8) {
+            let hits = stop_bytes(le_word(w));
+            if hits != 0 {
+                at += (hits.trailing_zeros() / 8) as usize;
+                if self.b.get(at) == Some(&b'"') {
+                    self.pos = at + 1;
+                    return Ok(false);
+                }
+                break;
+            }
+            at += 8;
+            if at >= limit {
+                break;
+            }
+        }
+        self.pos = at;
+        self.string_rest(from)
+    }
+
+    /// The rest of a string from `pos`, past any plain ASCII run `string`
+    /// skipped from `text_start` (just after the opening quote): escapes,
+    /// control characters, long runs, non-ASCII text and the last bytes of
+    /// the body. Returns whether it holds an escape. The string's text must
+    /// be UTF-8, and this is where it is checked (see `check_utf8`).
+    #[inline(never)]
+    fn string_rest(&mut self, text_start: usize) -> Result<bool, ScanError> {
         let mut escaped = false;
         loop {
             let rest = self.b.get(self.pos..).unwrap_or_default();
@@ -498,6 +540,12 @@ impl Cursor<'_> {
             self.pos += i;
             match rest.get(i) {
                 Some(b'"') => {
+                    // A multi-byte sequence cannot hold the quote (its
+                    // bytes are all non-ASCII), so the text is checked alone.
+                    let text = self.b.get(text_start..self.pos).unwrap_or_default();
+                    if let Err(e) = std::str::from_utf8(text) {
+                        return Err(ScanError::InvalidUtf8 { offset: text_start + e.valid_up_to() });
+                    }
                     self.pos += 1;
                     return Ok(escaped);
                 }
@@ -603,10 +651,14 @@ impl Cursor<'_> {
         Ok(kind)
     }
 
-    /// Skips one value inside `depth` open containers.
+    /// Skips one value inside `depth` open containers. Inlined, with the
+    /// string fast path, where members are read: most values of a request
+    /// are strings, and a call per value costs more than a short string.
+    #[inline(always)]
     fn value(&mut self, depth: usize) -> Result<Value, ScanError> {
         let start = self.pos;
         let kind = match self.peek() {
+            Some(b'"') => Kind::String { escaped: self.string()? },
             Some(b'{' | b'[') => self.container(depth)?,
             _ => self.scalar()?,
         };
@@ -616,8 +668,19 @@ impl Cursor<'_> {
     /// A key, its colon and the whitespace up to the member's value.
     fn member_key(&mut self) -> Result<(), ScanError> {
         self.string()?;
-        self.ws();
-        self.expect(b':')?;
+        self.colon()
+    }
+
+    /// The colon after a key, with the whitespace around it. Most bodies
+    /// have none before it, and then this is one test.
+    #[inline(always)]
+    fn colon(&mut self) -> Result<(), ScanError> {
+        if self.peek() == Some(b':') {
+            self.pos += 1;
+        } else {
+            self.ws();
+            self.expect(b':')?;
+        }
         self.ws();
         Ok(())
     }
@@ -707,9 +770,7 @@ impl Cursor<'_> {
                 let key_start = self.pos + 1;
                 let escaped = self.string()?;
                 let key = Key { start: key_start, end: self.pos - 1, escaped };
-                self.ws();
-                self.expect(b':')?;
-                self.ws();
+                self.colon()?;
                 member(self, key)?;
                 self.ws();
                 match self.peek() {
@@ -728,18 +789,70 @@ impl Cursor<'_> {
         Ok(Value { start, end: self.pos, kind: Kind::Object { empty } })
     }
 
+    /// The body of `scan_messages`, from the start of the body: a message
+    /// object, or a batch array whose object elements are messages.
+    fn messages<'k, E>(
+        &mut self,
+        identity_key: IdentityKey<'_, 'k>,
+        visit: &mut impl FnMut(&Message) -> Result<(), E>,
+    ) -> Result<(), Stop<E>> {
+        self.ws();
+        match self.peek() {
+            Some(b'{') => {
+                let mut m = Message::default();
+                self.message(1, identity_key, &mut m)?;
+                visit(&m).map_err(Stop::Visit)?;
+            }
+            Some(b'[') => {
+                self.pos += 1;
+                self.ws();
+                if self.peek() == Some(b']') {
+                    self.pos += 1;
+                } else {
+                    loop {
+                        if self.peek() == Some(b'{') {
+                            let mut m = Message::default();
+                            self.message(2, identity_key, &mut m)?;
+                            visit(&m).map_err(Stop::Visit)?;
+                        } else {
+                            self.value(1)?;
+                        }
+                        self.ws();
+                        match self.peek() {
+                            Some(b',') => {
+                                self.pos += 1;
+                                self.ws();
+                            }
+                            Some(b']') => {
+                                self.pos += 1;
+                                break;
+                            }
+                            _ => return Err(self.err().into()),
+                        }
+                    }
+                }
+            }
+            _ => {
+                self.value(0)?;
+            }
+        }
+        self.end()?;
+        Ok(())
+    }
+
     /// A message object at `depth`: records `method` and `params`, and
     /// descends into the first `params` when it is an object.
-    fn message(&mut self, depth: usize, identity_key: IdentityKey) -> Result<Message, ScanError> {
+    /// Fills `m`, a default `Message`, in place: it is large, and returning
+    /// it would copy it.
+    fn message(&mut self, depth: usize, identity_key: IdentityKey, m: &mut Message) -> Result<(), ScanError> {
         let body = self.b;
-        let mut m = Message::default();
         let v = self.object(depth, |cur, key| {
             if key.is(body, "method") {
                 let v = cur.value(depth)?;
                 first(&mut m.method, &mut m.duplicates.method, v);
             } else if key.is(body, "params") {
                 let v = if m.params.is_none() && cur.peek() == Some(b'{') {
-                    cur.params(depth + 1, &mut m, identity_key)?
+                    cur.params(depth + 1, m, identity_key)?
                 } else {
                     cur.value(depth)?
                 };
@@ -751,7 +864,7 @@ impl Cursor<'_> {
         })?;
         m.start = v.start;
         m.end = v.end;
-        Ok(m)
+        Ok(())
     }
 
     fn params(
@@ -801,27 +914,31 @@ fn first(slot: &mut Option<Value>, duplicate: &mut bool, v: Value) {
 }
 
 /// Index of the first byte of `s` that ends a plain run inside a string:
-/// `"`, `\\` or a control character. Runs of text between escapes are
-/// short (a line of prose), so they are searched 32 bytes at a time in
-/// four `u64`s; past `SWAR_BYTES` the run is long, and memchr's vector
-/// search (with a vectorized control check) takes over.
+/// `"`, `\\` or a control character. Most strings of a request are keys and
+/// short values (2 to 20 bytes), so the run is searched one `u64` at a time
+/// and the search stops at the first word holding a hit: a short key costs
+/// one word. Past `SWAR_BYTES` the run is long, and memchr's vector search
+/// (with a vectorized control check) takes over.
 fn find_special(s: &[u8]) -> Option<usize> {
-    const SWAR_BYTES: usize = 256;
-    let word = |at: usize| s.get(at..at + 8).and_then(|w| w.try_into().ok()).map_or(0, u64::from_le_bytes);
     let mut at = 0;
-    while at + 32 <= s.len() && at < SWAR_BYTES {
-        let hits = [0, 8, 16, 24].map(|i| special_bytes(word(at + i)));
-        if hits.iter().any(|&h| h != 0) {
-            let (i, h) = hits.iter().enumerate().find(|(_, &h)| h != 0)?;
-            return Some(at + 8 * i + (h.trailing_zeros() / 8) as usize);
+    while let Some(w) = s.get(at..at + 8) {
+        let hits = special_bytes(le_word(w));
+        if hits != 0 {
+            return Some(at + (hits.trailing_zeros() / 8) as usize);
         }
-        at += 32;
+        at += 8;
+        if at >= SWAR_BYTES {
+            return long_run(s, at);
+        }
     }
+    // Fewer than 8 bytes left.
     let rest = s.get(at..)?;
-    if at < SWAR_BYTES {
-        // Fewer than 32 bytes left.
-        return rest.iter().position(|&c| is_special(c)).map(|i| at + i);
-    }
+    rest.iter().position(|&c| is_special(c)).map(|i| at + i)
+}
+
+/// `find_special` from `at` on, for a run already known to be long.
+fn long_run(s: &[u8], at: usize) -> Option<usize> {
+    let rest = s.get(at..)?;
     let end = memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
     let run = rest.get(..end)?;
     let stop = if has_control(run) {
@@ -832,6 +949,15 @@ fn find_special(s: &[u8]) -> Option<usize> {
         return None;
     };
     Some(at + stop)
+}
+
+/// Runs of string text at least this long are searched with memchr.
+const SWAR_BYTES: usize = 256;
+
+/// The little-endian `u64` of an 8-byte slice (0 for any other length,
+/// which callers never pass).
+fn le_word(w: &[u8]) -> u64 {
+    w.try_into().map_or(0, u64::from_le_bytes)
 }
 
 fn is_special(c: u8) -> bool {
@@ -849,6 +975,19 @@ fn special_bytes(x: u64) -> u64 {
     let backslash = zero(x ^ (ONES * u64::from(b'\\')));
     let control = x.wrapping_sub(ONES * 0x20) & !x;
     (quote | backslash | control) & HIGHS
+}
+
+/// As `special_bytes`, also flagging non-ASCII bytes (high bit set), which
+/// end the inlined ASCII fast path of `Cursor::string`. Borrows start only
+/// at a flagged byte (a zero byte after the XOR, or one below 0x20), so again
+/// the lowest set bit is exact; a flagged non-ASCII byte needs no `& !t`.
+fn stop_bytes(x: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let quote = (x ^ (ONES * u64::from(b'"'))).wrapping_sub(ONES);
+    let backslash = (x ^ (ONES * u64::from(b'\\'))).wrapping_sub(ONES);
+    let control = x.wrapping_sub(ONES * 0x20);
+    (quote | backslash | control | x) & HIGHS
 }
 
 /// Whether a run of string bytes holds a control character. Written without
@@ -1159,6 +1298,13 @@ mod tests {
         let f = fast(b);
         let n = naive::messages(b);
         assert_eq!(f, n, "fast and naive disagree on {:?}", String::from_utf8_lossy(b));
+        // UTF-8 is checked as strings are read, yet a body that is not UTF-8
+        // is refused at its first bad byte, as by a check ahead of the scan.
+        if let Err(e) = std::str::from_utf8(b) {
+            let want = Err(ScanError::InvalidUtf8 { offset: e.valid_up_to() });
+            assert_eq!(scan_messages(b, sender_for_strings, |_| Ok::<(), ScanError>(())), want);
+            assert_eq!(parse_value(b).map(|_| ()), want);
+        }
         // parse_value accepts exactly the same bodies.
         assert_eq!(parse_value(b).is_ok(), n.is_ok(), "{:?}", String::from_utf8_lossy(b));
         // The walks over the top value's elements or members give the
@@ -1275,6 +1421,31 @@ mod tests {
             ));
             assert!(agree(b).is_err());
         }
+    }
+
+    #[test]
+    fn invalid_utf8_comes_before_other_errors() {
+        // After a syntax error, past the string the scan stopped in, in a
+        // message the visitor refused: still `InvalidUtf8`, at the bad byte.
+        for (b, offset) in [
+            (&b"{\"a\":x,\"b\":\"\xff\"}"[..], 12),
+            (b"[\"\\q\xc3\"]", 4),
+            (b"\"abc\xe9", 4),
+            (b"[{\"method\":1}, \"\xff\"]", 16),
+            (b"{\"method\":1} \x80", 13),
+            (b"[[[[\xff", 4),
+        ] {
+            let want = Err(ScanError::InvalidUtf8 { offset });
+            assert_eq!(scan_messages(b, |_| None, |_| Err(ScanError::Syntax { offset: 0 })), want, "{b:?}");
+            assert_eq!(parse_value(b).map(|_| ()), want, "{b:?}");
+        }
+        // The error a string's own check gives is the whole-body one.
+        let b = "{\"é\":\"x\u{10ffff}y\"}";
+        assert!(parse_value(b.as_bytes()).is_ok());
+        let mut bad = b.as_bytes().to_vec();
+        bad.truncate(b.len() - 4); // `x` and 3 of the 4 bytes of U+10FFFF
+        bad.extend_from_slice(b"\"}");
+        assert_eq!(parse_value(&bad), Err(ScanError::InvalidUtf8 { offset: 8 }));
     }
 
     #[test]
@@ -1511,6 +1682,19 @@ mod tests {
             }
             let naive = s.iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20);
             assert_eq!(find_special(&s), naive, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn stop_bytes_finds_the_first_stop() {
+        let mut r = Rng(11);
+        let alphabet = b"aZ \"\\\x00\x1f\x20\x21\x5b\x5d\x7f\x80\xa2\xdc\xff";
+        for _ in 0..100_000 {
+            let w: [u8; 8] = std::array::from_fn(|_| if r.below(3) == 0 { r.pick(alphabet) } else { b'x' });
+            let naive = w.iter().position(|&c| is_special(c) || c >= 0x80);
+            let hits = stop_bytes(u64::from_le_bytes(w));
+            let got = (hits != 0).then(|| (hits.trailing_zeros() / 8) as usize);
+            assert_eq!(got, naive, "{w:?}");
         }
     }
 

@@ -7,6 +7,7 @@
 //! could read differently, or an `arguments` that cannot hold the identity
 //! is an error, and the core answers 400 without forwarding anything.
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
 
@@ -18,7 +19,23 @@ use crate::mcp::json::{self, Kind, Message, ScanError, Value};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StampMap {
     /// (tool, argument); few entries, so a linear scan beats hashing.
-    entries: Vec<(String, Arc<str>)>,
+    entries: Vec<(String, Param)>,
+}
+
+/// An argument to stamp: its name, and the name's JSON text between the
+/// quotes, escaped once here instead of on each request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Param {
+    name: Arc<str>,
+    text: Box<[u8]>,
+}
+
+impl Param {
+    fn new(name: &str) -> Param {
+        let mut buf = SmallVec::new();
+        let text = string_text(name, &mut buf).into();
+        Param { name: Arc::from(name), text }
+    }
 }
 
 impl StampMap {
@@ -51,7 +68,7 @@ impl StampMap {
 
     /// Adds `tool`, or changes the argument it is stamped into.
     pub fn set(&mut self, tool: &str, param: &str) {
-        let param: Arc<str> = Arc::from(param);
+        let param = Param::new(param);
         match self.entries.iter_mut().find(|(t, _)| t == tool) {
             Some(entry) => entry.1 = param,
             None => self.entries.push((tool.to_owned(), param)),
@@ -60,11 +77,11 @@ impl StampMap {
 
     /// The argument to stamp for a tool name (decoded bytes).
     pub fn param_for(&self, tool: &[u8]) -> Option<&str> {
-        self.entries.iter().find(|(t, _)| t.as_bytes() == tool).map(|(_, p)| &**p)
+        self.entries.iter().find(|(t, _)| t.as_bytes() == tool).map(|(_, p)| &*p.name)
     }
 
     /// The entry for the tool named by a `params.name` string value.
-    fn param_for_value(&self, body: &[u8], name: &Value) -> Option<&Arc<str>> {
+    fn param_for_value(&self, body: &[u8], name: &Value) -> Option<&Param> {
         self.entries.iter().find(|(t, _)| name.is_str(body, t)).map(|(_, p)| p)
     }
 }
@@ -217,21 +234,34 @@ impl fmt::Display for StampError {
 }
 
 /// Plans the stamping of `agent` into every `tools/call` of `body` (one
-/// message or a batch) whose tool is in `map`.
+/// message or a batch) whose tool is in `map`. Kept out of line (it runs
+/// once per request, so the call costs nothing) so that a profile gives the
+/// whole body scan and stamp as this one function's inclusive figure.
+#[inline(never)]
 pub fn plan(body: &[u8], agent: &str, map: &StampMap) -> Result<Plan, StampError> {
     let mut plan = Plan::default();
+    // The key the scan looked up for the message it just read, if any, so
+    // that `plan_message` need not look it up again.
+    let looked_up = Cell::new(None);
     json::scan_messages(
         body,
-        |name| map.param_for_value(body, name).map(|p| &**p),
-        |m| plan_message(body, m, agent, map, &mut plan),
+        |name| {
+            let key = map.param_for_value(body, name);
+            looked_up.set(key);
+            key.map(|p| &*p.name)
+        },
+        |m| plan_message(body, m, looked_up.take(), agent, map, &mut plan),
     )?;
     debug_assert!(plan.splices.windows(2).all(|w| w[0].end <= w[1].start));
     Ok(plan)
 }
 
+/// Plans one message. `looked_up` is what the scan's identity-key lookup
+/// last returned, during this message's scan or an earlier one.
 fn plan_message(
     body: &[u8],
     m: &Message,
+    looked_up: Option<&Param>,
     agent: &str,
     map: &StampMap,
     plan: &mut Plan,
@@ -259,23 +289,29 @@ fn plan_message(
     if m.duplicates.arguments {
         return Err(StampError::Duplicate(DuplicateKey::Arguments));
     }
-    let Some(key) = m.name.and_then(|name| map.param_for_value(body, &name)) else {
+    // `m.identity` is set only when the scan looked `name` up in this
+    // message and found a key (then it looks up no more in this message):
+    // `looked_up` is that key.
+    let key = match (m.identity, looked_up) {
+        (Some(_), Some(key)) => Some(key),
+        _ => m.name.and_then(|name| map.param_for_value(body, &name)),
+    };
+    // The key's name, and its JSON text between the quotes.
+    let Some(Param { name: key, text: k }) = key else {
         return Ok(());
     };
-    let mut insert = SmallVec::new();
+    // The agent name's.
+    let mut agent_buf = SmallVec::new();
+    let a = string_text(agent, &mut agent_buf);
     let splice = match m.arguments {
         // `params` holds at least `name`: the new member needs a comma.
         None => {
-            insert.extend_from_slice(b"\"arguments\":{");
-            member(&mut insert, key, agent);
-            insert.extend_from_slice(b"},");
+            let insert = from_parts(&[b"\"arguments\":{\"", k, b"\":\"", a, b"\"},"]);
             Splice { start: params.start + 1, end: params.start + 1, insert }
         }
         Some(args) => match args.kind {
             Kind::Null => {
-                insert.extend_from_slice(b"{");
-                member(&mut insert, key, agent);
-                insert.extend_from_slice(b"}");
+                let insert = from_parts(&[b"{\"", k, b"\":\"", a, b"\"}"]);
                 Splice { start: args.start, end: args.end, insert }
             }
             Kind::Object { empty } => {
@@ -289,14 +325,12 @@ fn plan_message(
                 }
                 match found.value {
                     Some(v) => {
-                        json::write_json_string(agent, &mut insert);
+                        let insert = from_parts(&[b"\"", a, b"\""]);
                         Splice { start: v.start, end: v.end, insert }
                     }
                     None => {
-                        member(&mut insert, key, agent);
-                        if !empty {
-                            insert.extend_from_slice(b",");
-                        }
+                        let end: &[u8] = if empty { b"\"" } else { b"\"," };
+                        let insert = from_parts(&[b"\"", k, b"\":\"", a, end]);
                         Splice { start: args.start + 1, end: args.start + 1, insert }
                     }
                 }
@@ -311,11 +345,32 @@ fn plan_message(
     Ok(())
 }
 
-/// Writes `"key":"agent"`.
-fn member(out: &mut SmallVec<[u8; 64]>, key: &str, agent: &str) {
-    json::write_json_string(key, out);
-    out.push(b':');
-    json::write_json_string(agent, out);
+/// The JSON text of `s` between its quotes: `s` itself unless it needs
+/// escapes, which are then written into `buf`.
+fn string_text<'a>(s: &'a str, buf: &'a mut SmallVec<[u8; 64]>) -> &'a [u8] {
+    if !json::needs_escape(s) {
+        return s.as_bytes();
+    }
+    json::write_json_string(s, buf);
+    let len = buf.len();
+    buf.get(1..len.saturating_sub(1)).unwrap_or_default()
+}
+
+/// A splice's bytes from its parts, built on the stack and moved in whole
+/// when they fit the inline buffer (they do for usual key and agent names):
+/// `extend_from_slice` on a `SmallVec` costs a `memmove` and a `memcpy`
+/// call per part, `extend` a few instructions per byte.
+fn from_parts(parts: &[&[u8]]) -> SmallVec<[u8; 64]> {
+    let mut buf = [0u8; 64];
+    let mut len = 0;
+    for part in parts {
+        let Some(to) = buf.get_mut(len..len + part.len()) else {
+            return parts.iter().flat_map(|p| p.iter().copied()).collect();
+        };
+        to.copy_from_slice(part);
+        len += part.len();
+    }
+    SmallVec::from_buf_and_len(buf, len)
 }
 
 /// The value of an `Mcp-Param-{Name}` header for a stamped argument
@@ -531,6 +586,25 @@ mod tests {
     }
 
     #[test]
+    fn long_agent_names_in_every_splice_shape() {
+        // Past the 64 bytes a splice holds inline, with and without escapes.
+        let long = "x".repeat(70);
+        let long_escaped = "\"".repeat(40);
+        for body in [
+            r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"x"}}}"#,
+            r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"a":1}}}"#,
+            r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{}}}"#,
+            r#"{"method":"tools/call","params":{"name":"chat_send","arguments":null}}"#,
+            r#"{"method":"tools/call","params":{"name":"chat_send"}}"#,
+        ] {
+            for agent in [long.as_str(), long_escaped.as_str(), "\"", ""] {
+                let v: J = serde_json::from_str(&stamp(body, agent).unwrap()).unwrap();
+                assert_eq!(v["params"]["arguments"]["sender"], J::from(agent), "{body}");
+            }
+        }
+    }
+
+    #[test]
     fn non_ascii_and_escaped_agent_names() {
         let body = r#"{"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"x"}}}"#;
         for agent in ["claude-é😀", "quote\"back\\slash", "tab\tnew\nline", "\u{7f}"] {
@@ -586,6 +660,24 @@ mod tests {
         assert_eq!(empty.param_for(b"chat_send"), None);
         let body = r#"{"method":"tools/call","params":{"name":"chat_send","arguments":[]}}"#;
         assert!(plan(body.as_bytes(), "z", &empty).unwrap().is_empty());
+    }
+
+    #[test]
+    fn argument_names_that_need_escapes() {
+        // The name's JSON text is escaped once, when the map is built.
+        let mut map = StampMap::empty();
+        map.set("t", "a\"b\\é");
+        for body in [
+            r#"{"method":"tools/call","params":{"name":"t","arguments":{"x":1}}}"#,
+            r#"{"method":"tools/call","params":{"name":"t","arguments":{"a\"b\\\u00e9":1}}}"#,
+            r#"{"method":"tools/call","params":{"name":"t","arguments":null}}"#,
+            r#"{"method":"tools/call","params":{"name":"t"}}"#,
+        ] {
+            let p = plan(body.as_bytes(), "z", &map).unwrap();
+            let v: J = serde_json::from_slice(&p.apply(body.as_bytes())).unwrap();
+            assert_eq!(v["params"]["arguments"]["a\"b\\é"], J::from("z"), "{body}");
+            assert_eq!(p.stamped_keys().collect::<Vec<_>>(), ["a\"b\\é"]);
+        }
     }
 
     #[test]
