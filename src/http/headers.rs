@@ -817,32 +817,45 @@ mod tests {
     /// `valid_value` (trimmed).
     #[test]
     fn httparse_lines_are_valid_lines() {
-        const PIECES: &[&[u8]] = &[
-            b"a", b"X-Y", b" ", b"\t", b":", b"\r", b"\n", b"\r\n", b"\0", b"\x7f", b"\x80", b"\xff",
-            b"\x01", b"\x0b", b",", b"\"", b"v w", b"(", b"@", b"\\",
+        // Lines shaped like fields (name, colon, value), each part built of
+        // pieces that are mostly harmless and sometimes hostile.
+        const NAME: &[&[u8]] =
+            &[b"a", b"X-Y", b"Mcp-Session-Id", b"!#$%&'*+.^_`|~", b" ", b"\t", b"\0", b"(", b"\x80"];
+        const VALUE: &[&[u8]] = &[
+            b"a", b"v w", b" ", b"\t", b":", b"\r", b"\n", b"\0", b"\x7f", b"\x80", b"\xff", b"\x01",
+            b"\x0b", b",", b"\"", b"(", b"@", b"\\", b"",
         ];
         let mut rng = crate::test_rng::Rng(0x4A77_9A25);
         let mut accepted = 0;
-        for _ in 0..200_000 {
-            let mut raw = b"GET / HTTP/1.1\r\nhost: h\r\n".to_vec();
-            for _ in 0..rng.below(12) {
-                raw.extend_from_slice(rng.pick(PIECES));
-            }
-            raw.extend_from_slice(b"\r\n\r\n");
-            let mut fields = [httparse::EMPTY_HEADER; 16];
-            let mut req = httparse::Request::new(&mut fields);
-            if let Ok(httparse::Status::Complete(_)) = req.parse(&raw) {
-                for h in req.headers.iter() {
-                    accepted += 1;
-                    assert!(valid_name(h.name.as_bytes()), "{raw:?}");
-                    assert!(valid_value(h.value), "{raw:?}");
+        for _ in 0..100_000 {
+            let mut fields = Vec::new();
+            for _ in 0..1 + rng.below(3) {
+                for _ in 0..1 + rng.below(2) {
+                    fields.extend_from_slice(rng.pick(NAME));
                 }
+                fields.push(b':');
+                for _ in 0..rng.below(4) {
+                    fields.extend_from_slice(rng.pick(VALUE));
+                }
+                fields.extend_from_slice(b"\r\n");
             }
-            let mut fields = [httparse::EMPTY_HEADER; 16];
-            let mut resp = httparse::Response::new(&mut fields);
-            let raw = [&b"HTTP/1.1 200 OK\r\n"[..], raw.get(16..).unwrap_or_default()].concat();
-            if let Ok(httparse::Status::Complete(_)) = resp.parse(&raw) {
-                for h in resp.headers.iter() {
+            for start in [&b"GET / HTTP/1.1\r\n"[..], b"HTTP/1.1 200 OK\r\n"] {
+                let raw = [start, &fields, b"\r\n"].concat();
+                let mut slots = [httparse::EMPTY_HEADER; 8];
+                let parsed: Vec<httparse::Header<'_>> = if start.starts_with(b"GET") {
+                    let mut req = httparse::Request::new(&mut slots);
+                    match req.parse(&raw) {
+                        Ok(httparse::Status::Complete(_)) => req.headers.to_vec(),
+                        _ => continue,
+                    }
+                } else {
+                    let mut resp = httparse::Response::new(&mut slots);
+                    match resp.parse(&raw) {
+                        Ok(httparse::Status::Complete(_)) => resp.headers.to_vec(),
+                        _ => continue,
+                    }
+                };
+                for h in parsed {
                     accepted += 1;
                     assert!(valid_name(h.name.as_bytes()), "{raw:?}");
                     assert!(valid_value(h.value), "{raw:?}");
@@ -850,7 +863,7 @@ mod tests {
             }
         }
         // The generator reaches accepted lines, not only refusals.
-        assert!(accepted > 50_000, "{accepted}");
+        assert!(accepted > 10_000, "{accepted}");
     }
 
     /// The list as it was first written: a vector of owned lowercase
