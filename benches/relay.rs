@@ -9,7 +9,8 @@
 //! `cargo bench --bench relay`; tune with RELAY_BENCH_SECS (measure window
 //! per run, default 2), RELAY_BENCH_RUNS (runs per cell, median, default 3),
 //! RELAY_BENCH_NO_NGINX=1; for profiling one cell, RELAY_BENCH_SECTIONS=1
-//! (any of 1,2,3) and RELAY_BENCH_CELLS=GET:32 (comma-separated). To
+//! (any of 1,2,3, and 5: instructions per request under callgrind, not run
+//! by default) and RELAY_BENCH_CELLS=GET:32 (comma-separated). To
 //! compare two builds in one session, RELAY_BENCH_BASE_BIN=<another
 //! mcp-identity-proxy binary> adds it as a column, `base`, measured in
 //! turn with the others; section 1 then also prints its ratios to nginx and
@@ -119,13 +120,18 @@ fn spawn_proxy(upstream: SocketAddr, stderr: &Path, wrapped: bool) -> (Proc, Dur
 }
 
 fn spawn_proxy_bin(bin: &str, upstream: SocketAddr, stderr: &Path, wrapped: bool) -> (Proc, Duration) {
-    let err = std::fs::OpenOptions::new().create(true).append(true).open(stderr).expect("stderr file");
     // RELAY_BENCH_WRAP="strace -c -f -o FILE" runs the main proxy under a
     // tool (profiling only; startup times are then meaningless).
     let wrap: Vec<String> = match std::env::var("RELAY_BENCH_WRAP") {
         Ok(w) if wrapped => w.split_whitespace().map(String::from).collect(),
         _ => Vec::new(),
     };
+    spawn_under(&wrap, bin, upstream, stderr)
+}
+
+/// Spawn `bin` as the proxy, run by the command `wrap` when it is not empty.
+fn spawn_under(wrap: &[String], bin: &str, upstream: SocketAddr, stderr: &Path) -> (Proc, Duration) {
+    let err = std::fs::OpenOptions::new().create(true).append(true).open(stderr).expect("stderr file");
     let mut cmd = match wrap.split_first() {
         Some((tool, args)) => {
             let mut c = Command::new(tool);
@@ -628,6 +634,65 @@ fn section_sse(targets: &[Target], runs: usize) {
     println!("{line}");
 }
 
+/// Section 5: the proxy's instructions per request, counted by callgrind,
+/// which (unlike CPU time on a shared machine) a change of a few percent
+/// moves visibly. Two runs of different lengths, each in a fresh proxy
+/// under `valgrind --tool=callgrind`: start-up, connection set-up and
+/// shutdown cancel out of the difference, which is divided by the
+/// difference in requests answered.
+fn section_instructions(bins: &[(&str, &str)], upstream: SocketAddr, stderr: &Path) {
+    println!();
+    println!("== 5. instructions per request (valgrind --tool=callgrind; 32 keep-alive connections) ==");
+    let valgrind =
+        Command::new("valgrind").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
+    if !valgrind.is_ok_and(|s| s.success()) {
+        println!("   skipped: valgrind not installed (apt-get install -y valgrind)");
+        return;
+    }
+    let dir = scratch_dir("callgrind");
+    for (kind, (name, bin)) in
+        [Kind::Post, Kind::Get].into_iter().flat_map(|k| bins.iter().map(move |b| (k, b)))
+    {
+        let label = if kind == Kind::Post { "POST" } else { "GET" };
+        let mut runs = Vec::new();
+        for secs in [1.0, 3.0] {
+            let out = dir.join(format!("{name}-{label}-{secs}.out"));
+            let wrap = [
+                "valgrind".to_string(),
+                "--tool=callgrind".into(),
+                format!("--callgrind-out-file={}", out.display()),
+            ];
+            let (proxy, _) = spawn_under(&wrap, bin, upstream, stderr);
+            let target = Target { name: "proxy", addr: proxy.addr(), pid: None };
+            let answered = run_load(&target, kind, 32, Duration::from_secs_f64(secs)).map(|(r, _)| r.total);
+            // SIGTERM: the proxy shuts down and callgrind writes its counts.
+            drop(proxy);
+            let counted = std::fs::read_to_string(&out).ok().and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("totals: ").or_else(|| l.strip_prefix("summary: ")))?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            });
+            match (answered, counted) {
+                (Some(n), Some(i)) => runs.push((n, i)),
+                _ => fail(format!("{label}: no callgrind count or no answers ({})", out.display())),
+            }
+        }
+        if let [(n1, i1), (n2, i2)] = runs[..] {
+            if n2 > n1 {
+                let per = i2.saturating_sub(i1) as f64 / (n2 - n1) as f64;
+                println!(
+                    "   {label:<5} {name:<5}: {per:>8.0} instructions per request ({n1} and {n2} requests; {i1} and \
+                     {i2} instructions)"
+                );
+            } else {
+                fail(format!("{label}: the longer run answered no more requests ({n1}, {n2})"));
+            }
+        }
+    }
+}
+
 fn section_memory(proxy: &Proc, stub: &stub::Stub) {
     println!();
     println!("== 3. memory: proxy VmRSS (GET /idle through the proxy: headers + one event, then silence) ==");
@@ -740,6 +805,12 @@ fn main() {
         section_sse(&targets, runs);
     }
     drop(base);
+    if sections.contains('5') {
+        let base_bin = std::env::var("RELAY_BENCH_BASE_BIN").ok();
+        let bins: Vec<(&str, &str)> =
+            std::iter::once(("proxy", BIN)).chain(base_bin.as_deref().map(|b| ("base", b))).collect();
+        section_instructions(&bins, stub.addr, &errs);
+    }
     if sections.contains('3') {
         // A fresh proxy: freed heap from sections 1-2 must not hide growth.
         let (fresh, _) = spawn_proxy(stub.addr, &errs, false);
