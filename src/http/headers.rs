@@ -291,24 +291,41 @@ fn key(name: &[u8]) -> u32 {
 }
 
 /// `dst = src` ASCII-lowercased, eight bytes at a time: a name is a token,
-/// so a byte-wise loop would spend most of its time on loop control.
+/// so a byte-wise loop would spend most of its time on loop control. A name
+/// of eight bytes or more ends with a word that overlaps the one before it
+/// (lowercasing twice changes nothing), so no byte-wise tail is left.
 fn lowercase_into(dst: &mut [u8], src: &[u8]) {
+    let n = src.len().min(dst.len());
+    if n < 8 {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = s.to_ascii_lowercase();
+        }
+        return;
+    }
+    let mut at = 0;
+    loop {
+        let start = at.min(n - 8);
+        if let (Some(s), Some(d)) = (src.get(start..start + 8), dst.get_mut(start..start + 8)) {
+            let word = s.try_into().map_or(0, u64::from_le_bytes);
+            d.copy_from_slice(&lowercase_word(word).to_le_bytes());
+        }
+        at = start + 8;
+        if at >= n {
+            return;
+        }
+    }
+}
+
+/// Eight bytes ASCII-lowercased at once.
+fn lowercase_word(word: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
-    let mut d = dst.chunks_exact_mut(8);
-    let mut s = src.chunks_exact(8);
-    for (d, s) in (&mut d).zip(&mut s) {
-        let Ok(word) = <[u8; 8]>::try_from(s).map(u64::from_le_bytes) else { continue };
-        // Per byte below 0x80: bit 7 of `upper` is set exactly for `A`-`Z`
-        // (no carry crosses a byte, since every sum stays below 0x100).
-        let ascii = !word & (ONES * 0x80);
-        let low7 = word & (ONES * 0x7f);
-        let upper =
-            (low7 + ONES * (0x80 - u64::from(b'A'))) & !(low7 + ONES * (0x80 - u64::from(b'Z') - 1)) & ascii;
-        d.copy_from_slice(&(word | (upper >> 2)).to_le_bytes());
-    }
-    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
-        *d = s.to_ascii_lowercase();
-    }
+    // Per byte below 0x80: bit 7 of `upper` is set exactly for `A`-`Z` (no
+    // carry crosses a byte, since every sum stays below 0x100).
+    let ascii = !word & (ONES * 0x80);
+    let low7 = word & (ONES * 0x7f);
+    let upper =
+        (low7 + ONES * (0x80 - u64::from(b'A'))) & !(low7 + ONES * (0x80 - u64::from(b'Z') - 1)) & ascii;
+    word | (upper >> 2)
 }
 
 /// One of 64 bits for a name's `key`: a name whose bit is clear in
