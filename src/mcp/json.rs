@@ -247,14 +247,8 @@ pub fn for_each_element<E: From<ScanError>>(
         // Validated where it sits, as in `for_each_member`.
         let v = cur.value(1)?;
         f(v)?;
-        cur.ws();
-        match cur.peek() {
-            Some(b',') => {
-                cur.pos += 1;
-                cur.ws();
-            }
-            Some(b']') => return Ok(()),
-            _ => return Err(cur.err().into()),
+        if !cur.after_element(b']')? {
+            return Ok(());
         }
     }
 }
@@ -665,6 +659,26 @@ impl Cursor<'_> {
         Ok(Value { start, end: self.pos, kind })
     }
 
+    /// What follows an array element or an object member: whitespace, then
+    /// `,` and the whitespace after it (another element follows: true) or
+    /// the container's `close` (consumed: false).
+    #[inline(always)]
+    fn after_element(&mut self, close: u8) -> Result<bool, ScanError> {
+        self.ws();
+        match self.peek() {
+            Some(b',') => {
+                self.pos += 1;
+                self.ws();
+                Ok(true)
+            }
+            Some(c) if c == close => {
+                self.pos += 1;
+                Ok(false)
+            }
+            _ => Err(self.err()),
+        }
+    }
+
     /// A key, its colon and the whitespace up to the member's value.
     fn member_key(&mut self) -> Result<(), ScanError> {
         self.string()?;
@@ -772,17 +786,8 @@ impl Cursor<'_> {
                 let key = Key { start: key_start, end: self.pos - 1, escaped };
                 self.colon()?;
                 member(self, key)?;
-                self.ws();
-                match self.peek() {
-                    Some(b',') => {
-                        self.pos += 1;
-                        self.ws();
-                    }
-                    Some(b'}') => {
-                        self.pos += 1;
-                        break;
-                    }
-                    _ => return Err(self.err().into()),
+                if !self.after_element(b'}')? {
+                    break;
                 }
             }
         }
@@ -817,17 +822,8 @@ impl Cursor<'_> {
                         } else {
                             self.value(1)?;
                         }
-                        self.ws();
-                        match self.peek() {
-                            Some(b',') => {
-                                self.pos += 1;
-                                self.ws();
-                            }
-                            Some(b']') => {
-                                self.pos += 1;
-                                break;
-                            }
-                            _ => return Err(self.err().into()),
+                        if !self.after_element(b']')? {
+                            break;
                         }
                     }
                 }
