@@ -640,7 +640,7 @@ fn section_sse(targets: &[Target], runs: usize) {
 /// under `valgrind --tool=callgrind`: start-up, connection set-up and
 /// shutdown cancel out of the difference, which is divided by the
 /// difference in requests answered.
-fn section_instructions(bins: &[(&str, &str)], upstream: SocketAddr, stderr: &Path) {
+fn section_instructions(bins: &[(&'static str, &str)], upstream: SocketAddr, stderr: &Path) {
     println!();
     println!("== 5. instructions per request (valgrind --tool=callgrind; 32 keep-alive connections) ==");
     let valgrind =
@@ -663,7 +663,7 @@ fn section_instructions(bins: &[(&str, &str)], upstream: SocketAddr, stderr: &Pa
                 format!("--callgrind-out-file={}", out.display()),
             ];
             let (proxy, _) = spawn_under(&wrap, bin, upstream, stderr);
-            let target = Target { name: "proxy", addr: proxy.addr(), pid: None };
+            let target = Target { name, addr: proxy.addr(), pid: None };
             let answered = run_load(&target, kind, 32, Duration::from_secs_f64(secs)).map(|(r, _)| r.total);
             // SIGTERM: the proxy shuts down and callgrind writes its counts.
             drop(proxy);
@@ -807,7 +807,7 @@ fn main() {
     drop(base);
     if sections.contains('5') {
         let base_bin = std::env::var("RELAY_BENCH_BASE_BIN").ok();
-        let bins: Vec<(&str, &str)> =
+        let bins: Vec<(&'static str, &str)> =
             std::iter::once(("proxy", BIN)).chain(base_bin.as_deref().map(|b| ("base", b))).collect();
         section_instructions(&bins, stub.addr, &errs);
     }
