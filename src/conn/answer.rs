@@ -7,7 +7,7 @@
 use super::{Conn, Ctx, Phase};
 use crate::http::guard::Refusal;
 use crate::http::head::ParseError;
-use crate::http::headers::HeaderList;
+use crate::http::headers::{name, HeaderList};
 use crate::http::write::{self, BodyField};
 use crate::mcp::rpc::{self, INVALID_REQUEST, SERVER_ERROR};
 use crate::mcp::stamp::StampError;
@@ -183,7 +183,7 @@ pub fn write_response(status: u16, body: &[u8], close: bool, out: &mut Vec<u8>) 
     let mut fields = HeaderList::new();
     if !body.is_empty() {
         // A constant, valid field: `set` cannot fail here.
-        let _ = fields.set(b"content-type", b"application/json");
+        let _ = fields.set_name(name::CONTENT_TYPE, b"application/json");
     }
     write::response_head(
         out,

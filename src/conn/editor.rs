@@ -7,7 +7,7 @@ use crate::http::body::BodyError;
 use crate::http::body::Decoder;
 use crate::http::framing::Framing;
 use crate::http::head;
-use crate::http::headers::HeaderList;
+use crate::http::headers::{name, HeaderList};
 use crate::http::write::{self, BodyField};
 use crate::limits::MAX_STAMP_BODY;
 use crate::mcp::stamp::{self, Plan, StampError, StampMap};
@@ -97,26 +97,27 @@ pub fn plan_request(
 /// Replace the client's credentials and Host. `set` replaces, so whatever
 /// the client sent under these names cannot survive.
 pub fn apply_credentials(headers: &mut HeaderList, who: &Credentials, authority: &[u8]) {
-    let _ = headers.set(b"host", authority);
+    let _ = headers.set_name(name::HOST, authority);
     // The Origin was checked at admission; the upstream sees the proxy's
     // request, not a browser's.
-    headers.remove(b"origin");
+    headers.remove_name(name::ORIGIN);
     // Identity coding only: SSE lines must stay readable for the endpoint
     // rewrite and for the client.
-    headers.remove(b"accept-encoding");
-    if headers.set(b"authorization", who.bearer).is_err() || headers.set(b"x-agent-token", who.token).is_err()
+    headers.remove_name(name::ACCEPT_ENCODING);
+    if headers.set_name(name::AUTHORIZATION, who.bearer).is_err()
+        || headers.set_name(name::X_AGENT_TOKEN, who.token).is_err()
     {
         // Tokens are checked at load time, so this cannot happen; but a
         // request must never go out with the client's credentials.
-        headers.remove(b"authorization");
-        headers.remove(b"x-agent-token");
+        headers.remove_name(name::AUTHORIZATION);
+        headers.remove_name(name::X_AGENT_TOKEN);
     }
 }
 
 /// The response is an SSE stream (`text/event-stream`, any parameters).
 pub fn is_event_stream(headers: &HeaderList) -> bool {
     headers
-        .get(b"content-type")
+        .get_name(name::CONTENT_TYPE)
         .is_some_and(|v| v.len() >= 17 && v[..17].eq_ignore_ascii_case(b"text/event-stream"))
 }
 
@@ -128,13 +129,13 @@ pub fn is_event_stream(headers: &HeaderList) -> bool {
 /// intermediary after us (nginx honours it) passes each event on as it
 /// comes.
 pub fn edit_response(headers: &mut HeaderList, upstream_authority: &[u8], client_host: &[u8]) {
-    if let Some(loc) = headers.get(b"location") {
+    if let Some(loc) = headers.get_name(name::LOCATION) {
         if let Some(new) = crate::mcp::sse::rewrite_location(loc, upstream_authority, client_host) {
-            let _ = headers.set(b"location", &new);
+            let _ = headers.set_name(name::LOCATION, &new);
         }
     }
-    if is_event_stream(headers) && headers.get(b"x-accel-buffering").is_none() {
-        let _ = headers.set(b"x-accel-buffering", b"no");
+    if is_event_stream(headers) && headers.get_name(name::X_ACCEL_BUFFERING).is_none() {
+        let _ = headers.set_name(name::X_ACCEL_BUFFERING, b"no");
     }
 }
 

@@ -27,7 +27,7 @@
 use super::{editor, Conn, Ctx, Phase};
 use crate::http::framing::Framing;
 use crate::http::head::ResponseHead;
-use crate::http::headers::HeaderList;
+use crate::http::headers::{name, HeaderList};
 use crate::limits::{MAX_REOPEN_ANSWER, REOPEN_POLL, REOPEN_WAIT};
 use crate::mcp::initialize::{self, Format};
 use crate::mcp::rpc;
@@ -135,9 +135,9 @@ impl Conn {
                 if let Some(r) = self.ex.reopen.as_deref_mut() {
                     r.status = resp.status;
                     if r.step == Step::Initialize {
-                        r.new_id = resp.headers.get(b"mcp-session-id").map(Into::into);
+                        r.new_id = resp.headers.get_name(name::MCP_SESSION_ID).map(Into::into);
                     }
-                    r.format = resp.headers.get(b"content-type").and_then(Format::from_content_type);
+                    r.format = resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type);
                     r.keep_alive = resp.keep_alive;
                     r.payload.clear();
                 }
@@ -151,7 +151,7 @@ impl Conn {
             }
             Some(_) => false,
             None if resp.status == 404 && self.may_reopen(resp, ctx) => {
-                let sent_with = self.ex.req.headers.get(b"mcp-session-id").unwrap_or_default();
+                let sent_with = self.ex.req.headers.get_name(name::MCP_SESSION_ID).unwrap_or_default();
                 let mut r = Reopen::new(sent_with);
                 r.keep_alive = resp.keep_alive;
                 self.ex.reopen = Some(Box::new(r));
@@ -364,8 +364,8 @@ impl Conn {
             return;
         };
         let new_id = self.ex.reopen.as_deref().and_then(|r| r.new_id.clone()).unwrap_or_default();
-        if headers.set(b"mcp-session-id", &new_id).is_err()
-            || headers.set(b"mcp-protocol-version", version.as_bytes()).is_err()
+        if headers.set_name(name::MCP_SESSION_ID, &new_id).is_err()
+            || headers.set_name(name::MCP_PROTOCOL_VERSION, version.as_bytes()).is_err()
         {
             self.fail_reopen(ctx, "new session id not usable in a header");
             return;
@@ -435,9 +435,9 @@ impl Conn {
             return;
         };
         let ex = &mut self.ex;
-        let _ = ex.req.headers.set(b"mcp-session-id", &upstream_id);
+        let _ = ex.req.headers.set_name(name::MCP_SESSION_ID, &upstream_id);
         if ex.req.method.as_slice() == b"GET" {
-            ex.req.headers.remove(b"last-event-id");
+            ex.req.headers.remove_name(name::LAST_EVENT_ID);
         }
         if self.plan_upstream_request(ctx).is_err() {
             // Cannot happen: the same body was planned before.

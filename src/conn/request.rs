@@ -7,6 +7,7 @@ use crate::http::body::{BodyError, Decoder};
 use crate::http::framing::Framing;
 use crate::http::guard::{self, Policy};
 use crate::http::head::{self, RequestHead};
+use crate::http::headers::name;
 use crate::io::{slices_after, write_vectored, Outcome};
 use crate::limits::{MAX_REQUEST_HEAD, MAX_STAMP_BODY};
 use crate::mcp::stamp::StampError;
@@ -174,7 +175,8 @@ impl Conn {
     pub(super) fn start_exchange(&mut self, ctx: &Ctx) {
         let ex = &mut self.ex;
         let req = &ex.req;
-        ex.client_host = req.headers.get(b"host").map(smallvec::SmallVec::from_slice).unwrap_or_default();
+        ex.client_host =
+            req.headers.get_name(name::HOST).map(smallvec::SmallVec::from_slice).unwrap_or_default();
         ex.start = Some(ctx.now);
         ex.status = 0;
         ex.bytes_out = 0;
@@ -184,8 +186,11 @@ impl Conn {
         ex.in_session = false;
         ex.reopen = None;
         ex.version_capture = None;
-        ex.session_id =
-            req.headers.get(b"mcp-session-id").map(smallvec::SmallVec::from_slice).unwrap_or_default();
+        ex.session_id = req
+            .headers
+            .get_name(name::MCP_SESSION_ID)
+            .map(smallvec::SmallVec::from_slice)
+            .unwrap_or_default();
         if !req.keep_alive || ctx.shutting_down {
             self.close_after = true;
         }

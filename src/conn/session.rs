@@ -6,7 +6,7 @@
 
 use super::{Conn, Ctx};
 use crate::http::head::ResponseHead;
-use crate::http::headers::HeaderList;
+use crate::http::headers::{name, HeaderList};
 use crate::mcp::initialize::{self, Format};
 use crate::mcp::rpc;
 use crate::mcp::session::SessionTable;
@@ -68,16 +68,16 @@ pub fn map_request_session(headers: &mut HeaderList, client_id: &[u8], table: &S
     if let Some(upstream_id) = table.upstream_id_for(client_id) {
         // Both ids passed the table's check (visible ASCII): `set` cannot
         // refuse them.
-        let _ = headers.set(b"mcp-session-id", upstream_id);
+        let _ = headers.set_name(name::MCP_SESSION_ID, upstream_id);
     }
 }
 
 /// Response side: the client never sees U' (a client adopts any session id
 /// it is sent: the TypeScript SDK does), only its own C.
 pub fn map_response_session(headers: &mut HeaderList, table: &SessionTable) {
-    let Some(id) = headers.get(b"mcp-session-id") else { return };
+    let Some(id) = headers.get_name(name::MCP_SESSION_ID) else { return };
     if let Some(client_id) = table.client_id_for(id).map(<[u8]>::to_vec) {
-        let _ = headers.set(b"mcp-session-id", &client_id);
+        let _ = headers.set_name(name::MCP_SESSION_ID, &client_id);
     }
 }
 
@@ -104,7 +104,7 @@ impl Conn {
                 table.forget(&ex.session_id);
             }
             b"POST" if ex.session_id.is_empty() && resp.status == 200 => {
-                let id = resp.headers.get(b"mcp-session-id")?;
+                let id = resp.headers.get_name(name::MCP_SESSION_ID)?;
                 let Ok(body) = rpc::parse(&ex.body) else { return None };
                 let init = body.single().filter(|m| m.is_method(rpc::INITIALIZE))?;
                 // What a replay needs: end-to-end fields without the
@@ -116,7 +116,7 @@ impl Conn {
                 match table.record(id, &ex.body, fields, "", ctx.now) {
                     Ok(()) => {
                         debug!("conn {}: MCP session recorded", self.id);
-                        let content_type = resp.headers.get(b"content-type").unwrap_or_default();
+                        let content_type = resp.headers.get_name(name::CONTENT_TYPE).unwrap_or_default();
                         return VersionCapture::new(id, init.id().json(), content_type);
                     }
                     Err(why) => debug!("conn {}: MCP session not tracked: {why:?}", self.id),

@@ -11,6 +11,7 @@
 //! name: these checks run before any upstream contact.
 
 use crate::http::head::RequestHead;
+use crate::http::headers::name;
 
 /// What admission needs to know of the configuration.
 #[derive(Clone, Copy, Debug)]
@@ -70,19 +71,19 @@ pub fn admission(req: &RequestHead, policy: &Policy) -> Result<(), Refusal> {
     }
     match policy.client_token {
         None => {
-            let host = req.headers.get(b"host").unwrap_or_default();
+            let host = req.headers.get_name(name::HOST).unwrap_or_default();
             if !host_allowed(host, policy.listen_port) {
                 return Err(Refusal::Host);
             }
         }
         Some(secret) => {
-            let presented = req.headers.get(b"authorization").unwrap_or_default();
+            let presented = req.headers.get_name(name::AUTHORIZATION).unwrap_or_default();
             if !bearer_matches(presented, secret) {
                 return Err(Refusal::ClientToken);
             }
         }
     }
-    if let Some(origin) = req.headers.get(b"origin") {
+    if let Some(origin) = req.headers.get_name(name::ORIGIN) {
         let extra: smallvec::SmallVec<[&[u8]; 4]> =
             policy.allow_origins.iter().map(|o| o.as_bytes()).collect();
         if !origin_allowed(origin, &extra) {

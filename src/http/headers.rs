@@ -190,6 +190,66 @@ fn classify(n: &[u8]) -> Class {
     }
 }
 
+/// A field name the proxy names in its own code: a lowercase token whose
+/// `key` and `Class` are worked out when the program is compiled (a name
+/// that is not a lowercase token does not compile), so a lookup or a `set`
+/// by it neither checks nor lowercases anything per request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Name {
+    bytes: &'static [u8],
+    key: u32,
+    class: Class,
+}
+
+impl Name {
+    /// `class` must be `classify(bytes)` (the test `known_names_agree` holds
+    /// every name below to it).
+    const fn new(bytes: &'static [u8], class: Class) -> Name {
+        assert!(!bytes.is_empty(), "an empty field name");
+        let mut i = 0;
+        while i < bytes.len() {
+            assert!(TCHAR[bytes[i] as usize] && !bytes[i].is_ascii_uppercase(), "not a lowercase token");
+            i += 1;
+        }
+        let key = (bytes.len() as u32) << 16 | (bytes[0] as u32) << 8 | bytes[bytes.len() - 1] as u32;
+        Name { bytes, key, class }
+    }
+
+    pub fn as_bytes(self) -> &'static [u8] {
+        self.bytes
+    }
+}
+
+/// The names the proxy reads, sets or removes by name.
+pub mod name {
+    use super::{Class, Name};
+    pub const ACCEPT_ENCODING: Name = Name::new(b"accept-encoding", Class::Other);
+    pub const AUTHORIZATION: Name = Name::new(b"authorization", Class::Singleton);
+    pub const CONTENT_TYPE: Name = Name::new(b"content-type", Class::Singleton);
+    pub const HOST: Name = Name::new(b"host", Class::Host);
+    pub const LAST_EVENT_ID: Name = Name::new(b"last-event-id", Class::Singleton);
+    pub const LOCATION: Name = Name::new(b"location", Class::Singleton);
+    pub const MCP_PROTOCOL_VERSION: Name = Name::new(b"mcp-protocol-version", Class::Singleton);
+    pub const MCP_SESSION_ID: Name = Name::new(b"mcp-session-id", Class::Singleton);
+    pub const ORIGIN: Name = Name::new(b"origin", Class::Singleton);
+    pub const X_ACCEL_BUFFERING: Name = Name::new(b"x-accel-buffering", Class::Singleton);
+    pub const X_AGENT_TOKEN: Name = Name::new(b"x-agent-token", Class::Singleton);
+    #[cfg(test)]
+    pub(super) const ALL: &[Name] = &[
+        ACCEPT_ENCODING,
+        AUTHORIZATION,
+        CONTENT_TYPE,
+        HOST,
+        LAST_EVENT_ID,
+        LOCATION,
+        MCP_PROTOCOL_VERSION,
+        MCP_SESSION_ID,
+        ORIGIN,
+        X_ACCEL_BUFFERING,
+        X_AGENT_TOKEN,
+    ];
+}
+
 /// RFC 9110 §5.6.2 `tchar`, as a table.
 const TCHAR: [bool; 256] = {
     let mut t = [false; 256];
@@ -453,6 +513,12 @@ impl HeaderList {
     /// name lowercased, the value being `value` parts back to back. The
     /// caller has validated both; the caller places the returned `Line`.
     fn push_line(&mut self, name: &[u8], value: &[&[u8]]) -> Result<Line, FieldError> {
+        self.push(name, None, value)
+    }
+
+    /// `push_line`, with the lowercasing and classing skipped when the name
+    /// is `known` (then `name` is its bytes).
+    fn push(&mut self, name: &[u8], known: Option<Name>, value: &[&[u8]]) -> Result<Line, FieldError> {
         let value_len: usize = value.iter().map(|p| p.len()).sum();
         let start = self.bytes.len;
         let total = name.len() + value_len + 4;
@@ -466,9 +532,16 @@ impl HeaderList {
         };
         let line = self.bytes.grow(total);
         let (lower, rest) = line.split_at_mut_checked(name.len()).ok_or(FieldError::TooMany)?;
-        lowercase_into(lower, name);
-        let class = classify(lower);
-        let key = key(lower);
+        let (key, class) = match known {
+            Some(n) => {
+                lower.copy_from_slice(name);
+                (n.key, n.class)
+            }
+            None => {
+                lowercase_into(lower, name);
+                (key(lower), classify(lower))
+            }
+        };
         let (sep, mut rest) = rest.split_first_chunk_mut::<2>().ok_or(FieldError::TooMany)?;
         *sep = *b": ";
         for part in value {
@@ -561,6 +634,46 @@ impl HeaderList {
             None => self.lines.push(line),
         }
         Ok(())
+    }
+
+    /// Where the line named `name` is: stored names are lowercase, as
+    /// `name` is, so no case is folded.
+    fn position_of(&self, name: Name) -> Option<usize> {
+        if self.names & key_bit(name.key) == 0 {
+            return None;
+        }
+        let bytes = self.bytes.data();
+        self.lines.iter().position(|l| l.key == name.key && l.name(bytes) == name.bytes)
+    }
+
+    /// `set` by a name known when compiled: only the value is checked.
+    pub fn set_name(&mut self, name: Name, value: &[u8]) -> Result<(), FieldError> {
+        if !valid_value(value) {
+            return Err(FieldError::InvalidValue);
+        }
+        let at = self.position_of(name);
+        let line = self.push(name.bytes, Some(name), &[value])?;
+        match at.and_then(|i| self.lines.get_mut(i)) {
+            Some(slot) => *slot = line,
+            None => self.lines.push(line),
+        }
+        Ok(())
+    }
+
+    /// `get` by a name known when compiled.
+    pub fn get_name(&self, name: Name) -> Option<&[u8]> {
+        self.position_of(name).and_then(|i| self.lines.get(i)).map(|l| l.value(self.bytes.data()))
+    }
+
+    /// `remove` by a name known when compiled.
+    pub fn remove_name(&mut self, name: Name) -> bool {
+        match self.position_of(name) {
+            Some(i) => {
+                self.lines.remove(i);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The value of `name` (any case).
@@ -733,6 +846,34 @@ mod tests {
         l.set(b"X-Agent-Token", b"tok").unwrap();
         assert_eq!(written(&l), "authorization: Bearer tok\r\nx-agent-token: tok\r\n");
         assert_eq!(l.set(b"x-a", b"a\r\nb"), Err(FieldError::InvalidValue));
+    }
+
+    #[test]
+    fn known_names_agree() {
+        for n in name::ALL {
+            assert_eq!(classify(n.bytes), n.class, "{:?}", String::from_utf8_lossy(n.bytes));
+            assert_eq!(key(n.bytes), n.key, "{:?}", String::from_utf8_lossy(n.bytes));
+        }
+    }
+
+    #[test]
+    fn known_names_find_lines_in_any_case() {
+        let mut l = list(&[("HOST", "client"), ("Authorization", "Bearer client"), ("Origin", "o")]).unwrap();
+        assert_eq!(l.get_name(name::HOST), Some(&b"client"[..]));
+        assert_eq!(l.get_name(name::X_AGENT_TOKEN), None);
+        l.set_name(name::HOST, b"up:1").unwrap();
+        l.set_name(name::AUTHORIZATION, b"Bearer tok").unwrap();
+        l.set_name(name::X_AGENT_TOKEN, b"tok").unwrap();
+        assert!(l.remove_name(name::ORIGIN));
+        assert!(!l.remove_name(name::ORIGIN));
+        assert_eq!(written(&l), "host: up:1\r\nauthorization: Bearer tok\r\nx-agent-token: tok\r\n");
+        assert_eq!(l.set_name(name::HOST, b"a\r\nx: y"), Err(FieldError::InvalidValue));
+        assert_eq!(l.get_name(name::HOST), Some(&b"up:1"[..]));
+        // A line set by a known name is found by the generic lookups, and
+        // merging the same name afterwards still makes one line.
+        assert_eq!(l.get(b"X-Agent-Token"), Some(&b"tok"[..]));
+        assert_eq!(l.merge_line(b"X-AGENT-TOKEN", b"other"), Err(FieldError::ConflictingSingleton));
+        assert_eq!(l.len(), 3);
     }
 
     #[test]
