@@ -172,6 +172,13 @@ fn free_port() -> u16 {
 
 /// nginx as a one-worker reverse proxy to the stub, or why not.
 fn spawn_nginx(upstream: SocketAddr) -> Result<Proc, String> {
+    spawn_nginx_under(&[], upstream)
+}
+
+/// `spawn_nginx`, run by the command `wrap` when it is not empty; nginx then
+/// runs as one process (`master_process off`), so the tool sees the process
+/// that relays.
+fn spawn_nginx_under(wrap: &[String], upstream: SocketAddr) -> Result<Proc, String> {
     if std::env::var_os("RELAY_BENCH_NO_NGINX").is_some() {
         return Err("RELAY_BENCH_NO_NGINX set".into());
     }
@@ -185,8 +192,9 @@ fn spawn_nginx(upstream: SocketAddr) -> Result<Proc, String> {
     // keepalive_requests raised so neither side ever closes a keep-alive
     // connection during a run; proxy_buffer_size 16k = the proxy's
     // IO_BUF_SIZE, so both relay through the same buffer size.
+    let master = if wrap.is_empty() { "" } else { "master_process off;\n" };
     let conf = format!(
-        "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+        "{master}worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
          worker_rlimit_nofile 30000;\n\
          events {{ worker_connections 20000; }}\n\
          http {{\n  access_log off;\n\
@@ -199,7 +207,15 @@ fn spawn_nginx(upstream: SocketAddr) -> Result<Proc, String> {
                proxy_buffering off;\n      proxy_buffer_size 16k;\n      proxy_buffers 8 16k;\n      proxy_read_timeout 300s;\n    }}\n  }}\n}}\n"
     );
     std::fs::write(dir.join("nginx.conf"), conf).map_err(|e| e.to_string())?;
-    let child = Command::new(nginx)
+    let mut cmd = match wrap.split_first() {
+        Some((tool, args)) => {
+            let mut c = Command::new(tool);
+            c.args(args).arg(nginx);
+            c
+        }
+        None => Command::new(nginx),
+    };
+    let child = cmd
         .args(["-p", &dir.display().to_string(), "-c", "nginx.conf", "-e", &format!("{d}/error.log")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -207,11 +223,12 @@ fn spawn_nginx(upstream: SocketAddr) -> Result<Proc, String> {
         .spawn()
         .map_err(|e| format!("spawn nginx: {e}"))?;
     let proc = Proc { child, port, name: "nginx" };
-    let deadline = Instant::now() + Duration::from_secs(5);
+    // Under a tool nginx starts slowly.
+    let deadline = Instant::now() + Duration::from_secs(if wrap.is_empty() { 5 } else { 30 });
     while std::net::TcpStream::connect(proc.addr()).is_err() {
         if Instant::now() > deadline {
             let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
-            return Err(format!("nginx did not listen within 5 s: {log}"));
+            return Err(format!("nginx did not listen in time: {log}"));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -634,12 +651,14 @@ fn section_sse(targets: &[Target], runs: usize) {
     println!("{line}");
 }
 
-/// Section 5: the proxy's instructions per request, counted by callgrind,
+/// Section 5: instructions per request in user space, counted by callgrind,
 /// which (unlike CPU time on a shared machine) a change of a few percent
-/// moves visibly. Two runs of different lengths, each in a fresh proxy
-/// under `valgrind --tool=callgrind`: start-up, connection set-up and
-/// shutdown cancel out of the difference, which is divided by the
-/// difference in requests answered.
+/// moves visibly: the proxy's, the base build's when there is one, and
+/// nginx's (one process, `master_process off`) for scale. Two runs of
+/// different lengths, each in a fresh process under `valgrind
+/// --tool=callgrind`: start-up, connection set-up and shutdown cancel out
+/// of the difference, which is divided by the difference in requests
+/// answered.
 fn section_instructions(bins: &[(&'static str, &str)], upstream: SocketAddr, stderr: &Path) {
     println!();
     println!("== 5. instructions per request (valgrind --tool=callgrind; 32 keep-alive connections) ==");
@@ -650,8 +669,11 @@ fn section_instructions(bins: &[(&'static str, &str)], upstream: SocketAddr, std
         return;
     }
     let dir = scratch_dir("callgrind");
+    // None: nginx.
+    let subjects: Vec<(&'static str, Option<&str>)> =
+        bins.iter().map(|(name, bin)| (*name, Some(*bin))).chain([("nginx", None)]).collect();
     for (kind, (name, bin)) in
-        [Kind::Post, Kind::Get].into_iter().flat_map(|k| bins.iter().map(move |b| (k, b)))
+        [Kind::Post, Kind::Get].into_iter().flat_map(|k| subjects.iter().map(move |b| (k, b)))
     {
         let label = if kind == Kind::Post { "POST" } else { "GET" };
         let mut runs = Vec::new();
@@ -662,11 +684,20 @@ fn section_instructions(bins: &[(&'static str, &str)], upstream: SocketAddr, std
                 "--tool=callgrind".into(),
                 format!("--callgrind-out-file={}", out.display()),
             ];
-            let (proxy, _) = spawn_under(&wrap, bin, upstream, stderr);
-            let target = Target { name, addr: proxy.addr(), pid: None };
+            let subject = match bin {
+                Some(bin) => spawn_under(&wrap, bin, upstream, stderr).0,
+                None => match spawn_nginx_under(&wrap, upstream) {
+                    Ok(n) => n,
+                    Err(why) => {
+                        println!("   {label:<5} nginx: skipped: {why}");
+                        break;
+                    }
+                },
+            };
+            let target = Target { name, addr: subject.addr(), pid: None };
             let answered = run_load(&target, kind, 32, Duration::from_secs_f64(secs)).map(|(r, _)| r.total);
-            // SIGTERM: the proxy shuts down and callgrind writes its counts.
-            drop(proxy);
+            // SIGTERM: the process shuts down and callgrind writes its counts.
+            drop(subject);
             let counted = std::fs::read_to_string(&out).ok().and_then(|t| {
                 t.lines()
                     .find_map(|l| l.strip_prefix("totals: ").or_else(|| l.strip_prefix("summary: ")))?
@@ -676,7 +707,7 @@ fn section_instructions(bins: &[(&'static str, &str)], upstream: SocketAddr, std
             });
             match (answered, counted) {
                 (Some(n), Some(i)) => runs.push((n, i)),
-                _ => fail(format!("{label}: no callgrind count or no answers ({})", out.display())),
+                _ => fail(format!("{label} {name}: no callgrind count or no answers ({})", out.display())),
             }
         }
         if let [(n1, i1), (n2, i2)] = runs[..] {
@@ -687,7 +718,7 @@ fn section_instructions(bins: &[(&'static str, &str)], upstream: SocketAddr, std
                      {i2} instructions)"
                 );
             } else {
-                fail(format!("{label}: the longer run answered no more requests ({n1}, {n2})"));
+                fail(format!("{label} {name}: the longer run answered no more requests ({n1}, {n2})"));
             }
         }
     }
