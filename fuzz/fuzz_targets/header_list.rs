@@ -4,13 +4,24 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_identity_proxy::http::headers::HeaderList;
+use mcp_identity_proxy::http::headers::{name, HeaderList};
 
 fuzz_target!(|data: &[u8]| {
     let mut list = HeaderList::new();
     // One field line per input line: `name:value`; a leading `!` uses `set`
-    // (the proxy's own writes) instead of `merge_line` (received lines).
+    // (the proxy's own writes) instead of `merge_line` (received lines). A
+    // leading `#` then a byte sets the known name that byte picks to the
+    // rest of the line (`set_name`); `-` then a byte removes it.
     for line in data.split(|b| *b == b'\n') {
+        if let [op @ (b'#' | b'-'), pick, value @ ..] = line {
+            let known = name::ALL[usize::from(*pick) % name::ALL.len()];
+            if *op == b'#' {
+                let _ = list.set_name(known, value);
+            } else {
+                list.remove_name(known);
+            }
+            continue;
+        }
         let (set, line) = match line.split_first() {
             Some((b'!', rest)) => (true, rest),
             _ => (false, line),

@@ -234,8 +234,8 @@ pub mod name {
     pub const ORIGIN: Name = Name::new(b"origin", Class::Singleton);
     pub const X_ACCEL_BUFFERING: Name = Name::new(b"x-accel-buffering", Class::Singleton);
     pub const X_AGENT_TOKEN: Name = Name::new(b"x-agent-token", Class::Singleton);
-    #[cfg(test)]
-    pub(super) const ALL: &[Name] = &[
+    /// Every name above (for tests and the fuzz target).
+    pub const ALL: &[Name] = &[
         ACCEPT_ENCODING,
         AUTHORIZATION,
         CONTENT_TYPE,
