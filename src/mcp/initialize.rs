@@ -8,8 +8,6 @@
 use crate::mcp::json::{self, Kind, ScanError, Value};
 use crate::mcp::rpc;
 
-const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
-
 /// How the answer's body is framed, from its `Content-Type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -142,7 +140,7 @@ fn version_of(body: &[u8], result: &Value) -> Option<String> {
 /// event that has data, typed `message` unless an `event` field names
 /// another; an event cut by the end of the bytes is not dispatched.
 pub(crate) fn for_each_message_event(stream: &[u8], mut f: impl FnMut(&[u8]) -> bool) {
-    let mut rest = stream.strip_prefix(UTF8_BOM).unwrap_or(stream);
+    let mut rest = stream.strip_prefix(super::sse::UTF8_BOM).unwrap_or(stream);
     let mut data: Vec<u8> = Vec::new();
     let mut has_data = false;
     let mut is_message = true;
@@ -159,13 +157,8 @@ pub(crate) fn for_each_message_event(stream: &[u8], mut f: impl FnMut(&[u8]) -> 
             is_message = true;
             continue;
         }
-        let (name, value) = match memchr::memchr(b':', line) {
-            Some(colon) => {
-                let value = line.get(colon + 1..).unwrap_or_default();
-                (line.get(..colon).unwrap_or_default(), value.strip_prefix(b" ").unwrap_or(value))
-            }
-            None => (line, &[][..]),
-        };
+        let (name, at) = super::sse::field(line);
+        let value = line.get(at..).unwrap_or_default();
         match name {
             b"data" => {
                 if has_data {

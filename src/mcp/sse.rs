@@ -15,7 +15,9 @@ use smallvec::SmallVec;
 
 use crate::limits::{MAX_SSE_HELD_EVENT, MAX_SSE_SCAN};
 
-const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+/// The byte order mark an event stream may begin with, once (WHATWG HTML
+/// §9.2.6), which is not part of the first field's name.
+pub(crate) const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 const HTTP_SCHEME: &[u8] = b"http://";
 
 type Authority = SmallVec<[u8; 64]>;
@@ -162,30 +164,17 @@ impl EndpointRewriter {
             self.dispatch(out);
             return;
         }
-        if content.first() == Some(&b':') {
-            return; // comment
-        }
-        let (name, value, value_at) = match memchr::memchr(b':', content) {
-            Some(colon) => {
-                let after = content.get(colon + 1..).unwrap_or_default();
-                let (value, skip) = match after.strip_prefix(b" ") {
-                    Some(v) => (v, 1),
-                    None => (after, 0),
-                };
-                let name = content.get(..colon).unwrap_or_default();
-                (name, value, value_offset + colon + 1 + skip)
-            }
-            None => (content, &[][..], content_end),
-        };
+        let (name, at) = field(content);
+        let value = content.get(at..).unwrap_or_default();
         match name {
             b"event" => self.is_endpoint = value == b"endpoint",
             b"data" => {
                 self.has_data = true;
-                if let Some(at) = upstream_url_authority(value, &self.upstream) {
-                    self.data_authorities.push(value_at + at);
+                if let Some(authority) = upstream_url_authority(value, &self.upstream) {
+                    self.data_authorities.push(value_offset + at + authority);
                 }
             }
-            _ => {}
+            _ => {} // comments (empty name), `id`, `retry`, unknown fields
         }
     }
 
@@ -250,6 +239,21 @@ impl EndpointRewriter {
         self.data_authorities.clear();
         self.has_data = false;
         self.is_endpoint = false;
+    }
+}
+
+/// A non-blank line of an event stream split as WHATWG HTML §9.2.6 says:
+/// the field name runs to the first colon and the value starts after it,
+/// one space after the colon dropped; a line without a colon is a name with
+/// an empty value, and a comment (a line starting with a colon) has an
+/// empty name. Returns the name and where the value starts in `line`.
+pub(crate) fn field(line: &[u8]) -> (&[u8], usize) {
+    match memchr::memchr(b':', line) {
+        Some(colon) => {
+            let space = usize::from(line.get(colon + 1) == Some(&b' '));
+            (line.get(..colon).unwrap_or_default(), colon + 1 + space)
+        }
+        None => (line, line.len()),
     }
 }
 
@@ -586,6 +590,24 @@ mod tests {
         r.finish(&mut out);
         assert!(r.is_done());
         assert_eq!(out, b"event: endpoint\ndata: http://127.0.0.1:8200/m");
+    }
+
+    #[test]
+    fn field_splits_like_the_spec() {
+        for (line, name, value) in [
+            ("data: x", "data", "x"),
+            ("data:x", "data", "x"),
+            ("data:  x", "data", " x"),
+            ("data:", "data", ""),
+            ("data", "data", ""),
+            ("a:b: c", "a", "b: c"),
+            (": comment", "", "comment"),
+            (":", "", ""),
+            ("event:endpoint ", "event", "endpoint "),
+        ] {
+            let (n, at) = field(line.as_bytes());
+            assert_eq!((n, &line.as_bytes()[at..]), (name.as_bytes(), value.as_bytes()), "{line:?}");
+        }
     }
 
     #[test]
