@@ -11,6 +11,9 @@
 //! RELAY_BENCH_NO_NGINX=1; for profiling one cell, RELAY_BENCH_SECTIONS=1
 //! (any of 1,2,3, and 5: instructions per request under callgrind, not run
 //! by default) and RELAY_BENCH_CELLS=GET:32 (comma-separated). To
+//! hold the CPUs still, RELAY_BENCH_PIN=1 runs this process (load
+//! generator and stub) on CPU 0 and every relay (proxy, nginx, base) on
+//! CPU 1, so each relay runs where the others ran (Linux). To
 //! compare two builds in one session, RELAY_BENCH_BASE_BIN=<another
 //! mcp-identity-proxy binary> adds it as a column, `base`, measured in
 //! turn with the others; section 1 then also prints its ratios to nginx and
@@ -129,16 +132,54 @@ fn spawn_proxy_bin(bin: &str, upstream: SocketAddr, stderr: &Path, wrapped: bool
     spawn_under(&wrap, bin, upstream, stderr)
 }
 
+/// The CPU of the relays under RELAY_BENCH_PIN (this process keeps CPU 0).
+const RELAY_CPU: usize = 1;
+/// Set once this process is on CPU 0.
+static PINNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn pinning() -> bool {
+    std::env::var_os("RELAY_BENCH_PIN").is_some_and(|v| v != "0")
+}
+
+/// Run the calling thread (and the threads and processes it starts after)
+/// on `cpu` alone.
+fn pin_to(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; the libc macros stay in
+    // its bounds for a CPU below CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// A relay's command: on `RELAY_CPU` when pinning.
+fn relay_command(program: &str) -> Command {
+    let mut cmd = Command::new(program);
+    if PINNED.load(std::sync::atomic::Ordering::Relaxed) {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: sched_setaffinity is async-signal-safe; nothing else runs
+        // between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| pin_to(RELAY_CPU));
+        }
+    }
+    cmd
+}
+
 /// Spawn `bin` as the proxy, run by the command `wrap` when it is not empty.
 fn spawn_under(wrap: &[String], bin: &str, upstream: SocketAddr, stderr: &Path) -> (Proc, Duration) {
     let err = std::fs::OpenOptions::new().create(true).append(true).open(stderr).expect("stderr file");
     let mut cmd = match wrap.split_first() {
         Some((tool, args)) => {
-            let mut c = Command::new(tool);
+            let mut c = relay_command(tool);
             c.args(args).arg(bin);
             c
         }
-        None => Command::new(bin),
+        None => relay_command(bin),
     };
     let t0 = Instant::now();
     let mut child = cmd
@@ -209,11 +250,11 @@ fn spawn_nginx_under(wrap: &[String], upstream: SocketAddr) -> Result<Proc, Stri
     std::fs::write(dir.join("nginx.conf"), conf).map_err(|e| e.to_string())?;
     let mut cmd = match wrap.split_first() {
         Some((tool, args)) => {
-            let mut c = Command::new(tool);
+            let mut c = relay_command(tool);
             c.args(args).arg(nginx);
             c
         }
-        None => Command::new(nginx),
+        None => relay_command(nginx),
     };
     let child = cmd
         .args(["-p", &dir.display().to_string(), "-c", "nginx.conf", "-e", &format!("{d}/error.log")])
@@ -782,7 +823,14 @@ fn main() {
     stub::self_check();
     let (soft, hard) = raise_nofile();
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    // Before the stub's thread starts, so that it inherits the CPU.
+    let pinned =
+        pinning() && cpus > RELAY_CPU && pin_to(0).map_err(|e| println!("   not pinned: {e}")).is_ok();
     println!("relay bench: {BIN}");
+    if pinned {
+        PINNED.store(true, std::sync::atomic::Ordering::Relaxed);
+        println!("   pinned: load generator and stub on CPU 0, relays on CPU {RELAY_CPU}");
+    }
     println!(
         "   {cpus} CPUs; RLIMIT_NOFILE {soft}/{hard}; stub = 1 mio thread (+1 thread per timed SSE stream)"
     );
