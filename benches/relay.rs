@@ -11,7 +11,9 @@
 //! RELAY_BENCH_NO_NGINX=1; for profiling one cell, RELAY_BENCH_SECTIONS=1
 //! (any of 1,2,3, and 5: instructions per request under callgrind, not run
 //! by default) and RELAY_BENCH_CELLS=GET:32 (comma-separated). To
-//! hold the CPUs still, RELAY_BENCH_PIN=1 runs this process (load
+//! see what many open connections cost each request,
+//! RELAY_BENCH_IDLE_STREAMS=N keeps N idle SSE streams open through every
+//! relay during section 1. To hold the CPUs still, RELAY_BENCH_PIN=1 runs this process (load
 //! generator and stub) on CPU 0 and every relay (proxy, nginx, base) on
 //! CPU 1, so each relay runs where the others ran (Linux). To
 //! compare two builds in one session, RELAY_BENCH_BASE_BIN=<another
@@ -878,7 +880,28 @@ fn main() {
     let sections = std::env::var("RELAY_BENCH_SECTIONS").unwrap_or_else(|_| "1,2,3".into());
     let _ = std::io::stdout().flush();
     if sections.contains('1') {
+        // RELAY_BENCH_IDLE_STREAMS=N: N idle SSE streams stay open through
+        // every relay while section 1 runs (the cost of many open
+        // connections to each request).
+        let n = env_f64("RELAY_BENCH_IDLE_STREAMS", 0.0) as usize;
+        let mut idle = Vec::new();
+        for t in targets.iter().filter(|t| t.pid.is_some()) {
+            let host = format!("{}", t.addr);
+            for i in 0..n {
+                match client::open_idle(t.addr, &host, Duration::from_secs(5)) {
+                    Ok(s) => idle.push(s),
+                    Err(e) => {
+                        fail(format!("{}: idle stream #{} failed: {e}", t.name, i + 1));
+                        break;
+                    }
+                }
+            }
+        }
+        if n > 0 {
+            println!("   {n} idle SSE streams open through each relay during section 1");
+        }
         section_throughput(&targets, runs, measure);
+        drop(idle);
     }
     if sections.contains('2') {
         section_sse(&targets, runs);
