@@ -7,6 +7,7 @@
 mod identity;
 mod pool;
 mod slab;
+mod timers;
 
 use crate::config::Config;
 use crate::conn::{Conn, Ctx, Verdict};
@@ -27,6 +28,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use timers::Timers;
 
 const LISTENER: Token = Token(usize::MAX);
 const SIGNALS: Token = Token(usize::MAX - 1);
@@ -62,6 +64,8 @@ pub struct Proxy {
     /// `Ctx::response_head`).
     response_head: RefCell<crate::http::head::ResponseHead>,
     slab: Slab,
+    /// Every connection's deadline.
+    timers: Timers,
     pool: Pool,
     /// Slots to drive in this round (events, deadlines, shutdown).
     touched: Vec<usize>,
@@ -186,6 +190,7 @@ impl Proxy {
             slab: Slab::default(),
             pool: Pool::default(),
             touched: Vec::new(),
+            timers: Timers::default(),
             again: Vec::new(),
             next_id: 0,
             accept_paused_until: None,
@@ -207,10 +212,7 @@ impl Proxy {
     pub fn run(mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(EVENT_CAPACITY);
         loop {
-            // Deadlines change only when a connection is driven, so the
-            // earliest one found before the poll also tells, after it,
-            // whether any has passed.
-            let conn_deadline = self.earliest_conn_deadline();
+            let conn_deadline = self.timers.earliest();
             let timeout = self.poll_timeout(conn_deadline, Instant::now());
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -227,19 +229,13 @@ impl Proxy {
             }
             self.check_identity_file(now);
             self.accept(woken.accept, now);
-            self.touch_expired(conn_deadline, now);
+            self.timers.expired(now, &mut self.touched);
             self.drive_touched(now);
             self.pool.expire(now);
             if self.shutdown_finished(now) {
                 return Ok(());
             }
         }
-    }
-
-    /// The earliest connection deadline (a linear scan is fine at
-    /// `MAX_CONNECTIONS`; measure before adding a timer wheel).
-    fn earliest_conn_deadline(&self) -> Option<Instant> {
-        self.slab.entries.iter().flatten().filter_map(|c| c.deadline(&self.config)).min()
     }
 
     /// How long the poll may sleep: until the earliest of the deadlines, the
@@ -398,8 +394,11 @@ impl Proxy {
                         continue;
                     }
                     debug!("conn {}: accepted from {peer}", self.next_id);
-                    let got = self.slab.insert(Conn::new(self.next_id, stream, peer, now));
+                    let conn = Conn::new(self.next_id, stream, peer, now);
+                    let deadline = conn.deadline(&self.config);
+                    let got = self.slab.insert(conn);
                     debug_assert_eq!(got, slot, "slot chosen before insert");
+                    self.timers.arm(got, deadline);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -411,19 +410,6 @@ impl Proxy {
                     self.accept_paused_until = Some(now + ACCEPT_BACKOFF);
                     return;
                 }
-            }
-        }
-    }
-
-    /// Mark connections whose deadline passed (a second scan only when the
-    /// earliest one has).
-    fn touch_expired(&mut self, earliest: Option<Instant>, now: Instant) {
-        if !earliest.is_some_and(|d| now >= d) {
-            return;
-        }
-        for (i, c) in self.slab.entries.iter().enumerate() {
-            if c.as_ref().and_then(|c| c.deadline(&self.config)).is_some_and(|d| now >= d) {
-                self.touched.push(i);
             }
         }
     }
@@ -445,6 +431,9 @@ impl Proxy {
         };
         for &slot in &self.touched {
             drive_slot(&self.poll, &mut self.slab, &mut self.pool, &mut self.again, slot, &ctx);
+            // Deadlines change only when a connection is driven.
+            let conn = self.slab.entries.get(slot).and_then(Option::as_ref);
+            self.timers.arm(slot, conn.and_then(|c| c.deadline(&self.config)));
         }
         self.slab.end_batch();
     }
