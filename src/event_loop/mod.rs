@@ -69,6 +69,8 @@ pub struct Proxy {
     pool: Pool,
     /// Slots to drive in this round (events, deadlines, shutdown).
     touched: Vec<usize>,
+    /// Per slot: already in `touched` this round (all false between rounds).
+    touched_marks: Vec<bool>,
     /// Slots cut short by the per-event bound: driven again at once.
     again: Vec<usize>,
     next_id: u64,
@@ -190,6 +192,7 @@ impl Proxy {
             slab: Slab::default(),
             pool: Pool::default(),
             touched: Vec::new(),
+            touched_marks: Vec::new(),
             timers: Timers::default(),
             again: Vec::new(),
             next_id: 0,
@@ -414,10 +417,20 @@ impl Proxy {
         }
     }
 
-    /// Drive every marked connection once, with the identity in force now.
+    /// Drive every marked connection once, with the identity in force now,
+    /// in the order they were marked: the order epoll reported them, in
+    /// which a connection served last in one round is not served last in
+    /// every round, as it would be in slot order (its requests would make
+    /// the tail of the latency).
     fn drive_touched(&mut self, now: Instant) {
-        self.touched.sort_unstable();
-        self.touched.dedup();
+        let marks = &mut self.touched_marks;
+        self.touched.retain(|&slot| {
+            if marks.len() <= slot {
+                marks.resize(slot + 1, false);
+            }
+            // Kept the first time only.
+            marks.get_mut(slot).is_some_and(|m| !std::mem::replace(m, true))
+        });
         let ctx = Ctx {
             config: &self.config,
             bearer: &self.live.bearer,
@@ -434,6 +447,9 @@ impl Proxy {
             // Deadlines change only when a connection is driven.
             let conn = self.slab.entries.get(slot).and_then(Option::as_ref);
             self.timers.arm(slot, conn.and_then(|c| c.deadline(&self.config)));
+            if let Some(m) = self.touched_marks.get_mut(slot) {
+                *m = false;
+            }
         }
         self.slab.end_batch();
     }
