@@ -10,12 +10,12 @@
 //! per run, default 2), RELAY_BENCH_RUNS (runs per cell, median, default 3),
 //! RELAY_BENCH_NO_NGINX=1; for profiling one cell, RELAY_BENCH_SECTIONS=1
 //! (any of 1,2,3, and 5: instructions per request under callgrind, not run
-//! by default) and RELAY_BENCH_CELLS=GET:32 (comma-separated). To
-//! see what many open connections cost each request,
-//! RELAY_BENCH_IDLE_STREAMS=N keeps N idle SSE streams open through every
-//! relay during section 1. To hold the CPUs still, RELAY_BENCH_PIN=1 runs this process (load
-//! generator and stub) on CPU 0 and every relay (proxy, nginx, base) on
-//! CPU 1, so each relay runs where the others ran (Linux). To
+//! by default) and RELAY_BENCH_CELLS=GET:32 (comma-separated). To see
+//! what many open connections cost each request, RELAY_BENCH_IDLE_STREAMS=N
+//! keeps N idle SSE streams open through every relay during section 1.
+//! RELAY_BENCH_PIN=1 runs this process (load generator and stub) on CPU 0
+//! and every relay (proxy, nginx, base) on CPU 1, so each relay runs where
+//! the others ran (Linux; it does not make runs less noisy). To
 //! compare two builds in one session, RELAY_BENCH_BASE_BIN=<another
 //! mcp-identity-proxy binary> adds it as a column, `base`, measured in
 //! turn with the others; section 1 then also prints its ratios to nginx and
