@@ -7,7 +7,6 @@
 //! could read differently, or an `arguments` that cannot hold the identity
 //! is an error, and the core answers 400 without forwarding anything.
 
-use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
 
@@ -240,28 +239,18 @@ impl fmt::Display for StampError {
 #[inline(never)]
 pub fn plan(body: &[u8], agent: &str, map: &StampMap) -> Result<Plan, StampError> {
     let mut plan = Plan::default();
-    // The key the scan looked up for the message it just read, if any, so
-    // that `plan_message` need not look it up again.
-    let looked_up = Cell::new(None);
     json::scan_messages(
         body,
-        |name| {
-            let key = map.param_for_value(body, name);
-            looked_up.set(key);
-            key.map(|p| &*p.name)
-        },
-        |m| plan_message(body, m, looked_up.take(), agent, map, &mut plan),
+        |name| map.param_for_value(body, name).map(|p| &*p.name),
+        |m| plan_message(body, m, agent, map, &mut plan),
     )?;
     debug_assert!(plan.splices.windows(2).all(|w| w[0].end <= w[1].start));
     Ok(plan)
 }
 
-/// Plans one message. `looked_up` is what the scan's identity-key lookup
-/// last returned, during this message's scan or an earlier one.
 fn plan_message(
     body: &[u8],
     m: &Message,
-    looked_up: Option<&Param>,
     agent: &str,
     map: &StampMap,
     plan: &mut Plan,
@@ -289,15 +278,8 @@ fn plan_message(
     if m.duplicates.arguments {
         return Err(StampError::Duplicate(DuplicateKey::Arguments));
     }
-    // `m.identity` is set only when the scan looked `name` up in this
-    // message and found a key (then it looks up no more in this message):
-    // `looked_up` is that key.
-    let key = match (m.identity, looked_up) {
-        (Some(_), Some(key)) => Some(key),
-        _ => m.name.and_then(|name| map.param_for_value(body, &name)),
-    };
     // The key's name, and its JSON text between the quotes.
-    let Some(Param { name: key, text: k }) = key else {
+    let Some(Param { name: key, text: k }) = m.name.and_then(|name| map.param_for_value(body, &name)) else {
         return Ok(());
     };
     // The agent name's.
