@@ -214,10 +214,6 @@ impl Name {
         let key = (bytes.len() as u32) << 16 | (bytes[0] as u32) << 8 | bytes[bytes.len() - 1] as u32;
         Name { bytes, key, class }
     }
-
-    pub fn as_bytes(self) -> &'static [u8] {
-        self.bytes
-    }
 }
 
 /// The names the proxy reads, sets or removes by name.
@@ -624,16 +620,32 @@ impl HeaderList {
         if !valid_name(name) {
             return Err(FieldError::InvalidName);
         }
-        if !valid_value(value) {
-            return Err(FieldError::InvalidValue);
-        }
-        let at = self.position(name);
-        let line = self.push_line(name, &[value])?;
-        match at.and_then(|i| self.lines.get_mut(i)) {
-            Some(slot) => *slot = line,
-            None => self.lines.push(line),
-        }
-        Ok(())
+        self.set_at(self.position(name), name, None, value)
+    }
+
+    /// `set` by a name known when compiled: only the value is checked.
+    pub fn set_name(&mut self, name: Name, value: &[u8]) -> Result<(), FieldError> {
+        self.set_at(self.position_of(name), name.bytes, Some(name), value)
+    }
+
+    /// The value of `name` (any case).
+    pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        self.value_at(self.position(name))
+    }
+
+    /// `get` by a name known when compiled.
+    pub fn get_name(&self, name: Name) -> Option<&[u8]> {
+        self.value_at(self.position_of(name))
+    }
+
+    /// Remove `name` (any case); returns whether it was present.
+    pub fn remove(&mut self, name: &[u8]) -> bool {
+        self.remove_at(self.position(name))
+    }
+
+    /// `remove` by a name known when compiled.
+    pub fn remove_name(&mut self, name: Name) -> bool {
+        self.remove_at(self.position_of(name))
     }
 
     /// Where the line named `name` is: stored names are lowercase, as
@@ -646,13 +658,19 @@ impl HeaderList {
         self.lines.iter().position(|l| l.key == name.key && l.name(bytes) == name.bytes)
     }
 
-    /// `set` by a name known when compiled: only the value is checked.
-    pub fn set_name(&mut self, name: Name, value: &[u8]) -> Result<(), FieldError> {
+    /// The line `name: value` (its name checked, `known` or not, as `push`
+    /// takes it) in place of the line at `at`, or last.
+    fn set_at(
+        &mut self,
+        at: Option<usize>,
+        name: &[u8],
+        known: Option<Name>,
+        value: &[u8],
+    ) -> Result<(), FieldError> {
         if !valid_value(value) {
             return Err(FieldError::InvalidValue);
         }
-        let at = self.position_of(name);
-        let line = self.push(name.bytes, Some(name), &[value])?;
+        let line = self.push(name, known, &[value])?;
         match at.and_then(|i| self.lines.get_mut(i)) {
             Some(slot) => *slot = line,
             None => self.lines.push(line),
@@ -660,32 +678,14 @@ impl HeaderList {
         Ok(())
     }
 
-    /// `get` by a name known when compiled.
-    pub fn get_name(&self, name: Name) -> Option<&[u8]> {
-        self.position_of(name).and_then(|i| self.lines.get(i)).map(|l| l.value(self.bytes.data()))
+    fn value_at(&self, at: Option<usize>) -> Option<&[u8]> {
+        at.and_then(|i| self.lines.get(i)).map(|l| l.value(self.bytes.data()))
     }
 
-    /// `remove` by a name known when compiled.
-    pub fn remove_name(&mut self, name: Name) -> bool {
-        match self.position_of(name) {
+    /// At most one line per name: removing the one at `at` removes the name.
+    fn remove_at(&mut self, at: Option<usize>) -> bool {
+        match at.filter(|&i| i < self.lines.len()) {
             Some(i) => {
-                self.lines.remove(i);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The value of `name` (any case).
-    pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
-        self.position(name).and_then(|i| self.lines.get(i)).map(|l| l.value(self.bytes.data()))
-    }
-
-    /// Remove `name` (any case); returns whether it was present.
-    pub fn remove(&mut self, name: &[u8]) -> bool {
-        match self.position(name) {
-            Some(i) => {
-                // At most one line per name: nothing else to look for.
                 self.lines.remove(i);
                 true
             }
