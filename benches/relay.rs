@@ -158,9 +158,17 @@ fn pin_to(cpu: usize) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A relay's command: on `RELAY_CPU` when pinning.
-fn relay_command(program: &str) -> Command {
-    let mut cmd = Command::new(program);
+/// The command that runs the relay `program`, under the tool `wrap` when
+/// it is not empty, on `RELAY_CPU` when pinning.
+fn relay_command(wrap: &[String], program: &str) -> Command {
+    let mut cmd = match wrap.split_first() {
+        Some((tool, args)) => {
+            let mut c = Command::new(tool);
+            c.args(args).arg(program);
+            c
+        }
+        None => Command::new(program),
+    };
     if PINNED.load(std::sync::atomic::Ordering::Relaxed) {
         use std::os::unix::process::CommandExt;
         // SAFETY: sched_setaffinity is async-signal-safe; nothing else runs
@@ -175,14 +183,7 @@ fn relay_command(program: &str) -> Command {
 /// Spawn `bin` as the proxy, run by the command `wrap` when it is not empty.
 fn spawn_under(wrap: &[String], bin: &str, upstream: SocketAddr, stderr: &Path) -> (Proc, Duration) {
     let err = std::fs::OpenOptions::new().create(true).append(true).open(stderr).expect("stderr file");
-    let mut cmd = match wrap.split_first() {
-        Some((tool, args)) => {
-            let mut c = relay_command(tool);
-            c.args(args).arg(bin);
-            c
-        }
-        None => relay_command(bin),
-    };
+    let mut cmd = relay_command(wrap, bin);
     let t0 = Instant::now();
     let mut child = cmd
         .args(["--upstream", &format!("http://{upstream}/mcp"), "--agent", AGENT])
@@ -250,14 +251,7 @@ fn spawn_nginx_under(wrap: &[String], upstream: SocketAddr) -> Result<Proc, Stri
                proxy_buffering off;\n      proxy_buffer_size 16k;\n      proxy_buffers 8 16k;\n      proxy_read_timeout 300s;\n    }}\n  }}\n}}\n"
     );
     std::fs::write(dir.join("nginx.conf"), conf).map_err(|e| e.to_string())?;
-    let mut cmd = match wrap.split_first() {
-        Some((tool, args)) => {
-            let mut c = relay_command(tool);
-            c.args(args).arg(nginx);
-            c
-        }
-        None => relay_command(nginx),
-    };
+    let mut cmd = relay_command(wrap, nginx);
     let child = cmd
         .args(["-p", &dir.display().to_string(), "-c", "nginx.conf", "-e", &format!("{d}/error.log")])
         .stdin(Stdio::null())
