@@ -151,6 +151,29 @@ fn idle_keep_alive_connection_closes_after_keepalive_timeout_without_an_answer()
 }
 
 #[test]
+fn a_request_moves_the_keepalive_deadline_later() {
+    // The loop keeps a connection's earlier deadline when a request moves it
+    // later (`event_loop/timers.rs`): when that earlier one comes up, the
+    // connection must stay open until its own.
+    let up = ok_upstream();
+    let p = start(&up, &["--keepalive-timeout", "2", "--request-timeout", "1"]);
+    let mut c = client(&p);
+    c.send(&json_post(&host(&p), &[], PING));
+    assert_eq!(c.read_response("POST").status, 200);
+    std::thread::sleep(Duration::from_millis(1200));
+    c.send(&json_post(&host(&p), &[], PING));
+    assert_eq!(c.read_response("POST").status, 200);
+    let t1 = Instant::now();
+    // The first request's deadline passes about 0.8 s from now.
+    assert!(c.closed_within(Duration::from_secs(5)), "idle connection still open");
+    let waited = t1.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1800) && waited < Duration::from_secs(4),
+        "closed {waited:?} after the second request, not 2 s"
+    );
+}
+
+#[test]
 fn quiet_open_stream_outlives_the_request_and_keepalive_timeouts() {
     // The upstream opens an SSE stream, stays quiet for 3 s, then sends an event.
     let up = StubUpstream::start(|_, s| {
