@@ -132,10 +132,19 @@ impl Class {
     fn is_singleton(self) -> bool {
         matches!(self, Class::Singleton | Class::Host | Class::ContentLength)
     }
+    #[cfg(test)]
     fn is_hop_by_hop(self) -> bool {
-        matches!(self, Class::HopByHop | Class::TransferEncoding | Class::Connection)
+        self.bit() & HOP_BY_HOP_BITS != 0
+    }
+    /// This class's bit in `HeaderList::classes`.
+    fn bit(self) -> u16 {
+        1 << self as u16
     }
 }
+
+/// The bits of the classes `strip_hop_by_hop` always drops.
+const HOP_BY_HOP_BITS: u16 =
+    1 << Class::HopByHop as u16 | 1 << Class::TransferEncoding as u16 | 1 << Class::Connection as u16;
 
 /// The class of a lowercase name: a switch on its length, then at most a
 /// few comparisons, instead of a walk over both lists for every line. Must
@@ -322,13 +331,21 @@ impl Arena {
 
     /// Room for `n` more bytes at the end, zeroed or stale: the caller
     /// fills all of it. Returns where it starts.
+    #[inline]
     fn grow(&mut self, n: usize) -> &mut [u8] {
         let start = self.len;
         let end = start + n;
-        self.len = end;
         if self.heap.is_empty() && end <= INLINE_BYTES {
+            self.len = end;
             return self.inline.get_mut(start..end).unwrap_or_default();
         }
+        self.grow_heap(start, end)
+    }
+
+    /// `grow` past the inline array: a head of unusual size.
+    #[cold]
+    fn grow_heap(&mut self, start: usize, end: usize) -> &mut [u8] {
+        self.len = end;
         if self.heap.is_empty() {
             self.heap.reserve(end.max(2 * INLINE_BYTES));
             self.heap.extend_from_slice(self.inline.get(..start).unwrap_or_default());
@@ -444,6 +461,10 @@ pub struct HeaderList {
     /// `key_bit` of every name that entered (removed ones stay: a set bit
     /// only means "walk the lines").
     names: u64,
+    /// `Class::bit` of every class that entered, kept the same way: most
+    /// heads have no hop-by-hop, framing or `expect` line, and then
+    /// `get_class` and `strip_for_forwarding` walk nothing.
+    classes: u16,
 }
 
 impl fmt::Debug for HeaderList {
@@ -476,6 +497,7 @@ impl HeaderList {
     pub fn clear(&mut self) {
         self.lines.clear();
         self.names = 0;
+        self.classes = 0;
         self.bytes.len = 0;
         self.bytes.heap.clear();
     }
@@ -491,7 +513,11 @@ impl HeaderList {
     }
 
     fn position(&self, name: &[u8]) -> Option<usize> {
-        let k = key(name);
+        self.position_keyed(name, key(name))
+    }
+
+    /// `position`, `k` being `key(name)`.
+    fn position_keyed(&self, name: &[u8], k: u32) -> Option<usize> {
         if self.names & key_bit(k) == 0 {
             return None;
         }
@@ -502,19 +528,36 @@ impl HeaderList {
     /// name a single field: `Host`, `ContentLength`, `TransferEncoding`,
     /// `Connection`, `Expect`).
     pub(crate) fn get_class(&self, class: Class) -> Option<&[u8]> {
+        if self.classes & class.bit() == 0 {
+            return None;
+        }
         self.lines.iter().find(|l| l.class == class).map(|l| l.value(self.bytes.data()))
     }
 
     /// The one constructor of a line: appends `name: value\r\n` with the
     /// name lowercased, the value being `value` parts back to back. The
     /// caller has validated both; the caller places the returned `Line`.
-    fn push_line(&mut self, name: &[u8], value: &[&[u8]]) -> Result<Line, FieldError> {
-        self.push(name, None, value)
+    fn push_line<const N: usize>(
+        &mut self,
+        name: &[u8],
+        key: u32,
+        value: [&[u8]; N],
+    ) -> Result<Line, FieldError> {
+        self.push(name, key, None, value)
     }
 
     /// `push_line`, with the lowercasing and classing skipped when the name
-    /// is `known` (then `name` is its bytes).
-    fn push(&mut self, name: &[u8], known: Option<Name>, value: &[&[u8]]) -> Result<Line, FieldError> {
+    /// is `known` (then `name` is its bytes). `key` is `key(name)`, which
+    /// the caller has already worked out to look the name up. Generic over
+    /// the number of value parts, so that the one-part push of nearly every
+    /// line has no loop over them.
+    fn push<const N: usize>(
+        &mut self,
+        name: &[u8],
+        key: u32,
+        known: Option<Name>,
+        value: [&[u8]; N],
+    ) -> Result<Line, FieldError> {
         let value_len: usize = value.iter().map(|p| p.len()).sum();
         let start = self.bytes.len;
         let total = name.len() + value_len + 4;
@@ -528,14 +571,14 @@ impl HeaderList {
         };
         let line = self.bytes.grow(total);
         let (lower, rest) = line.split_at_mut_checked(name.len()).ok_or(FieldError::TooMany)?;
-        let (key, class) = match known {
+        let class = match known {
             Some(n) => {
                 lower.copy_from_slice(name);
-                (n.key, n.class)
+                n.class
             }
             None => {
                 lowercase_into(lower, name);
-                (key(lower), classify(lower))
+                classify(lower)
             }
         };
         let (sep, mut rest) = rest.split_first_chunk_mut::<2>().ok_or(FieldError::TooMany)?;
@@ -546,6 +589,7 @@ impl HeaderList {
         let end: &mut [u8; 2] = rest.try_into().map_err(|_| FieldError::TooMany)?;
         *end = *b"\r\n";
         self.names |= key_bit(key);
+        self.classes |= class.bit();
         Ok(Line { key, start: start32, name_len, value_len, class })
     }
 
@@ -579,11 +623,12 @@ impl HeaderList {
     }
 
     fn merge_valid(&mut self, name: &[u8], value: &[u8]) -> Result<Class, FieldError> {
-        let Some(i) = self.position(name) else {
+        let k = key(name);
+        let Some(i) = self.position_keyed(name, k) else {
             if self.lines.len() >= crate::limits::MAX_FIELDS {
                 return Err(FieldError::TooMany);
             }
-            let line = self.push_line(name, &[value])?;
+            let line = self.push_line(name, k, [value])?;
             self.lines.push(line);
             return Ok(line.class);
         };
@@ -599,12 +644,12 @@ impl HeaderList {
             if old.class == Class::SetCookie {
                 log::debug!("set-cookie repeated; keeping the last value");
             }
-            self.push_line(name, &[value])?
+            self.push_line(name, k, [value])?
         } else if value.is_empty() {
             return Ok(old.class);
         } else {
             let kept = Value::from_slice(existing);
-            self.push_line(name, &[&kept, b", ", value])?
+            self.push_line(name, k, [&kept, b", ", value])?
         };
         if let Some(slot) = self.lines.get_mut(i) {
             *slot = line;
@@ -620,12 +665,13 @@ impl HeaderList {
         if !valid_name(name) {
             return Err(FieldError::InvalidName);
         }
-        self.set_at(self.position(name), name, None, value)
+        let k = key(name);
+        self.set_at(self.position_keyed(name, k), name, k, None, value)
     }
 
     /// `set` by a name known when compiled: only the value is checked.
     pub fn set_name(&mut self, name: Name, value: &[u8]) -> Result<(), FieldError> {
-        self.set_at(self.position_of(name), name.bytes, Some(name), value)
+        self.set_at(self.position_of(name), name.bytes, name.key, Some(name), value)
     }
 
     /// The value of `name` (any case).
@@ -667,13 +713,14 @@ impl HeaderList {
         &mut self,
         at: Option<usize>,
         name: &[u8],
+        key: u32,
         known: Option<Name>,
         value: &[u8],
     ) -> Result<(), FieldError> {
         if !valid_value(value) {
             return Err(FieldError::InvalidValue);
         }
-        let line = self.push(name, known, &[value])?;
+        let line = self.push(name, key, known, [value])?;
         match at.and_then(|i| self.lines.get_mut(i)) {
             Some(slot) => *slot = line,
             None => self.lines.push(line),
@@ -719,16 +766,16 @@ impl HeaderList {
     /// `strip_hop_by_hop`, also dropping the lines of the classes in
     /// `also` (the framing fields the writer re-derives), in the same pass.
     pub(crate) fn strip_for_forwarding(&mut self, also: &[Class]) {
+        let droppable = also.iter().fold(HOP_BY_HOP_BITS, |bits, c| bits | c.bit());
+        if self.classes & droppable == 0 {
+            return;
+        }
         let mut named: SmallVec<[(&[u8], u32); 4]> = SmallVec::new();
         let bytes = self.bytes.data();
         if let Some(v) = self.lines.iter().find(|l| l.class == Class::Connection).map(|l| l.value(bytes)) {
             named.extend(list_elements(v).map(|t| (t, key(t))));
         }
-        let drop = |l: Line| {
-            l.class.is_hop_by_hop()
-                || also.contains(&l.class)
-                || named.iter().any(|(t, k)| l.is(bytes, t, *k))
-        };
+        let drop = |l: Line| l.class.bit() & droppable != 0 || named.iter().any(|(t, k)| l.is(bytes, t, *k));
         let mut kept = 0;
         for i in 0..self.lines.len() {
             let Some(&l) = self.lines.get(i) else { break };
@@ -930,8 +977,10 @@ mod tests {
 
     #[test]
     fn classify_agrees_with_the_lists() {
-        for name in
-            SINGLETONS.iter().chain(HOP_BY_HOP).chain([&b"set-cookie"[..], b"mcp-param-sender"].iter())
+        for name in SINGLETONS
+            .iter()
+            .chain(HOP_BY_HOP)
+            .chain([&b"set-cookie"[..], b"mcp-param-sender", b"expect", b"x-other"].iter())
         {
             let c = classify(name);
             assert_eq!(c.is_singleton(), is_singleton(name), "{}", String::from_utf8_lossy(name));
