@@ -28,6 +28,7 @@ use mcp_identity_proxy::conn::editor::{self, Credentials, Outgoing, Route};
 use mcp_identity_proxy::http::body::Decoder;
 use mcp_identity_proxy::http::framing::Framing;
 use mcp_identity_proxy::http::head::{parse_request_into, parse_response_into, RequestHead, ResponseHead};
+use mcp_identity_proxy::http::write::{self, BodyField};
 use mcp_identity_proxy::mcp::stamp::{Plan, StampMap};
 
 /// The proxy's request body bound (`limits::MAX_STAMP_BODY`, crate-private).
@@ -140,31 +141,21 @@ fn request_path(raw: &[u8], r: &mut Reused, stamps: &StampMap) -> usize {
     r.head_out.len()
 }
 
-/// Response side, as `Conn::start_relay` writes a Content-Length response
-/// for a keep-alive HTTP/1.1 client today (status and length through
-/// `core::fmt`).
+/// Response side, as `Conn::read_response_head` does it for a
+/// Content-Length response to a keep-alive HTTP/1.1 client: parse, the
+/// response edits, the head written by `write::response_head`.
 #[inline(never)]
 fn response_path(raw: &[u8], r: &mut Reused) -> usize {
-    use std::io::Write;
     let Ok(true) = parse_response_into(raw, false, &mut r.resp) else { return 0 };
-    let resp = &r.resp;
-    let sse = resp
-        .headers
-        .get(b"content-type")
-        .is_some_and(|v| v.len() >= 17 && v[..17].eq_ignore_ascii_case(b"text/event-stream"));
-    black_box(sse);
-    black_box(resp.headers.get(b"location"));
+    let resp = &mut r.resp;
+    editor::edit_response(&mut resp.headers, AUTHORITY, b"127.0.0.1:8100");
+    let field = match resp.framing {
+        Framing::Length(n) => BodyField::Length(n),
+        _ => BodyField::Chunked,
+    };
     let t = &mut r.to_client;
     t.clear();
-    t.extend_from_slice(b"HTTP/1.1 ");
-    let _ = write!(t, "{} ", resp.status);
-    t.extend_from_slice(&resp.reason);
-    t.extend_from_slice(b"\r\n");
-    resp.headers.write_to(t);
-    if let Framing::Length(n) = resp.framing {
-        let _ = write!(t, "content-length: {n}\r\n");
-    }
-    t.extend_from_slice(b"\r\n");
+    write::response_head(t, resp.status, &resp.reason, &resp.headers, field, false);
     t.len()
 }
 
