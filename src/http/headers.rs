@@ -772,16 +772,21 @@ impl HeaderList {
         }
         let mut named: SmallVec<[(&[u8], u32); 4]> = SmallVec::new();
         let bytes = self.bytes.data();
-        if let Some(v) = self.lines.iter().find(|l| l.class == Class::Connection).map(|l| l.value(bytes)) {
+        // One slice for the walk: each index into the `SmallVec` itself
+        // would ask again whether it has spilled.
+        let lines = self.lines.as_mut_slice();
+        if let Some(v) = lines.iter().find(|l| l.class == Class::Connection).map(|l| l.value(bytes)) {
             named.extend(list_elements(v).map(|t| (t, key(t))));
         }
         let drop = |l: Line| l.class.bit() & droppable != 0 || named.iter().any(|(t, k)| l.is(bytes, t, *k));
         let mut kept = 0;
-        for i in 0..self.lines.len() {
-            let Some(&l) = self.lines.get(i) else { break };
+        for i in 0..lines.len() {
+            let Some(&l) = lines.get(i) else { break };
             if !drop(l) {
-                if let Some(slot) = self.lines.get_mut(kept) {
-                    *slot = l;
+                if kept != i {
+                    if let Some(slot) = lines.get_mut(kept) {
+                        *slot = l;
+                    }
                 }
                 kept += 1;
             }
