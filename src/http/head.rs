@@ -100,13 +100,24 @@ type RawFields<'b> = [MaybeUninit<httparse::Header<'b>>; MAX_FIELDS];
 /// the number of `Host` and of `Transfer-Encoding` lines. Those are counted
 /// on the raw lines, since merging collapses identical values into one.
 fn merge_fields(
+    head: &[u8],
     lines: &[httparse::Header<'_>],
     headers: &mut HeaderList,
 ) -> Result<(usize, usize), ParseError> {
     headers.clear();
+    // The lines as received, from the first name on, copied in one piece:
+    // most lines are then taken where they lie.
+    let block = lines.first().and_then(|first| {
+        let from = (first.name.as_ptr() as usize).checked_sub(head.as_ptr() as usize)?;
+        headers.take_block(head.get(from..)?)
+    });
     let (mut hosts, mut codings) = (0, 0);
     for h in lines {
-        match headers.merge_parsed(h.name.as_bytes(), h.value)? {
+        let merged = match &block {
+            Some(block) => headers.merge_parsed_in(block, h.name.as_bytes(), h.value),
+            None => headers.merge_parsed(h.name.as_bytes(), h.value),
+        };
+        match merged? {
             Class::Host => hosts += 1,
             Class::TransferEncoding => codings += 1,
             _ => {}
@@ -178,7 +189,7 @@ pub fn parse_request_into(buf: &[u8], head: &mut RequestHead) -> Result<bool, Pa
     };
     let http10 = version == 0;
     let headers = &mut head.headers;
-    let (hosts, _) = merge_fields(req.headers, headers)?;
+    let (hosts, _) = merge_fields(buf.get(..len).unwrap_or_default(), req.headers, headers)?;
     // RFC 9112 §3.2: a server MUST answer 400 to no Host (1.1) or several.
     if hosts > 1 || (hosts == 0 && !http10) {
         return Err(ParseError::Host);
@@ -256,7 +267,7 @@ pub fn parse_response_into(
         return Err(ParseError::Syntax("status code"));
     }
     let headers = &mut head.headers;
-    merge_fields(resp.headers, headers)?;
+    merge_fields(buf.get(..len).unwrap_or_default(), resp.headers, headers)?;
     let framing = response_framing(headers, status, head_request).map_err(ParseError::Framing)?;
     let advertised_length = match framing {
         Framing::None => headers.get_class(Class::ContentLength).and_then(parse_digits),
@@ -477,5 +488,80 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Lines taken where they lie (`take_block`, `merge_parsed_in`) give
+    /// the list merging each line on its own gives: whatever the spacing
+    /// around the value, the line ends, the case, repeats of a name, and
+    /// heads too large for the block or growing past the inline bytes while
+    /// merged.
+    #[test]
+    fn lines_taken_in_place_are_the_lines_merged_one_by_one() {
+        let mut rng = crate::test_rng::Rng(0xB10C_4EAD);
+        let names: Vec<&str> = "Host host HOST Accept accept X-List x-list Mcp-Session-Id Set-Cookie \
+             Content-Type Connection X-Hop Origin X-Long-Field-Name-Of-Some-Length a Ab"
+            .split_whitespace()
+            .collect();
+        let values: &[&str] = &["", "1", "a, b", "keep-alive, X-Hop", "text/plain", "v"];
+        let mut in_place = RequestHead::default();
+        let (mut same, mut refused) = (0, 0);
+        for round in 0..4000 {
+            let mut raw = String::from("GET / HTTP/1.1\r\n");
+            let eol = if rng.below(8) == 0 { "\n" } else { "\r\n" };
+            raw.push_str(&format!("Host: h{eol}"));
+            for _ in 0..rng.below(12) {
+                let name = rng.pick(&names);
+                let value = if rng.below(10) == 0 {
+                    "x".repeat(rng.below(600))
+                } else {
+                    rng.pick(values).to_string()
+                };
+                let before = rng.pick(&[": ", ":", ":  ", ":\t", ": "]);
+                let after = rng.pick(&["", "", "", " ", "\t"]);
+                raw.push_str(&format!("{name}{before}{value}{after}{eol}"));
+            }
+            raw.push_str(eol);
+            // The line-by-line merge of what httparse read.
+            let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+            let mut req = httparse::Request::new(&mut fields);
+            let Ok(httparse::Status::Complete(_)) = req.parse(raw.as_bytes()) else { continue };
+            let mut one_by_one = HeaderList::new();
+            let merged: Result<(), FieldError> =
+                req.headers.iter().try_for_each(|h| one_by_one.merge_line(h.name.as_bytes(), h.value));
+            // The head kept from round to round, as a connection keeps it.
+            let parsed = parse_request_into(raw.as_bytes(), &mut in_place);
+            match (merged, parsed) {
+                (Ok(()), Ok(true)) => {
+                    one_by_one.strip_for_forwarding(&[Class::ContentLength, Class::Expect]);
+                    let (mut a, mut b) = (Vec::new(), Vec::new());
+                    one_by_one.write_to(&mut a);
+                    in_place.headers.write_to(&mut b);
+                    assert_eq!(
+                        String::from_utf8_lossy(&a),
+                        String::from_utf8_lossy(&b),
+                        "round {round}: {raw:?}"
+                    );
+                    for name in &names {
+                        assert_eq!(one_by_one.get(name.as_bytes()), in_place.headers.get(name.as_bytes()));
+                    }
+                    assert_eq!(in_place.headers.get_name(super::super::headers::name::HOST), Some(&b"h"[..]));
+                    same += 1;
+                }
+                (Err(_), Err(_)) => refused += 1,
+                (m, p) => panic!("round {round}: merged {m:?}, parsed {p:?}: {raw:?}"),
+            }
+        }
+        assert!(same > 1000 && refused > 100, "{same} compared, {refused} refused by both");
+        // Joined values grow the list past its inline bytes in the middle
+        // of the block: the lines after are still lowercased where they are.
+        let part = "p".repeat(300);
+        let raw = format!(
+            "GET / HTTP/1.1\r\nHost: h\r\nX-List: {part}1\r\nX-List: {part}2\r\nX-List: {part}3\r\nAccept: x\r\n\r\n"
+        );
+        let head = parse_request(raw.as_bytes()).unwrap().unwrap();
+        let mut out = Vec::new();
+        head.headers.write_to(&mut out);
+        let want = format!("host: h\r\nx-list: {part}1, {part}2, {part}3\r\naccept: x\r\n");
+        assert_eq!(String::from_utf8_lossy(&out), want);
     }
 }

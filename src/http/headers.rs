@@ -329,6 +329,14 @@ impl Arena {
         }
     }
 
+    fn data_mut(&mut self) -> &mut [u8] {
+        if self.heap.is_empty() {
+            self.inline.get_mut(..self.len).unwrap_or_default()
+        } else {
+            &mut self.heap
+        }
+    }
+
     /// Room for `n` more bytes at the end, zeroed or stale: the caller
     /// fills all of it. Returns where it starts.
     #[inline]
@@ -448,6 +456,45 @@ impl Line {
             let own = self.name(bytes);
             own == name || own.eq_ignore_ascii_case(name)
         }
+    }
+}
+
+/// Where the block of field lines `HeaderList::take_block` copied was
+/// received: its address and length, to place each line's slices in it.
+pub(crate) struct Block {
+    addr: usize,
+    len: usize,
+}
+
+/// Where a received line's name and value lie in the copied block, when
+/// the value starts two bytes after the name and ends two bytes before the
+/// block does at the latest (its `\r\n` fits).
+struct Placed {
+    start: usize,
+    name_end: usize,
+    value_end: usize,
+    start32: u32,
+    name_len: u32,
+    value_len: u32,
+}
+
+impl Block {
+    fn line(&self, name: &[u8], value: &[u8]) -> Option<Placed> {
+        let start = (name.as_ptr() as usize).checked_sub(self.addr)?;
+        let name_end = start.checked_add(name.len())?;
+        let value_at = (value.as_ptr() as usize).checked_sub(self.addr)?;
+        let value_end = value_at.checked_add(value.len())?;
+        if value_at != name_end.checked_add(2)? || value_end.checked_add(2)? > self.len {
+            return None;
+        }
+        Some(Placed {
+            start,
+            name_end,
+            value_end,
+            start32: u32::try_from(start).ok()?,
+            name_len: u32::try_from(name.len()).ok()?,
+            value_len: u32::try_from(value.len()).ok()?,
+        })
     }
 }
 
@@ -620,6 +667,62 @@ impl HeaderList {
     pub(crate) fn merge_parsed(&mut self, name: &[u8], value: &[u8]) -> Result<Class, FieldError> {
         debug_assert!(valid_name(name) && valid_value(value));
         self.merge_valid(name, value)
+    }
+
+    /// Copies `block`, the field lines of a head as received (from the
+    /// first name to the end of the head), into the list in one piece, so
+    /// that `merge_parsed_in` can take each line where it lies instead of
+    /// copying it on its own. `None` when the block does not fit the inline
+    /// bytes or the list is not empty: then every line goes through
+    /// `merge_parsed`.
+    pub(crate) fn take_block(&mut self, block: &[u8]) -> Option<Block> {
+        if !self.lines.is_empty() || self.bytes.len != 0 || block.len() > INLINE_BYTES {
+            return None;
+        }
+        self.bytes.grow(block.len()).copy_from_slice(block);
+        Some(Block { addr: block.as_ptr() as usize, len: block.len() })
+    }
+
+    /// `merge_parsed` of a line of the block `take_block` copied (`name`
+    /// and `value` are slices of that block as received). A line that lies
+    /// there as this list writes lines, `name: value\r\n`, and whose name is
+    /// new, is lowercased in place and taken as it is; any other line (no
+    /// space or more than one after the colon, whitespace after the value,
+    /// a bare `\n`, a repeated name) goes through `merge_parsed`, which
+    /// writes it anew.
+    pub(crate) fn merge_parsed_in(
+        &mut self,
+        block: &Block,
+        name: &[u8],
+        value: &[u8],
+    ) -> Result<Class, FieldError> {
+        let Some(line) = block.line(name, value).filter(|_| self.lines.len() < crate::limits::MAX_FIELDS)
+        else {
+            return self.merge_parsed(name, value);
+        };
+        let k = key(name);
+        let laid_out = |data: &[u8]| {
+            data.get(line.name_end..line.name_end + 2) == Some(b": ")
+                && data.get(line.value_end..line.value_end + 2) == Some(b"\r\n")
+        };
+        if !laid_out(self.bytes.data()) || self.position_keyed(name, k).is_some() {
+            return self.merge_parsed(name, value);
+        }
+        let Some(lower) = self.bytes.data_mut().get_mut(line.start..line.name_end) else {
+            return self.merge_parsed(name, value);
+        };
+        lowercase_into(lower, name);
+        let class = classify(lower);
+        self.names |= key_bit(k);
+        self.classes |= class.bit();
+        self.lines.push(Line {
+            key: k,
+            start: line.start32,
+            name_len: line.name_len,
+            value_len: line.value_len,
+            class,
+        });
+        Ok(class)
     }
 
     fn merge_valid(&mut self, name: &[u8], value: &[u8]) -> Result<Class, FieldError> {
