@@ -1,10 +1,13 @@
 //! Defends the request head parser: no panic on any bytes; a complete head
 //! is reported at the same length whatever follows it, is incomplete one
-//! byte earlier, and its fields hold no duplicate names.
+//! byte earlier, its fields hold no duplicate names, and they are the
+//! fields httparse's lines give merged one by one (most lines are taken
+//! where they lie in the head, not merged on their own).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use mcp_identity_proxy::http::head::parse_request;
+use mcp_identity_proxy::http::headers::HeaderList;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(Some(head)) = parse_request(data) else { return };
@@ -18,4 +21,15 @@ fuzz_target!(|data: &[u8]| {
     for (i, a) in names.iter().enumerate() {
         assert!(!names[i + 1..].iter().any(|b| a.eq_ignore_ascii_case(b)));
     }
+    let mut fields = [httparse::EMPTY_HEADER; 100];
+    let mut req = httparse::Request::new(&mut fields);
+    let Ok(httparse::Status::Complete(_)) = req.parse(data) else { panic!("httparse refuses a head we took") };
+    let mut one_by_one = HeaderList::new();
+    for h in req.headers.iter() {
+        one_by_one.merge_line(h.name.as_bytes(), h.value).expect("a line we took merges");
+    }
+    one_by_one.strip_hop_by_hop();
+    one_by_one.remove(b"content-length");
+    one_by_one.remove(b"expect");
+    assert_eq!(one_by_one, head.headers);
 });
