@@ -468,30 +468,35 @@ pub(crate) struct Block {
 
 /// Where a received line's name and value lie in the copied block, when
 /// the value starts two bytes after the name and ends two bytes before the
-/// block does at the latest (its `\r\n` fits).
+/// block does at the latest (its `\r\n` fits): a `Line` but for its key
+/// and class.
 struct Placed {
-    start: usize,
-    name_end: usize,
-    value_end: usize,
-    start32: u32,
+    start: u32,
     name_len: u32,
     value_len: u32,
+}
+
+impl Placed {
+    fn name(&self) -> std::ops::Range<usize> {
+        let start = self.start as usize;
+        start..start + self.name_len as usize
+    }
+    fn value_end(&self) -> usize {
+        self.name().end + 2 + self.value_len as usize
+    }
 }
 
 impl Block {
     fn line(&self, name: &[u8], value: &[u8]) -> Option<Placed> {
         let start = (name.as_ptr() as usize).checked_sub(self.addr)?;
-        let name_end = start.checked_add(name.len())?;
         let value_at = (value.as_ptr() as usize).checked_sub(self.addr)?;
         let value_end = value_at.checked_add(value.len())?;
-        if value_at != name_end.checked_add(2)? || value_end.checked_add(2)? > self.len {
+        if value_at != start.checked_add(name.len())?.checked_add(2)? || value_end.checked_add(2)? > self.len
+        {
             return None;
         }
         Some(Placed {
-            start,
-            name_end,
-            value_end,
-            start32: u32::try_from(start).ok()?,
+            start: u32::try_from(start).ok()?,
             name_len: u32::try_from(name.len()).ok()?,
             value_len: u32::try_from(value.len()).ok()?,
         })
@@ -676,7 +681,8 @@ impl HeaderList {
     /// bytes or the list is not empty: then every line goes through
     /// `merge_parsed`.
     pub(crate) fn take_block(&mut self, block: &[u8]) -> Option<Block> {
-        if !self.lines.is_empty() || self.bytes.len != 0 || block.len() > INLINE_BYTES {
+        // No bytes means no lines: every line has at least its `: \r\n`.
+        if self.bytes.len != 0 || block.len() > INLINE_BYTES {
             return None;
         }
         self.bytes.grow(block.len()).copy_from_slice(block);
@@ -701,14 +707,15 @@ impl HeaderList {
             return self.merge_parsed(name, value);
         };
         let k = key(name);
+        let (name_at, value_end) = (line.name(), line.value_end());
         let laid_out = |data: &[u8]| {
-            data.get(line.name_end..line.name_end + 2) == Some(b": ")
-                && data.get(line.value_end..line.value_end + 2) == Some(b"\r\n")
+            data.get(name_at.end..name_at.end + 2) == Some(b": ")
+                && data.get(value_end..value_end + 2) == Some(b"\r\n")
         };
         if !laid_out(self.bytes.data()) || self.position_keyed(name, k).is_some() {
             return self.merge_parsed(name, value);
         }
-        let Some(lower) = self.bytes.data_mut().get_mut(line.start..line.name_end) else {
+        let Some(lower) = self.bytes.data_mut().get_mut(name_at) else {
             return self.merge_parsed(name, value);
         };
         lowercase_into(lower, name);
@@ -717,7 +724,7 @@ impl HeaderList {
         self.classes |= class.bit();
         self.lines.push(Line {
             key: k,
-            start: line.start32,
+            start: line.start,
             name_len: line.name_len,
             value_len: line.value_len,
             class,
