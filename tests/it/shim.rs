@@ -1,4 +1,4 @@
-//! agentchattr drop-in: `tests/support/agentchattr_shim.py` drives the real
+//! agentchattr drop-in: the `mcp_identity_proxy` package (`python/`) drives the real
 //! binary the way agentchattr's wrapper drives its Python proxy (start on
 //! port 0, read the port, rename, rotate the token, both at once, stop; a
 //! fixed port that is taken makes `start()` return False). Runs with the
@@ -97,7 +97,7 @@ fn serve(stream: TcpStream, log: &Mutex<Vec<SeenRequest>>) {
 /// stdout (the shim also prints the binary's port lines, as agentchattr does).
 const DRIVER: &str = r#"
 import json, os, urllib.request
-from agentchattr_shim import McpIdentityProxy
+from mcp_identity_proxy import McpIdentityProxy
 
 def out(**kw):
     print(json.dumps(kw), flush=True)
@@ -140,7 +140,7 @@ fn agentchattr_shim_start_rename_rotate_stop_and_taken_port() {
     let (upstream, seen) = stub_upstream();
     let taken = TcpListener::bind("127.0.0.1:0").expect("bind the port to take");
     let taken_port = taken.local_addr().expect("taken port").port();
-    let support = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support");
+    let support = concat!(env!("CARGO_MANIFEST_DIR"), "/python");
     let mut child = Command::new("python3")
         .arg("-c")
         .arg(DRIVER)

@@ -5,7 +5,7 @@ Same constructor, ``start()``/``stop()``, ``port``, ``url`` and the
 ``agent_name``/``token`` properties as agentchattr's class, so ``wrapper.py``
 needs no change beyond the import::
 
-    from agentchattr_shim import McpIdentityProxy
+    from mcp_identity_proxy import McpIdentityProxy
 
 The binary runs as a child process with ``--control-stdin``: a new name or
 token is one JSON line on its stdin and applies to the next request, and the
