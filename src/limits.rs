@@ -163,8 +163,13 @@ pub const MAX_SESSIONS: usize = 64;
 pub const MAX_SESSION_ID_LEN: usize = 128;
 
 /// Largest `initialize` request body recorded for replay. Real clients send
-/// 200 to 600 bytes; a larger one is forwarded but its session not tracked.
-pub const MAX_RECORDED_INITIALIZE: usize = 4 * 1024;
+/// 200 to 700 bytes (Claude Code, Gemini CLI and the SDKs: capabilities with
+/// roots, sampling, elicitation, tasks; Codex adds a clientInfo title), but
+/// a 2025-11-25 clientInfo may carry `icons`, which may be `data:` URIs of
+/// a few KiB each: 64 KiB is a hundred times what is sent today. A larger
+/// one is forwarded but its session not tracked; at most `MAX_SESSIONS` are
+/// held.
+pub const MAX_RECORDED_INITIALIZE: usize = 64 * 1024;
 
 /// A recorded session not used for this long is forgotten (an agent's
 /// working day; the server has long dropped it by then).

@@ -28,10 +28,11 @@ use super::{editor, Conn, Ctx, Phase};
 use crate::http::framing::Framing;
 use crate::http::head::ResponseHead;
 use crate::http::headers::{name, HeaderList};
-use crate::limits::{MAX_REOPEN_ANSWER, REOPEN_POLL, REOPEN_WAIT};
-use crate::mcp::initialize::{self, Format};
+use crate::limits::{REOPEN_POLL, REOPEN_WAIT};
+use crate::mcp::initialize::Format;
 use crate::mcp::rpc;
 use crate::mcp::session::{ReopenRefused, ReplayFailed};
+use crate::mcp::version_scan::{Scan, VersionScan, Why};
 use log::{debug, info, warn};
 
 /// The `notifications/initialized` a replay sends when the client had.
@@ -66,10 +67,11 @@ pub(super) struct Reopen {
     request: Vec<u8>,
     /// The new upstream id, from the answer to the replayed `initialize`.
     new_id: Option<Box<[u8]>>,
-    /// The answer being collected: its status, format and payload.
+    /// The answer being collected: its status, and (for the replayed
+    /// `initialize`) the reading of its `protocolVersion` as it streams
+    /// past: the answer itself is not kept, whatever its size.
     status: u16,
-    format: Option<Format>,
-    payload: Vec<u8>,
+    scan: Option<VersionScan>,
     /// The upstream may keep the connection after the collected answer.
     keep_alive: bool,
     /// The replayed `initialize`'s id (JSON text) and the version it must
@@ -87,8 +89,7 @@ impl Reopen {
             request: Vec::new(),
             new_id: None,
             status: 0,
-            format: None,
-            payload: Vec::new(),
+            scan: None,
             keep_alive: false,
             init_id: Vec::new(),
             version: "".into(),
@@ -106,12 +107,18 @@ impl Reopen {
         self.replaying().then_some(self.request.as_slice())
     }
 
-    /// Keeps payload of an answer to a replayed request (bounded; the 404
-    /// is held whole from the buffer instead).
-    pub(super) fn keep_payload(&mut self, data: &[u8]) {
-        if self.replaying() && self.payload.len() + data.len() <= MAX_REOPEN_ANSWER {
-            self.payload.extend_from_slice(data);
+    /// Reads payload of an answer to a replayed request as it is walked
+    /// (the 404 is held whole in the buffer instead).
+    pub(super) fn read_payload(&mut self, data: &[u8]) {
+        if let Some(scan) = self.scan.as_mut() {
+            scan.feed(data);
         }
+    }
+
+    /// An answer to a request of the proxy's own is walked, not held: its
+    /// bytes leave the buffer as they are read.
+    pub(super) fn streams_answer(&self) -> bool {
+        self.replaying()
     }
 
     /// The upstream keeps the connection after the collected answer.
@@ -137,9 +144,13 @@ impl Conn {
                     if r.step == Step::Initialize {
                         r.new_id = resp.headers.get_name(name::MCP_SESSION_ID).map(Into::into);
                     }
-                    r.format = resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type);
+                    let format =
+                        resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type);
+                    r.scan = match (r.step, format) {
+                        (Step::Initialize, Some(f)) => VersionScan::new(f, &r.init_id),
+                        _ => None,
+                    };
                     r.keep_alive = resp.keep_alive;
-                    r.payload.clear();
                 }
                 self.start_collect(resp);
                 true
@@ -285,15 +296,15 @@ impl Conn {
 
     fn initialize_answered(&mut self, ctx: &Ctx) {
         let Some(r) = self.ex.reopen.as_deref_mut() else { return };
-        let version = match r.format {
-            Some(format) => initialize::protocol_version(&r.payload, format, &r.init_id),
-            None => initialize::Answer::NotFound,
+        let version = match r.scan.as_mut() {
+            Some(scan) => scan.finish().clone(),
+            None => Scan::Missing(Why::Ended { events: 0, not_json: 0 }),
         };
         let why = match (&r.new_id, version) {
             _ if r.status != 200 => Some("initialize not answered 200"),
             (None, _) => Some("no session id in the answer to initialize"),
-            (Some(_), initialize::Answer::Version(v)) if *v == *r.version => None,
-            (Some(_), initialize::Answer::Version(_)) => Some("a different protocol version"),
+            (Some(_), Scan::Version(v)) if *v == *r.version => None,
+            (Some(_), Scan::Version(_)) => Some("a different protocol version"),
             (Some(_), _) => Some("no protocol version in the answer to initialize"),
         };
         if let Some(why) = why {

@@ -313,10 +313,12 @@ impl Conn {
             input_done = input.is_done();
             progressed = true;
             // Copied (never altered): a recorded initialize's answer.
-            if let (Some(c), Piece::Data) = (self.ex.version_capture.as_deref_mut(), piece) {
-                if !c.feed(avail.get(..len).unwrap_or_default(), &mut ctx.sessions.borrow_mut()) {
-                    self.ex.version_capture = None;
-                }
+            if piece == Piece::Data && self.ex.version_capture.is_some() {
+                let data = avail.get(..len).unwrap_or_default();
+                super::session::feed_capture(&mut self.ex.version_capture, Some(data), ctx.sessions, self.id);
+            }
+            if input_done {
+                super::session::feed_capture(&mut self.ex.version_capture, None, ctx.sessions, self.id);
             }
             if let Some(rw) = rewriter.as_mut() {
                 // Nothing is passed while rewriting (pass == 0): payload goes
@@ -372,7 +374,12 @@ impl Conn {
                 cut = cut.or(Some("upstream closed mid-body"));
             }
         }
+        if eof && input_done {
+            // A close-delimited body ends here.
+            super::session::feed_capture(&mut self.ex.version_capture, None, ctx.sessions, self.id);
+        }
         if let Some(ending) = cut {
+            super::session::feed_capture(&mut self.ex.version_capture, None, ctx.sessions, self.id);
             // Headers are gone already: the only honest signal left is to
             // flush what arrived and close without a terminating chunk
             // (RFC 9112 §8: a chunked body without its zero-size last chunk

@@ -7,25 +7,33 @@
 use super::{Conn, Ctx};
 use crate::http::head::ResponseHead;
 use crate::http::headers::{name, HeaderList};
-use crate::mcp::initialize::{self, Format};
+use crate::mcp::initialize::Format;
 use crate::mcp::rpc;
 use crate::mcp::session::SessionTable;
-use log::debug;
+use crate::mcp::version_scan::{Scan, VersionScan, Why};
+use log::{debug, warn};
 
-/// At most this much of an `initialize` answer's body is copied to find its
-/// `protocolVersion`; a longer answer leaves the version unrecorded (and
-/// the session is then never replayed: the version could not be checked).
-pub const MAX_CAPTURE: usize = 4 * 1024;
-
-/// A copy of the start of the body of an answer to a recorded `initialize`,
-/// kept until its `protocolVersion` is found. It only reads: the relay is
-/// neither delayed nor altered.
+/// Reads the `protocolVersion` from the body of an answer to a recorded
+/// `initialize` as it is relayed, whatever the body's size (agentchattr's
+/// is about 6 KB): what it keeps is a few small fields, never the body
+/// (`VersionScan`), and it is dropped once the field is found. It only
+/// reads: the relay is neither delayed nor altered.
 #[derive(Debug)]
 pub struct VersionCapture {
     client_id: Box<[u8]>,
-    format: Format,
-    request_id: Box<[u8]>,
-    bytes: Vec<u8>,
+    scan: VersionScan,
+}
+
+/// Where a capture stands after some payload.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Captured {
+    /// Not yet: keep feeding.
+    Reading,
+    /// The version is recorded for the session: drop the capture.
+    Recorded,
+    /// Over without a version (the session is never replayed: a replay's
+    /// answer could not be checked): drop it, and say why once.
+    Failed(Why),
 }
 
 impl VersionCapture {
@@ -33,27 +41,60 @@ impl VersionCapture {
     /// `request_id` (its JSON text), answered with `content_type`; `None`
     /// when the answer is neither JSON nor SSE.
     pub fn new(client_id: &[u8], request_id: &[u8], content_type: &[u8]) -> Option<VersionCapture> {
-        Some(VersionCapture {
-            client_id: client_id.into(),
-            format: Format::from_content_type(content_type)?,
-            request_id: request_id.into(),
-            bytes: Vec::new(),
-        })
+        let format = Format::from_content_type(content_type)?;
+        Some(VersionCapture { client_id: client_id.into(), scan: VersionScan::new(format, request_id)? })
     }
 
-    /// Copies payload bytes (no transfer framing) as they are relayed.
-    /// Returns false once the capture is over (version found and recorded,
-    /// an answer without one, or the copy limit reached): drop it then.
-    pub fn feed(&mut self, data: &[u8], table: &mut SessionTable) -> bool {
-        let room = MAX_CAPTURE.saturating_sub(self.bytes.len());
-        self.bytes.extend_from_slice(data.get(..data.len().min(room)).unwrap_or_default());
-        match initialize::protocol_version(&self.bytes, self.format, &self.request_id) {
-            initialize::Answer::Version(v) => {
-                table.set_protocol_version(&self.client_id, &v);
-                false
+    /// Reads payload bytes (no transfer framing) as they are relayed.
+    pub fn feed(&mut self, data: &[u8], table: &mut SessionTable) -> Captured {
+        self.scan.feed(data);
+        self.settle(table)
+    }
+
+    /// The body is over.
+    pub fn finish(&mut self, table: &mut SessionTable) -> Captured {
+        self.scan.finish();
+        self.settle(table)
+    }
+
+    fn settle(&self, table: &mut SessionTable) -> Captured {
+        match self.scan.state() {
+            Scan::Pending => Captured::Reading,
+            Scan::Version(v) => {
+                table.set_protocol_version(&self.client_id, v);
+                Captured::Recorded
             }
-            initialize::Answer::NoVersion => false,
-            initialize::Answer::NotFound => self.bytes.len() < MAX_CAPTURE,
+            Scan::Missing(why) => Captured::Failed(*why),
+        }
+    }
+}
+
+/// Feeds relayed payload of a recorded `initialize`'s answer to its capture
+/// (`None`: the body is over, whole or cut) and drops the capture once it is
+/// done; when it found no version, says why, once, at warn.
+pub fn feed_capture(
+    slot: &mut Option<Box<VersionCapture>>,
+    data: Option<&[u8]>,
+    sessions: &std::cell::RefCell<SessionTable>,
+    conn: u64,
+) {
+    let Some(c) = slot.as_deref_mut() else { return };
+    let state = {
+        let mut table = sessions.borrow_mut();
+        match data {
+            Some(d) => c.feed(d, &mut table),
+            None => c.finish(&mut table),
+        }
+    };
+    match state {
+        Captured::Reading => {}
+        Captured::Recorded => *slot = None,
+        Captured::Failed(why) => {
+            warn!(
+                "conn {conn}: no protocol version in the answer to initialize ({why}): \
+                 its session cannot be re-initialised after an upstream restart"
+            );
+            *slot = None;
         }
     }
 }
@@ -117,9 +158,20 @@ impl Conn {
                     Ok(()) => {
                         debug!("conn {}: MCP session recorded", self.id);
                         let content_type = resp.headers.get_name(name::CONTENT_TYPE).unwrap_or_default();
-                        return VersionCapture::new(id, init.id().json(), content_type);
+                        let capture = VersionCapture::new(id, init.id().json(), content_type);
+                        if capture.is_none() {
+                            warn!(
+                                "conn {}: the answer to initialize is neither JSON nor an event stream: \
+                                 its session cannot be re-initialised after an upstream restart",
+                                self.id
+                            );
+                        }
+                        return capture;
                     }
-                    Err(why) => debug!("conn {}: MCP session not tracked: {why:?}", self.id),
+                    Err(why) => warn!(
+                        "conn {}: MCP session not tracked ({why:?}): it will not survive an upstream restart",
+                        self.id
+                    ),
                 }
             }
             b"POST"
@@ -173,21 +225,33 @@ mod tests {
         let mut t = table_with(b"c1");
         let mut c = VersionCapture::new(b"c1", b"1", b"application/json").unwrap();
         let body = br#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18"}}"#;
-        assert!(c.feed(&body[..20], &mut t));
-        assert!(!c.feed(&body[20..], &mut t));
+        assert_eq!(c.feed(&body[..20], &mut t), Captured::Reading);
+        assert_eq!(c.feed(&body[20..], &mut t), Captured::Recorded);
         assert_eq!(t.get(b"c1").unwrap().protocol_version(), "2025-06-18");
     }
 
     #[test]
-    fn sse_answer_and_limit() {
+    fn sse_answer_of_any_size_and_failures() {
         let mut t = table_with(b"c1");
         let mut c = VersionCapture::new(b"c1", b"\"a\"", b"text/event-stream").unwrap();
         let body = b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"a\",\"result\":{\"protocolVersion\":\"v9\"}}\n\n";
-        assert!(!c.feed(body, &mut t));
+        assert_eq!(c.feed(body, &mut t), Captured::Recorded);
         assert_eq!(t.get(b"c1").unwrap().protocol_version(), "v9");
 
+        // Far past the 4 KiB the capture once stopped at.
+        let mut t = table_with(b"c2");
+        let mut c = VersionCapture::new(b"c2", b"1", b"text/event-stream").unwrap();
+        assert_eq!(c.feed(&[b':'; 64 * 1024], &mut t), Captured::Reading);
+        assert_eq!(c.feed(b"\n\ndata: {\"id\":1,\"result\":{\"instructions\":\"", &mut t), Captured::Reading);
+        for _ in 0..64 {
+            assert_eq!(c.feed(&[b'i'; 16 * 1024], &mut t), Captured::Reading);
+        }
+        assert_eq!(c.feed(b"\",\"protocolVersion\":\"2025-11-25\"}}\n\n", &mut t), Captured::Recorded);
+        assert_eq!(t.get(b"c2").unwrap().protocol_version(), "2025-11-25");
+
         let mut c = VersionCapture::new(b"c1", b"1", b"text/event-stream").unwrap();
-        assert!(!c.feed(&[b':'; MAX_CAPTURE + 1], &mut t));
+        assert_eq!(c.feed(b"data: {\"id\":1,\"result\":{", &mut t), Captured::Reading);
+        assert_eq!(c.finish(&mut t), Captured::Failed(Why::Ended { events: 0, not_json: 0 }));
         assert!(VersionCapture::new(b"c1", b"1", b"text/plain").is_none());
     }
 

@@ -174,7 +174,15 @@ impl Conn {
     }
 
     pub(super) fn start_collect(&mut self, resp: &ResponseHead) {
-        self.set_phase(Phase::Collect { input: Decoder::new(resp.framing), at: resp.len });
+        let mut at = resp.len;
+        if self.ex.reopen.as_deref().is_some_and(|r| r.streams_answer()) {
+            // Only the head was needed (`reopen_takes` read it); the body is
+            // walked and let go, so an answer of any size is read in the
+            // buffer's room.
+            self.upstream_buf.consume(at);
+            at = 0;
+        }
+        self.set_phase(Phase::Collect { input: Decoder::new(resp.framing), at });
     }
 
     /// `Phase::Collect`: read the upstream's answer whole, without relaying
@@ -191,6 +199,7 @@ impl Conn {
             return false;
         };
         let mut broken = false;
+        let streams = self.ex.reopen.as_deref().is_some_and(|r| r.streams_answer());
         while !input.is_done() {
             let avail = self.upstream_buf.data().get(*at..).unwrap_or_default();
             if avail.is_empty() {
@@ -199,9 +208,13 @@ impl Conn {
             match input.step(avail) {
                 Ok(Some((len, piece))) => {
                     if let (Some(r), Piece::Data) = (self.ex.reopen.as_deref_mut(), piece) {
-                        r.keep_payload(avail.get(..len).unwrap_or_default());
+                        r.read_payload(avail.get(..len).unwrap_or_default());
                     }
-                    *at += len;
+                    if streams {
+                        self.upstream_buf.consume(len);
+                    } else {
+                        *at += len;
+                    }
                 }
                 Ok(None) => break,
                 Err(_) => {

@@ -9,3 +9,4 @@ pub mod rpc;
 pub mod session;
 pub mod sse;
 pub mod stamp;
+pub mod version_scan;

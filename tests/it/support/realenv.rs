@@ -4,6 +4,8 @@
 //!
 //! - `py1`: a venv with `tests/support/requirements-py1.txt` (mcp 1.x: FastMCP and the 1.x client).
 //! - `py2`: a venv with `tests/support/requirements-py2.txt` (mcp 2.x: MCPServer and the 2026-07-28 client).
+//! - `agentchattr`: a venv with `tests/support/requirements-agentchattr.txt` (agentchattr's server: FastAPI,
+//!   uvicorn, mcp 1.x).
 //! - `node`: `npm ci` of `tests/support/package.json` + `package-lock.json` (@modelcontextprotocol/sdk 1.32.x).
 //! - `rmcp-client`: `cargo build --locked` of `tests/rmcp_client/` (rmcp 3.11.0, pinned by its Cargo.lock), a
 //!   crate of its own so that the root package links none of rmcp, tokio and reqwest.
@@ -56,6 +58,13 @@ pub fn py1() -> &'static Path {
 pub fn py2() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| install_venv("py2", "requirements-py2.txt"))
+}
+
+/// The Python of the `agentchattr` venv (agentchattr's own requirements: FastAPI, uvicorn, mcp 1.x), installed
+/// on first use.
+pub fn agentchattr_py() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| install_venv("agentchattr", "requirements-agentchattr.txt"))
 }
 
 /// The `node_modules` directory holding @modelcontextprotocol/sdk, installed on first use.

@@ -1,0 +1,927 @@
+//! The `protocolVersion` of an `initialize` answer, read as the answer
+//! streams past, whatever its size: a body is fed in pieces as they are
+//! relayed, and what is kept between pieces is a few small fields (the
+//! nesting of the JSON, the key being read, the raw id and version texts,
+//! each bounded), never the body. agentchattr answers `initialize` with
+//! about 6 KB (its `instructions` text) as one SSE event in a chunked body;
+//! nothing here depends on where in the answer the field comes, how the
+//! event is split across reads, or what comes before it.
+//!
+//! Pure: bytes in, value out. It only reads: it never changes a body.
+//! Semantics are those of [`super::initialize::protocol_version`], the whole-body
+//! reader the tests hold it to: the answer is the first response message
+//! whose id is the request's (a message with a `method` is the server's
+//! request or notification); its `result.protocolVersion` when that is a
+//! string (the last of equal keys counts), else no version. In an SSE
+//! stream (WHATWG HTML §9.2.6) only a dispatched `message` event counts,
+//! its `data` lines joined with LF; events whose data is not JSON are
+//! passed over. A JSON body is decided when its value is complete.
+
+use super::initialize::Format;
+use super::json;
+use super::rpc;
+use crate::limits::MAX_JSON_DEPTH;
+use std::fmt;
+
+/// Raw key text kept (quotes included): no key looked for is longer.
+const MAX_KEY: usize = 32;
+/// Raw id text kept; a longer id never matches (real ids are short).
+const MAX_ID: usize = 1024;
+/// Raw `protocolVersion` text kept (versions are dates: 12 bytes).
+const MAX_VERSION: usize = 256;
+/// SSE field-name bytes kept: `data` and `event` are the only ones read.
+const MAX_FIELD_NAME: usize = 8;
+/// SSE `event` value bytes kept: only `message` (or empty) matters.
+const MAX_EVENT_TYPE: usize = 16;
+
+/// Where a scan stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scan {
+    /// No answer yet: feed more.
+    Pending,
+    /// The answer's `result.protocolVersion`, decoded.
+    Version(String),
+    /// The scan is over without a version.
+    Missing(Why),
+}
+
+/// Why no version was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// The answer carries no string `result.protocolVersion` (a JSON-RPC
+    /// error, or a malformed result).
+    NoVersion,
+    /// The JSON body is whole and holds no answer to the request's id.
+    NoAnswer,
+    /// The JSON body is not JSON (at this byte of the payload).
+    NotJson { at: u64 },
+    /// Nested deeper than `MAX_JSON_DEPTH`.
+    TooDeep,
+    /// The body ended before an answer: a JSON body not yet whole, or an
+    /// event stream whose `message` events (`events`, of which `not_json`
+    /// were not JSON) held none.
+    Ended { events: u32, not_json: u32 },
+}
+
+impl fmt::Display for Why {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Why::NoVersion => f.write_str("the answer has no string result.protocolVersion"),
+            Why::NoAnswer => f.write_str("the JSON body holds no answer to the initialize's id"),
+            Why::NotJson { at } => write!(f, "the JSON body is not JSON (at payload byte {at})"),
+            Why::TooDeep => write!(f, "the answer is nested deeper than {MAX_JSON_DEPTH}"),
+            Why::Ended { events: 0, .. } => f.write_str("the body ended before an answer"),
+            Why::Ended { events, not_json } => write!(
+                f,
+                "the body ended before an answer ({events} message events, {not_json} of them not JSON)"
+            ),
+        }
+    }
+}
+
+/// An incremental reader of one `initialize` answer's body (payload bytes:
+/// transfer framing already removed).
+#[derive(Debug)]
+pub struct VersionScan {
+    format: Format,
+    json: JsonScan,
+    sse: SseLines,
+    seen: u64,
+    state: Scan,
+}
+
+impl VersionScan {
+    /// A scan for the answer to the request whose id is `request_id` (its
+    /// JSON text as sent); `None` when that is not a JSON string or number.
+    pub fn new(format: Format, request_id: &[u8]) -> Option<VersionScan> {
+        let id = json::parse_value(request_id).ok()?;
+        if !matches!(id.kind, json::Kind::String { .. } | json::Kind::Number) {
+            return None;
+        }
+        Some(VersionScan {
+            format,
+            json: JsonScan::new(request_id.into(), id),
+            sse: SseLines::default(),
+            seen: 0,
+            state: Scan::Pending,
+        })
+    }
+
+    /// Where the scan stands.
+    pub fn state(&self) -> &Scan {
+        &self.state
+    }
+
+    /// Reads the next payload bytes; returns the state after them. Once not
+    /// `Pending` further bytes change nothing.
+    pub fn feed(&mut self, data: &[u8]) -> &Scan {
+        if self.state != Scan::Pending {
+            return &self.state;
+        }
+        match self.format {
+            Format::Json => {
+                for &b in data {
+                    self.json.byte(b);
+                    self.seen += 1;
+                    if let Some(s) = self.json_settled() {
+                        self.state = s;
+                        break;
+                    }
+                }
+            }
+            Format::EventStream => {
+                for &b in data {
+                    if let Some(s) = self.sse.byte(b, &mut self.json) {
+                        self.state = s;
+                        break;
+                    }
+                }
+            }
+        }
+        &self.state
+    }
+
+    /// The body is over: a scan still pending ends without a version.
+    pub fn finish(&mut self) -> &Scan {
+        if self.state == Scan::Pending {
+            self.state = match self.format {
+                Format::Json if self.json.lex == Lex::Error => {
+                    Scan::Missing(Why::NotJson { at: self.seen.saturating_sub(1) })
+                }
+                Format::Json => Scan::Missing(Why::Ended { events: 0, not_json: 0 }),
+                Format::EventStream => {
+                    Scan::Missing(Why::Ended { events: self.sse.events, not_json: self.sse.not_json })
+                }
+            };
+        }
+        &self.state
+    }
+
+    /// A JSON body is decided once its value is whole (or broken).
+    fn json_settled(&mut self) -> Option<Scan> {
+        match self.json.lex {
+            Lex::End => Some(self.json.answer.take().unwrap_or(Scan::Missing(Why::NoAnswer))),
+            Lex::Error if self.json.too_deep => Some(Scan::Missing(Why::TooDeep)),
+            Lex::Error => Some(Scan::Missing(Why::NotJson { at: self.seen.saturating_sub(1) })),
+            _ => None,
+        }
+    }
+}
+
+/// A small byte buffer with a cap; bytes past it are counted, not kept.
+#[derive(Debug, Default)]
+struct Capped {
+    bytes: Vec<u8>,
+    over: bool,
+}
+
+impl Capped {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.over = false;
+    }
+
+    fn push(&mut self, b: u8, cap: usize) {
+        if self.bytes.len() < cap {
+            self.bytes.push(b);
+        } else {
+            self.over = true;
+        }
+    }
+
+    /// The kept text, unless some of it was dropped.
+    fn whole(&self) -> Option<&[u8]> {
+        (!self.over).then_some(self.bytes.as_slice())
+    }
+}
+
+/// The lexer's state between bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lex {
+    /// Before the top value, or after `:` or `,` in an array.
+    Value,
+    /// After `[`: a value or `]`.
+    ValueOrClose,
+    /// After `{`: a key or `}`.
+    KeyOrClose,
+    /// After `,` in an object.
+    Key,
+    /// After a key.
+    Colon,
+    /// After a value inside a container: `,` or its close.
+    AfterValue,
+    /// Inside a string (`key`: an object key).
+    Str {
+        key: bool,
+        esc: Esc,
+    },
+    /// Inside a number or literal.
+    Scalar,
+    /// The top value is whole: only whitespace may follow.
+    End,
+    Error,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Esc {
+    No,
+    Backslash,
+    /// Hex digits still due after `\u`.
+    Hex(u8),
+}
+
+/// What a container is to the scan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Other,
+    /// The top array of a batch.
+    Batch,
+    /// A message object: the top object or an element of the batch.
+    Message,
+    /// The `result` object of a message.
+    Result,
+}
+
+/// A key the scan acts on, in the container it belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Field {
+    Other,
+    Id,
+    Method,
+    Result,
+    ProtocolVersion,
+}
+
+/// Which captured text a value in progress goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    None,
+    Id,
+    Version,
+}
+
+/// One JSON value (a message or a batch) read byte by byte.
+#[derive(Debug)]
+struct JsonScan {
+    request_raw: Box<[u8]>,
+    request: json::Value,
+    lex: Lex,
+    too_deep: bool,
+    /// (is an object, role) per open container.
+    stack: Vec<(bool, Role)>,
+    key: Capped,
+    field: Field,
+    target: Target,
+    /// The message being read.
+    id: Capped,
+    has_id: bool,
+    method: bool,
+    /// `result` seen, and whether the last one was an object.
+    result: bool,
+    version: Capped,
+    has_version: bool,
+    /// The first answer to the request's id in this value.
+    answer: Option<Scan>,
+}
+
+impl JsonScan {
+    fn new(request_raw: Box<[u8]>, request: json::Value) -> JsonScan {
+        JsonScan {
+            request_raw,
+            request,
+            lex: Lex::Value,
+            too_deep: false,
+            stack: Vec::new(),
+            key: Capped::default(),
+            field: Field::Other,
+            target: Target::None,
+            id: Capped::default(),
+            has_id: false,
+            method: false,
+            result: false,
+            version: Capped::default(),
+            has_version: false,
+            answer: None,
+        }
+    }
+
+    /// Ready for another value (the next SSE event's data).
+    fn reset(&mut self) {
+        self.lex = Lex::Value;
+        self.too_deep = false;
+        self.stack.clear();
+        self.target = Target::None;
+        self.answer = None;
+    }
+
+    fn role(&self) -> Option<Role> {
+        self.stack.last().map(|&(_, r)| r)
+    }
+
+    fn capture(&mut self, b: u8) {
+        match self.target {
+            Target::None => {}
+            Target::Id => self.id.push(b, MAX_ID),
+            Target::Version => self.version.push(b, MAX_VERSION),
+        }
+    }
+
+    fn byte(&mut self, b: u8) {
+        match self.lex {
+            Lex::Str { key, esc } => self.string_byte(b, key, esc),
+            Lex::Scalar => {
+                if b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.') {
+                    self.capture(b);
+                } else {
+                    self.end_value();
+                    self.byte(b);
+                }
+            }
+            Lex::Error => {}
+            _ if matches!(b, b' ' | b'\t' | b'\n' | b'\r') => {}
+            Lex::End => self.lex = Lex::Error,
+            Lex::Value | Lex::ValueOrClose => {
+                if b == b']' && self.lex == Lex::ValueOrClose {
+                    self.close(false);
+                } else {
+                    self.start_value(b);
+                }
+            }
+            Lex::KeyOrClose | Lex::Key => match b {
+                b'"' => {
+                    self.key.clear();
+                    self.key.push(b, MAX_KEY);
+                    self.lex = Lex::Str { key: true, esc: Esc::No };
+                }
+                b'}' if self.lex == Lex::KeyOrClose => self.close(true),
+                _ => self.lex = Lex::Error,
+            },
+            Lex::Colon => {
+                self.lex = if b == b':' { Lex::Value } else { Lex::Error };
+            }
+            Lex::AfterValue => match (b, self.stack.last().map(|&(obj, _)| obj)) {
+                (b',', Some(true)) => self.lex = Lex::Key,
+                (b',', Some(false)) => self.lex = Lex::Value,
+                (b'}', Some(true)) => self.close(true),
+                (b']', Some(false)) => self.close(false),
+                _ => self.lex = Lex::Error,
+            },
+        }
+    }
+
+    fn string_byte(&mut self, b: u8, key: bool, esc: Esc) {
+        if key {
+            self.key.push(b, MAX_KEY);
+        } else {
+            self.capture(b);
+        }
+        let esc = match esc {
+            Esc::No => match b {
+                b'"' => {
+                    if key {
+                        self.end_key();
+                    } else {
+                        self.end_value();
+                    }
+                    return;
+                }
+                b'\\' => Esc::Backslash,
+                0..=0x1f => {
+                    self.lex = Lex::Error;
+                    return;
+                }
+                _ => Esc::No,
+            },
+            Esc::Backslash => match b {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Esc::No,
+                b'u' => Esc::Hex(4),
+                _ => {
+                    self.lex = Lex::Error;
+                    return;
+                }
+            },
+            Esc::Hex(n) if b.is_ascii_hexdigit() => {
+                if n > 1 {
+                    Esc::Hex(n - 1)
+                } else {
+                    Esc::No
+                }
+            }
+            Esc::Hex(_) => {
+                self.lex = Lex::Error;
+                return;
+            }
+        };
+        self.lex = Lex::Str { key, esc };
+    }
+
+    /// A key's closing quote: which field it names in its container.
+    fn end_key(&mut self) {
+        let name = self.key.whole().and_then(|raw| json::parse_value(raw).ok().map(|v| (raw, v)));
+        let is = |s: &str| name.as_ref().is_some_and(|(raw, v)| v.is_str(raw, s));
+        self.field = match self.role() {
+            Some(Role::Message) if is("id") => Field::Id,
+            Some(Role::Message) if is("method") => Field::Method,
+            Some(Role::Message) if is("result") => Field::Result,
+            Some(Role::Result) if is("protocolVersion") => Field::ProtocolVersion,
+            _ => Field::Other,
+        };
+        self.lex = Lex::Colon;
+    }
+
+    /// The first byte of a value.
+    fn start_value(&mut self, b: u8) {
+        let in_object = self.stack.last().is_some_and(|&(obj, _)| obj);
+        let field = if in_object { self.field } else { Field::Other };
+        self.field = Field::Other;
+        self.target = Target::None;
+        match field {
+            Field::Id => {
+                self.id.clear();
+                self.has_id = true;
+                self.target = Target::Id;
+            }
+            Field::Method => self.method = true,
+            Field::Result => {
+                self.result = true;
+                self.has_version = false;
+                self.version.clear();
+            }
+            Field::ProtocolVersion => {
+                self.version.clear();
+                self.has_version = true;
+                self.target = Target::Version;
+            }
+            Field::Other => {}
+        }
+        match b {
+            b'{' | b'[' => {
+                let obj = b == b'{';
+                if field == Field::Id || field == Field::ProtocolVersion {
+                    // Not a string or number: it cannot match or count.
+                    self.id.over |= field == Field::Id;
+                    self.version.over |= field == Field::ProtocolVersion;
+                    self.target = Target::None;
+                }
+                let role = match (self.role(), obj, field) {
+                    (None, true, _) | (Some(Role::Batch), true, _) => Role::Message,
+                    (None, false, _) => Role::Batch,
+                    (Some(Role::Message), true, Field::Result) => Role::Result,
+                    _ => Role::Other,
+                };
+                if self.stack.len() >= MAX_JSON_DEPTH {
+                    self.too_deep = true;
+                    self.lex = Lex::Error;
+                    return;
+                }
+                if role == Role::Message {
+                    self.has_id = false;
+                    self.method = false;
+                    self.result = false;
+                    self.has_version = false;
+                }
+                self.stack.push((obj, role));
+                self.lex = if obj { Lex::KeyOrClose } else { Lex::ValueOrClose };
+            }
+            b'"' => {
+                self.capture(b);
+                self.lex = Lex::Str { key: false, esc: Esc::No };
+            }
+            b'-' | b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z' => {
+                self.capture(b);
+                self.lex = Lex::Scalar;
+            }
+            _ => self.lex = Lex::Error,
+        }
+    }
+
+    /// A string or scalar value is complete.
+    fn end_value(&mut self) {
+        if self.lex == Lex::Scalar {
+            let kept = match self.target {
+                Target::Id => Some(&self.id),
+                Target::Version => Some(&self.version),
+                Target::None => None,
+            };
+            // A captured scalar is checked in full; others by their bytes.
+            if let Some(raw) = kept.and_then(Capped::whole) {
+                if json::parse_value(raw).is_err() {
+                    self.lex = Lex::Error;
+                    return;
+                }
+            }
+        }
+        self.target = Target::None;
+        self.after_value();
+    }
+
+    fn after_value(&mut self) {
+        self.lex = if self.stack.is_empty() { Lex::End } else { Lex::AfterValue };
+    }
+
+    fn close(&mut self, obj: bool) {
+        let Some((_, role)) = self.stack.pop() else {
+            self.lex = Lex::Error;
+            return;
+        };
+        let answers = obj && role == Role::Message && self.answer.is_none() && !self.method && self.has_id;
+        if answers && self.id_matches() {
+            self.answer = Some(match self.version_text() {
+                Some(v) => Scan::Version(v),
+                None => Scan::Missing(Why::NoVersion),
+            });
+        }
+        self.after_value();
+    }
+
+    fn id_matches(&self) -> bool {
+        let Some(raw) = self.id.whole() else { return false };
+        json::parse_value(raw).is_ok_and(|v| rpc::same_id(raw, &v, &self.request_raw, &self.request))
+    }
+
+    fn version_text(&self) -> Option<String> {
+        if !(self.result && self.has_version) {
+            return None;
+        }
+        let raw = self.version.whole()?;
+        json::parse_value(raw).ok()?.decode_str(raw)
+    }
+}
+
+const BOM: &[u8] = super::sse::UTF8_BOM;
+
+/// Where an SSE line stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Line {
+    #[default]
+    Start,
+    Name,
+    Value,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum SseField {
+    #[default]
+    Other,
+    Data,
+    Event,
+}
+
+/// The event-stream layer: lines and events, each event's data fed to the
+/// JSON reader as it arrives.
+#[derive(Debug, Default)]
+struct SseLines {
+    /// BOM bytes matched at the start of the stream; `BOM.len()+1` once past.
+    bom: usize,
+    after_cr: bool,
+    line: Line,
+    name: Capped,
+    field: SseField,
+    skip_space: bool,
+    has_data: bool,
+    event_type: Capped,
+    is_message: bool,
+    type_set: bool,
+    /// Message events dispatched, and those whose data was not JSON.
+    events: u32,
+    not_json: u32,
+}
+
+impl SseLines {
+    fn byte(&mut self, b: u8, json: &mut JsonScan) -> Option<Scan> {
+        if self.bom <= BOM.len() {
+            if self.bom < BOM.len() && BOM.get(self.bom) == Some(&b) {
+                self.bom += 1;
+                if self.bom == BOM.len() {
+                    self.bom = BOM.len() + 1;
+                }
+                return None;
+            }
+            let matched = self.bom.min(BOM.len());
+            self.bom = BOM.len() + 1;
+            for &m in BOM.get(..matched).unwrap_or_default() {
+                if let Some(s) = self.line_byte(m, json) {
+                    return Some(s);
+                }
+            }
+        }
+        self.line_byte(b, json)
+    }
+
+    fn line_byte(&mut self, b: u8, json: &mut JsonScan) -> Option<Scan> {
+        let after_cr = std::mem::replace(&mut self.after_cr, false);
+        match b {
+            b'\n' if after_cr => None,
+            b'\r' | b'\n' => {
+                self.after_cr = b == b'\r';
+                self.end_line(json)
+            }
+            _ => {
+                match self.line {
+                    Line::Start | Line::Name => {
+                        if b == b':' {
+                            self.begin_value(json);
+                        } else {
+                            self.line = Line::Name;
+                            self.name.push(b, MAX_FIELD_NAME);
+                        }
+                    }
+                    Line::Value => {
+                        if std::mem::replace(&mut self.skip_space, false) && b == b' ' {
+                            return None;
+                        }
+                        match self.field {
+                            SseField::Data => json.byte(b),
+                            SseField::Event => self.event_type.push(b, MAX_EVENT_TYPE),
+                            SseField::Other => {}
+                        }
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// The field name is over (a colon, or the end of a line without one).
+    fn begin_value(&mut self, json: &mut JsonScan) {
+        self.field = match self.name.whole() {
+            Some(n) if n == b"data" => SseField::Data,
+            Some(n) if n == b"event" => SseField::Event,
+            _ => SseField::Other,
+        };
+        match self.field {
+            SseField::Data => {
+                if self.has_data {
+                    json.byte(b'\n');
+                }
+                self.has_data = true;
+            }
+            SseField::Event => self.event_type.clear(),
+            SseField::Other => {}
+        }
+        self.line = Line::Value;
+        self.skip_space = true;
+    }
+
+    fn end_line(&mut self, json: &mut JsonScan) -> Option<Scan> {
+        let found = match self.line {
+            Line::Start => self.dispatch(json),
+            Line::Name => {
+                self.begin_value(json);
+                None
+            }
+            Line::Value => None,
+        };
+        if self.line != Line::Start && self.field == SseField::Event {
+            let t = self.event_type.whole();
+            self.is_message = t.is_some_and(|t| t.is_empty() || t == b"message");
+            self.type_set = true;
+        }
+        self.line = Line::Start;
+        self.name.clear();
+        self.field = SseField::Other;
+        found
+    }
+
+    /// A blank line: the event is dispatched if it has data.
+    fn dispatch(&mut self, json: &mut JsonScan) -> Option<Scan> {
+        let message = !self.type_set || self.is_message;
+        let mut found = None;
+        if self.has_data && message {
+            self.events = self.events.saturating_add(1);
+            match json.lex {
+                Lex::End => found = json.answer.take(),
+                _ => self.not_json = self.not_json.saturating_add(1),
+            }
+        }
+        json.reset();
+        self.has_data = false;
+        self.type_set = false;
+        self.is_message = true;
+        self.event_type.clear();
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::initialize;
+
+    /// The whole-body reader's version, for comparison.
+    fn whole(body: &[u8], format: Format, request_id: &[u8]) -> Option<String> {
+        match initialize::protocol_version(body, format, request_id) {
+            initialize::Answer::Version(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    fn scan_pieces(pieces: &[&[u8]], format: Format, id: &[u8]) -> Scan {
+        let mut s = VersionScan::new(format, id).expect("a usable id");
+        for p in pieces {
+            s.feed(p);
+        }
+        s.finish().clone()
+    }
+
+    fn version_of(s: &Scan) -> Option<String> {
+        match s {
+            Scan::Version(v) => Some(v.clone()),
+            _ => None,
+        }
+    }
+
+    /// Bodies where both readers must agree, at every split.
+    fn agreeing() -> Vec<(Format, Vec<u8>, &'static str)> {
+        use Format::{EventStream as Sse, Json};
+        let long = "x".repeat(200_000);
+        let esc = "\\\"".repeat(1000);
+        let mut v: Vec<(Format, Vec<u8>, &str)> = vec![
+            (Json, br#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{}}}"#.to_vec(), "1"),
+            (Json, br#"{"result":{"protocolVersion":"2025-06-18"},"id":"a"}"#.to_vec(), r#""\u0061""#),
+            (Json, br#"{"result":{"protocolVersion":"2025-06-18"},"id":"a"}"#.to_vec(), r#""b""#),
+            (Json, br#"{"result":{"protocolVersion":"2025-06-18"},"id":1}"#.to_vec(), r#""1""#),
+            (Json, br#"{"result":{"protocolVersion":"2025\u002d06-18"},"id":1}"#.to_vec(), "1"),
+            (Json, br#"{"result":{"protocolVersion":"x","protocolVersion":"2025-06-18"},"id":1}"#.to_vec(), "1"),
+            (Json, br#"{"result":{"protocolVersion":"2025-06-18"},"result":{},"id":1}"#.to_vec(), "1"),
+            (Json, br#"{"result":{"protocolVersion":20250618},"id":1}"#.to_vec(), "1"),
+            (Json, br#"{"result":{"serverInfo":{"protocolVersion":"2025-06-18"}},"id":1}"#.to_vec(), "1"),
+            (Json, br#"{"method":"ping","id":1,"result":{"protocolVersion":"x"}}"#.to_vec(), "1"),
+            (Json, br#"[{"method":"ping","id":1},{"id":1,"result":{"protocolVersion":"2025-06-18"}}]"#.to_vec(), "1"),
+            (Json, br#"{"result":{"protocolVersion":"2025-06-18"},"id":1"#.to_vec(), "1"),
+            (Json, br#"{"i\u0064":1,"result":{"proto\u0063olVersion":"v1"}}"#.to_vec(), "1"),
+            (Json, br#"{"id":-1.5e3,"result":{"protocolVersion":"v1"}}"#.to_vec(), "-1.5e3"),
+            (Json, br#"{"id":[1],"result":{"protocolVersion":"v1"}}"#.to_vec(), "1"),
+            (Json, br#"{"id":1,"result":{"protocolVersion":{"a":"b"}}}"#.to_vec(), "1"),
+            (Json, br#"{"id":1,"result":{"protocolVersion":"a\nb"}}"#.to_vec(), "1"),
+            (Json, br#"{"id":1,"result":{"protocolVersion":"v1",}}"#.to_vec(), "1"),
+            (Json, br#"{"id":1 "result":{"protocolVersion":"v1"}}"#.to_vec(), "1"),
+            (Json, br#"{"id":1,"result":{"protocolVersion":"v1"}} "#.to_vec(), "1"),
+            (Json, br#"{"id":tru,"result":{"protocolVersion":"v1"}}"#.to_vec(), "1"),
+            (Json, r#"{"id":1,"result":{"instructions":"ÿ","protocolVersion":"v1"}}"#.as_bytes().to_vec(), "1"),
+            (Json, br#"{"id":1,"result":{"protocolVersion":"\ud83d\ude00"}}"#.to_vec(), "1"),
+            (Json, br#"{"id":1,"result":{"protocolVersion":"\ud800"}}"#.to_vec(), "1"),
+            (Json, b"".to_vec(), "1"),
+            (Json, b"[]".to_vec(), "1"),
+            (Json, br#"[1,"a",{"id":2,"result":{"protocolVersion":"v2"}},{"id":2,"result":{"protocolVersion":"v3"}}]"#.to_vec(), "2"),
+            // The field after a long instructions string, after capabilities.
+            (
+                Json,
+                format!(r#"{{"jsonrpc":"2.0","id":0,"result":{{"capabilities":{{"tools":{{"listChanged":true}}}},"instructions":"{long}{esc}","serverInfo":{{"name":"agentchattr"}},"protocolVersion":"2025-11-25"}}}}"#).into_bytes(),
+                "0",
+            ),
+            (Sse, b"event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{\"protocolVersion\":\"2025-06-18\"}}\r\n\r\n".to_vec(), "0"),
+            (Sse, "\u{feff}: hi\n\ndata:{\"id\":0,\"result\":{\"protocolVersion\":\"2025-03-26\"}}\n\n".as_bytes().to_vec(), "0"),
+            (Sse, b"event: message\rdata: {\"id\":\"i\",\rdata: \"result\":{\"protocolVersion\":\rdata: \"2025-06-18\"}}\r\r".to_vec(), "\"i\""),
+            (Sse, b"id: 1\nevent: message\ndata: {\"method\":\"ping\",\"id\":0}\n\nevent: message\ndata: {\"method\":\"notifications/message\"}\n\nevent: message\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"2025-06-18\"}}\n\n".to_vec(), "0"),
+            (Sse, b"event: other\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}\n\n".to_vec(), "0"),
+            (Sse, b"event: message\n\nevent: message\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"y\"}}\n\n".to_vec(), "0"),
+            (Sse, b"event: other\ndata: 1\n\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"z\"}}\n\n".to_vec(), "0"),
+            (Sse, b"data: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}\nevent: other\n\n".to_vec(), "0"),
+            (Sse, b"event: message\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}\n".to_vec(), "0"),
+            (Sse, b"data: {\"id\":0,\"error\":{\"code\":1,\"message\":\"m\"}}\n\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}\n\n".to_vec(), "0"),
+            (Sse, b"data: hello\n\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}\n\n".to_vec(), "0"),
+            (Sse, b"data\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}\n\n".to_vec(), "0"),
+            (Sse, b"data: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}x\n\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"w\"}}\n\n".to_vec(), "0"),
+            (Sse, b"\xEF\xBBdata: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}\n\n".to_vec(), "0"),
+            (Sse, b"\xEF\xBB\xBF\xEF\xBB\xBFdata: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}\n\n".to_vec(), "0"),
+            (Sse, b"datax: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}\n\n".to_vec(), "0"),
+            (Sse, b"event: messagex\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}\n\nevent\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"q\"}}\n\n".to_vec(), "0"),
+        ];
+        // agentchattr's shape: a 6 KB instructions text in one SSE event.
+        let instructions = "Use chat_send to talk. \\n".repeat(300);
+        v.push((
+            Sse,
+            format!("event: message\r\ndata: {{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{{\"experimental\":{{}},\"prompts\":{{\"listChanged\":false}}}},\"serverInfo\":{{\"name\":\"agentchattr\",\"version\":\"1.30.0\"}},\"instructions\":\"{instructions}\"}}}}\r\n\r\n").into_bytes(),
+            "0",
+        ));
+        v
+    }
+
+    #[test]
+    fn agrees_with_the_whole_body_reader_at_every_split() {
+        for (format, body, id) in agreeing() {
+            let want = whole(&body, format, id.as_bytes());
+            let one = scan_pieces(&[&body], format, id.as_bytes());
+            assert_eq!(
+                version_of(&one),
+                want,
+                "{format:?} {} id {id}",
+                String::from_utf8_lossy(&body[..body.len().min(200)])
+            );
+            // Every split point for the short ones; a stride for the long.
+            let step = if body.len() > 4096 { body.len() / 211 + 1 } else { 1 };
+            for i in (0..=body.len()).step_by(step) {
+                let (a, b) = body.split_at(i);
+                let got = scan_pieces(&[a, b], format, id.as_bytes());
+                assert_eq!(version_of(&got), want, "{format:?} split at {i} id {id}");
+            }
+            // Byte at a time.
+            if body.len() < 4096 {
+                let bytes: Vec<&[u8]> = body.chunks(1).collect();
+                assert_eq!(version_of(&scan_pieces(&bytes, format, id.as_bytes())), want);
+            }
+        }
+    }
+
+    #[test]
+    fn a_mebibyte_answer_is_read_in_small_memory() {
+        let long = "y".repeat(1 << 20);
+        let body = format!(
+            "event: message\ndata: {{\"id\":\"init-1\",\"result\":{{\"instructions\":\"{long}\",\"protocolVersion\":\"2025-06-18\"}}}}\n\n"
+        );
+        let mut s = VersionScan::new(Format::EventStream, br#""init-1""#).unwrap();
+        for piece in body.as_bytes().chunks(16 * 1024) {
+            s.feed(piece);
+            // What is kept is a handful of small fields, never the body.
+            assert!(s.json.id.bytes.capacity() <= MAX_ID && s.json.version.bytes.capacity() <= MAX_VERSION);
+            assert!(s.json.key.bytes.capacity() <= MAX_KEY && s.json.stack.capacity() <= MAX_JSON_DEPTH);
+        }
+        assert_eq!(s.state(), &Scan::Version("2025-06-18".into()));
+    }
+
+    #[test]
+    fn why_it_was_not_found() {
+        use Format::{EventStream as Sse, Json};
+        let cases: Vec<(Format, &[u8], &[u8], Scan)> = vec![
+            (Json, br#"{"id":1,"error":{"code":-32602,"message":"m"}}"#, b"1", Scan::Missing(Why::NoVersion)),
+            (Json, br#"{"id":2,"result":{"protocolVersion":"v"}}"#, b"1", Scan::Missing(Why::NoAnswer)),
+            (Json, br#"{"id":1,"#, b"1", Scan::Missing(Why::Ended { events: 0, not_json: 0 })),
+            (Json, br#"{"id":1;"#, b"1", Scan::Missing(Why::NotJson { at: 7 })),
+            (Json, &[b'['; 200], b"1", Scan::Missing(Why::TooDeep)),
+            (
+                Sse,
+                b"data: nope\n\ndata: {\"id\":2}\n\n",
+                b"1",
+                Scan::Missing(Why::Ended { events: 2, not_json: 1 }),
+            ),
+            (Sse, b"data: {\"id\":1,\"result\":{}}\n\n", b"1", Scan::Missing(Why::NoVersion)),
+        ];
+        for (format, body, id, want) in cases {
+            assert_eq!(scan_pieces(&[body], format, id), want, "{}", String::from_utf8_lossy(body));
+        }
+        assert!(VersionScan::new(Format::Json, b"null").is_none());
+        assert!(VersionScan::new(Format::Json, b"{").is_none());
+        let mut s = VersionScan::new(Format::Json, b"1").unwrap();
+        s.feed(br#"{"id":1,"result":{"protocolVersion":"v"}}"#);
+        assert_eq!(s.feed(b"garbage after the answer"), &Scan::Version("v".into()));
+        assert_eq!(s.finish(), &Scan::Version("v".into()));
+    }
+
+    #[test]
+    fn generated_bodies_agree_with_the_whole_body_reader() {
+        let mut rng = crate::test_rng::Rng(0x5ca1ab1e);
+        let parts: &[&str] = &[
+            "{",
+            "}",
+            "[",
+            "]",
+            ",",
+            ":",
+            "\"id\"",
+            "\"result\"",
+            "\"method\"",
+            "\"protocolVersion\"",
+            "\"v1\"",
+            "1",
+            "2",
+            "\"a\"",
+            "null",
+            " ",
+            "\"x\\\"y\"",
+            "{\"protocolVersion\":\"v2\"}",
+            "\n",
+            "\"\\u0069d\"",
+        ];
+        let sse_parts: &[&str] =
+            &["data: ", "event: message\n", "event: x\n", "\n", "\r\n", "\r", ": c\n", "data:"];
+        for round in 0..20_000 {
+            let sse = round % 2 == 1;
+            let mut body = String::new();
+            let n = rng.below(24) + 1;
+            for _ in 0..n {
+                if sse && rng.below(4) == 0 {
+                    body.push_str(sse_parts[rng.below(sse_parts.len())]);
+                } else {
+                    body.push_str(parts[rng.below(parts.len())]);
+                }
+            }
+            let format = if sse { Format::EventStream } else { Format::Json };
+            let b = body.as_bytes();
+            for id in [&b"1"[..], b"\"a\""] {
+                let want = whole(b, format, id);
+                let cut = rng.below(b.len() + 1);
+                let got = scan_pieces(&[&b[..cut], &b[cut..]], format, id);
+                if format == Format::Json {
+                    // A JSON body is decided when its value is whole; the
+                    // whole-body reader also refuses bytes after it.
+                    if let Some(w) = &want {
+                        assert_eq!(version_of(&got).as_ref(), Some(w), "{body:?}");
+                    }
+                } else {
+                    assert_eq!(version_of(&got), want, "{body:?} id {}", String::from_utf8_lossy(id));
+                }
+            }
+        }
+    }
+}
