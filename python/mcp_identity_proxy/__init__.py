@@ -13,8 +13,16 @@ child shuts down when its stdin closes, so it never outlives the wrapper.
 The token goes in through the ``MCP_PROXY_TOKEN`` environment variable,
 never argv. Standard library only.
 
-The binary is ``binary=`` if given, else ``$MCP_IDENTITY_PROXY_BIN``, else
-``mcp-identity-proxy`` on ``PATH`` (``mcp-identity-proxy.exe`` on Windows).
+Installed with ``pip install mcp-identity-proxy``, the wheel carries the
+binary itself: pip puts it in the environment's scripts directory (``bin/``,
+or ``Scripts`` on Windows), where :func:`find_binary` looks first. The
+binary is ``binary=`` if given, else the one beside this interpreter's
+scripts (``sysconfig``'s scripts path, the user scheme's, the directory of
+``sys.executable``, or ``bin/`` beside the package for ``pip install
+--target``), else ``$MCP_IDENTITY_PROXY_BIN``, else ``mcp-identity-proxy`` on
+``PATH`` (``mcp-identity-proxy.exe`` on Windows). ``python -m
+mcp_identity_proxy ARGS...`` runs that binary with ``ARGS`` and exits with
+its status.
 
 Windows and Unix alike: the port line is read by a reader thread (no
 ``selectors`` on a pipe, which Windows cannot select), stdin is always a
@@ -34,6 +42,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 
 log = logging.getLogger(__name__)
@@ -44,10 +53,70 @@ EXIT_BIND_FAILED = 3
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 10.0
 WINDOWS = sys.platform == "win32"
+BINARY_NAME = "mcp-identity-proxy" + (".exe" if WINDOWS else "")
+ENV_BINARY = "MCP_IDENTITY_PROXY_BIN"
+
+
+def _installed_dirs() -> list[str]:
+    """Where pip puts the wheel's binary for this interpreter, most likely first."""
+    dirs = [sysconfig.get_path("scripts")]
+    try:
+        if sys.version_info >= (3, 10):
+            user_scheme = sysconfig.get_preferred_scheme("user")
+        elif os.name == "nt":
+            user_scheme = "nt_user"
+        elif sys.platform == "darwin" and getattr(sys, "_framework", None):
+            user_scheme = "osx_framework_user"
+        else:
+            user_scheme = "posix_user"
+        dirs.append(sysconfig.get_path("scripts", scheme=user_scheme))
+    except (KeyError, ValueError):
+        pass
+    if sys.executable:
+        dirs.append(os.path.dirname(os.path.abspath(sys.executable)))
+    # `pip install --target DIR` puts the package in DIR and the binary in DIR/bin.
+    dirs.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bin"))
+    seen: list[str] = []
+    for d in dirs:
+        if d and d not in seen:
+            seen.append(d)
+    return seen
+
+
+def find_binary(binary: str | None = None) -> str:
+    """The mcp-identity-proxy executable to run.
+
+    ``binary`` if given; else the one pip installed with this package (the
+    interpreter's scripts directories, see the module doc); else
+    ``$MCP_IDENTITY_PROXY_BIN``; else ``mcp-identity-proxy`` on ``PATH``.
+    Raises FileNotFoundError naming every place it looked.
+    """
+    if binary:
+        return binary
+    for d in _installed_dirs():
+        candidate = os.path.join(d, BINARY_NAME)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    from_env = os.environ.get(ENV_BINARY)
+    if from_env:
+        return from_env
+    on_path = shutil.which(BINARY_NAME)
+    if on_path:
+        return on_path
+    raise FileNotFoundError(
+        f"{BINARY_NAME} not found: not installed beside this Python ({', '.join(_installed_dirs())}), "
+        f"${ENV_BINARY} not set, not on PATH; `pip install mcp-identity-proxy`, or pass binary=")
 
 
 class McpIdentityProxy:
     """Local identity proxy for one agent in front of agentchattr's MCP server.
+
+    agentchattr's ``wrapper.py`` makes one per agent instance after
+    registering it (``McpIdentityProxy(upstream_base=..., upstream_path=...,
+    agent_name=..., instance_token=...)``), calls ``start()``, hands the
+    agent CLI ``proxy.url + upstream_path``, assigns ``agent_name`` and
+    ``token`` when the server renames or re-registers the instance, and
+    calls ``stop()`` when the agent exits.
 
     Args:
         upstream_base: base URL without path, e.g. "http://127.0.0.1:8200"
@@ -57,7 +126,7 @@ class McpIdentityProxy:
             and X-Agent-Token)
         port: 0 lets the OS choose; a fixed port already in use makes
             start() return False
-        binary: path of mcp-identity-proxy (optional, see module doc)
+        binary: path of mcp-identity-proxy (optional: see find_binary)
         extra_args: more flags for the binary, e.g. ("--stamp", "t=p")
     """
 
@@ -73,6 +142,7 @@ class McpIdentityProxy:
         self._extra_args = tuple(extra_args)
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
+        self._drain: threading.Thread | None = None
         self._port = 0
         self.returncode: int | None = None
 
@@ -80,16 +150,23 @@ class McpIdentityProxy:
 
     @property
     def port(self) -> int:
-        """The bound port while running, else 0."""
+        """The port the proxy listens on (127.0.0.1) while running, else 0.
+        With ``port=0`` it is the one the OS chose, known once start() has
+        returned True."""
         return self._port if self._proc else 0
 
     @property
     def url(self) -> str:
-        """Base URL of the proxy (no path: clients add /mcp or /sse)."""
+        """Base URL of the proxy, ``http://127.0.0.1:PORT`` (no path: the
+        wrapper appends ``/mcp`` or ``/sse`` and gives that to the agent)."""
         return f"http://127.0.0.1:{self.port}"
 
     @property
     def agent_name(self) -> str:
+        """The name stamped into the sender argument of the agent's tool
+        calls. The wrapper assigns it when the server renames the instance
+        (a heartbeat answering another name); the running proxy applies the
+        new name from its next request on, open streams keep going."""
         with self._lock:
             return self._agent_name
 
@@ -101,6 +178,10 @@ class McpIdentityProxy:
 
     @property
     def token(self) -> str:
+        """The instance token sent upstream as ``Authorization: Bearer`` and
+        ``X-Agent-Token`` in place of whatever the agent sent. The wrapper
+        assigns it after re-registering (a heartbeat answered 409); applied
+        from the next request on, like ``agent_name``."""
         with self._lock:
             return self._token
 
@@ -120,9 +201,13 @@ class McpIdentityProxy:
             self._push_identity()
 
     def start(self) -> bool:
-        """Start the proxy; True once it listens. False when the fixed port
-        is taken (the binary prints agentchattr's "in use" line, exit 3).
-        Raises RuntimeError on any other failure (bad arguments, exit 2)."""
+        """Start the binary as a child process and wait (10 s at most) for
+        it to listen; print its ``  MCP proxy: port N`` line, as
+        agentchattr's proxy does, and return True. The wrapper exits when
+        this returns False: a fixed ``port`` already in use (the binary
+        prints agentchattr's "in use" line and exits 3). Raises RuntimeError
+        on any other failure (no binary; bad arguments: exit 2, its message
+        on stderr). True at once if already running."""
         if self._proc:
             return True
         with self._lock:
@@ -156,15 +241,19 @@ class McpIdentityProxy:
         self.returncode = None
         # Nothing else is expected on stdout; drain it so the child can
         # never block on a full pipe.
-        threading.Thread(target=_drain, args=(proc.stdout,), daemon=True).start()
+        self._drain = threading.Thread(target=_drain, args=(proc.stdout,), daemon=True)
+        self._drain.start()
         log.info("MCP proxy for %s on port %d", self.agent_name, self._port)
         print(line, flush=True)
         return True
 
     def stop(self):
-        """Close the child's stdin (it shuts down gracefully at EOF, letting
-        in-flight exchanges finish) and wait for it; then Ctrl-Break
-        (Windows) or SIGTERM, also graceful; then terminate."""
+        """Stop the proxy; the wrapper calls it when the agent has exited.
+        Closes the child's stdin (it shuts down gracefully at EOF, letting
+        in-flight exchanges finish, and exits 0) and waits for it; after
+        10 s Ctrl-Break (Windows) or SIGTERM, also graceful; then
+        terminates it. Sets ``returncode``; ``port`` is 0 afterwards. Does
+        nothing if not running."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -189,6 +278,13 @@ class McpIdentityProxy:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     self.returncode = proc.wait()
+        # The child is gone, so its stdout is at EOF: let the drain thread
+        # see it, then close the pipe (no ResourceWarning, no leaked fd).
+        drain, self._drain = self._drain, None
+        if drain is not None:
+            drain.join(timeout=STOP_TIMEOUT)
+        if proc.stdout is not None and (drain is None or not drain.is_alive()):
+            proc.stdout.close()
         self._port = 0
 
     # -- internals ----------------------------------------------------------
@@ -207,12 +303,10 @@ class McpIdentityProxy:
             log.warning("cannot update the MCP proxy's identity: %s", e)
 
     def _find_binary(self) -> str:
-        found = (self._binary or os.environ.get("MCP_IDENTITY_PROXY_BIN")
-                 or shutil.which("mcp-identity-proxy"))
-        if not found:
-            raise RuntimeError("mcp-identity-proxy not found: pass binary=, set "
-                               "MCP_IDENTITY_PROXY_BIN, or put it on PATH")
-        return found
+        try:
+            return find_binary(self._binary)
+        except FileNotFoundError as e:
+            raise RuntimeError(str(e)) from e
 
     def _reap(self, proc: subprocess.Popen) -> int:
         try:
