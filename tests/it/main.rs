@@ -2,6 +2,10 @@
 //! Every test drives the real proxy over loopback: the binary, or (demo.rs)
 //! the library in-process. One line per module on what belongs there:
 
+/// agentchattr's own `tests/test_mcp_proxy.py` (from ../shared/agentchattr/) against the drop-in
+/// (python/), its `mcp_proxy.py` one import line. Unix only: the agentchattr venv (bin/python).
+#[cfg(unix)]
+mod agentchattr_own_tests;
 /// Every request body is scanned whatever its method, Content-Type or framing.
 mod body_rule;
 /// The command line: arguments, exit codes, the port line, signals, secrets.
