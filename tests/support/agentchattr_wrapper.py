@@ -23,7 +23,8 @@ drop-in). Runs until stdin closes, then `proxy.stop()`.
 
 Events, one JSON object a line, each with "event" and "t" (time.time()):
   registered {name, token, slot}    the first registration
-  proxy {url, port, name}           the proxy listens; url is what the agent would be given
+  proxy {url, port, name, binary}   the proxy listens; url is what the agent would be given; binary is the
+                                    executable the drop-in found
   heartbeat {status, name, sent_as, error?}
                                     every beat: the HTTP status (null when the server is unreachable), the
                                     name the server answered, the name the beat was sent for
@@ -46,6 +47,7 @@ import time
 import urllib.error
 import urllib.request
 
+import mcp_identity_proxy
 from mcp_identity_proxy import McpIdentityProxy
 
 _print_lock = threading.Lock()
@@ -101,7 +103,10 @@ def main() -> None:
     if started is False:
         emit("fatal", error="proxy.start() returned False")
         sys.exit(1)
-    emit("proxy", url=f"{proxy.url}{args.path}", port=proxy.port, name=reg["name"])
+    # Which binary the drop-in ran (its own lookup: beside the interpreter, $MCP_IDENTITY_PROXY_BIN, PATH).
+    find = getattr(mcp_identity_proxy, "find_binary", None)
+    binary = find() if find else None
+    emit("proxy", url=f"{proxy.url}{args.path}", port=proxy.port, name=reg["name"], binary=binary)
 
     lock = threading.Lock()
     identity = {"name": reg["name"], "token": reg["token"]}
