@@ -1,5 +1,8 @@
 //! Test-only helpers shared by every suite.
 
+/// `Agentchattr` (the real server, unpacked from the snapshot) and `Wrapper` (its wrapper.py with the drop-in).
+#[cfg(unix)]
+pub mod agentchattr;
 /// `Checks`: failed expectations collected, then one panic with the evidence (the real-client suites).
 #[cfg(unix)]
 pub mod checks;
