@@ -2,6 +2,9 @@
 //! Every test drives the real proxy over loopback: the binary, or (demo.rs)
 //! the library in-process. One line per module on what belongs there:
 
+/// The real agentchattr (run.py, driven as wrapper.py does, the drop-in as proxy): restarts, rename, SSE.
+#[cfg(unix)]
+mod agentchattr;
 /// agentchattr's own `tests/test_mcp_proxy.py` (from ../shared/agentchattr/) against the drop-in
 /// (python/), its `mcp_proxy.py` one import line. Unix only: the agentchattr venv (bin/python).
 #[cfg(unix)]
