@@ -115,6 +115,15 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// and the whole wait stays under the 10 s that client deadlines allow.
 pub const RESTART_GRACE: Duration = Duration::from_secs(5);
 
+/// How much longer than `--restart-grace` a recorded session's GET stream
+/// is held open after its upstream went away (`conn/reattach.rs`): the time
+/// a restart takes. agentchattr starts in about 1.5 s here; 10 s covers a
+/// Python server's cold start on a loaded machine several times over, and
+/// a held stream costs no buffer. Clients time a quiet GET stream out only
+/// after 300 s (the Python SDK's `sse_read_timeout`), so none notices the
+/// hold; past it the stream ends as a cut one and the client reconnects.
+pub const STREAM_HOLD_EXTRA: Duration = Duration::from_secs(10);
+
 /// A refused upstream connect is retried this many times...
 pub const CONNECT_RETRIES: u32 = 3;
 /// ...this far apart (nothing has been sent, so a retry is safe).

@@ -272,6 +272,11 @@ impl Conn {
             self.fail_reopen(ctx, &answer.message());
             return;
         }
+        if self.reattaching() {
+            // A held stream's head is out: it ends instead.
+            self.end_held_stream(ctx, &answer.message());
+            return;
+        }
         let now = ctx.now;
         self.release_upstream();
         let close = answer.closes() || self.close_after || self.ex.req.http10;

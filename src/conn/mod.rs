@@ -18,6 +18,7 @@
 mod answer;
 pub use answer::CloseReason;
 pub mod editor;
+mod reattach;
 mod reopen;
 mod request;
 mod response;
@@ -127,6 +128,11 @@ enum Phase {
         input: Decoder,
         at: usize,
     },
+    /// A recorded session's GET stream lost its upstream: the client's
+    /// response is held open (`reattach`) until `until` at most.
+    Hold {
+        until: Instant,
+    },
     /// Another exchange is re-initialising this one's session.
     AwaitReopen {
         until: Instant,
@@ -167,6 +173,7 @@ impl Phase {
             Phase::SendRequest { .. } => "send-request",
             Phase::ReadResponseHead { .. } => "read-response-head",
             Phase::Collect { .. } => "collect",
+            Phase::Hold { .. } => "hold",
             Phase::AwaitReopen { .. } => "await-reopen",
             Phase::Relay { .. } => "relay",
             Phase::Reply { .. } => "reply",
@@ -291,6 +298,7 @@ impl Conn {
                 Some(since + config.response_timeout)
             }
             Phase::Collect { .. } => Some(self.last_activity + config.response_timeout),
+            Phase::Hold { until } => Some(*until),
             Phase::AwaitReopen { until, next_check } => Some((*until).min(*next_check)),
             Phase::Relay { .. } => Some(self.last_activity + config.idle_timeout),
             Phase::Reply { .. } => Some(self.last_activity + ANSWER_FLUSH_TIMEOUT),
@@ -378,6 +386,7 @@ impl Conn {
                     *retry_at = None;
                 }
             }
+            Phase::Connect { attempt, .. } if self.reattaching() => self.reattach_retry(ctx, attempt),
             Phase::Connect { .. } if self.ex.in_session => self.answer_outage(ctx),
             Phase::Connect { .. } => {
                 warn!("conn {}: upstream connect timed out", self.id);
@@ -391,6 +400,7 @@ impl Conn {
                 warn!("conn {}: upstream answer not received in time", self.id);
                 self.collect_failed(ctx);
             }
+            Phase::Hold { .. } => self.end_held_stream(ctx, &"the hold is over"),
             Phase::AwaitReopen { .. } => {
                 self.await_reopen(ctx);
             }
@@ -427,6 +437,7 @@ impl Conn {
             Phase::SendRequest { .. } => self.send_request(ctx),
             Phase::ReadResponseHead { .. } => self.read_response_head(ctx),
             Phase::Collect { .. } => self.collect(ctx),
+            Phase::Hold { .. } => self.hold(ctx),
             Phase::AwaitReopen { .. } => self.await_reopen(ctx),
             Phase::Relay { .. } => self.relay(ctx),
             Phase::Reply { close, reason } => {
@@ -451,6 +462,7 @@ impl Conn {
             Phase::Connect { .. }
                 | Phase::ReadResponseHead { .. }
                 | Phase::Collect { .. }
+                | Phase::Hold { .. }
                 | Phase::AwaitReopen { .. }
                 | Phase::Relay { .. }
         ) {

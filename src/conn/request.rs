@@ -54,6 +54,10 @@ pub(super) struct Exchange {
     /// A copy of the start of a recorded `initialize`'s answer, kept until
     /// its `protocolVersion` is read.
     pub(super) version_capture: Option<Box<super::session::VersionCapture>>,
+    /// The response relayed is an event stream.
+    pub(super) event_stream: bool,
+    /// A session's GET stream held open while its upstream comes back.
+    pub(super) reattach: Option<Box<super::reattach::Reattach>>,
 }
 
 impl Exchange {
@@ -186,6 +190,8 @@ impl Conn {
         ex.in_session = false;
         ex.reopen = None;
         ex.version_capture = None;
+        ex.event_stream = false;
+        ex.reattach = None;
         ex.session_id = req
             .headers
             .get_name(name::MCP_SESSION_ID)

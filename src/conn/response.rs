@@ -220,12 +220,18 @@ impl Conn {
     }
 
     pub(super) fn start_relay(&mut self, resp: &mut ResponseHead, ctx: &Ctx) {
+        if self.reattaching() {
+            // The client has its head: the new stream continues its body.
+            self.reattach_relay(resp, ctx);
+            return;
+        }
         // U' -> C for a re-initialised session (nothing until a first one),
         // before a DELETE's answer forgets the session.
         super::session::map_response_session(&mut resp.headers, &ctx.sessions.borrow());
         self.ex.version_capture = self.note_session(resp, ctx).map(Box::new);
         let http10 = self.ex.req.http10;
         let sse = editor::is_event_stream(&resp.headers);
+        self.ex.event_stream = sse;
         // Legacy SSE (MCP specification 2024-11-05, Transports, HTTP with
         // SSE): the first event of a GET stream, `endpoint`, may announce an
         // absolute upstream URL. Only bodies that can carry events qualify.
@@ -380,6 +386,12 @@ impl Conn {
         }
         if let Some(ending) = cut {
             super::session::feed_capture(&mut self.ex.version_capture, None, ctx.sessions, self.id);
+            if eof && rewriter.is_none() && self.may_hold_stream(&input, out, ctx) {
+                // A session's GET stream whose upstream went away: held
+                // open for the upstream to come back (`reattach`).
+                self.hold_stream(out, ctx);
+                return true;
+            }
             // Headers are gone already: the only honest signal left is to
             // flush what arrived and close without a terminating chunk
             // (RFC 9112 §8: a chunked body without its zero-size last chunk

@@ -47,7 +47,7 @@ impl Conn {
 
     /// Whether a pooled connection may be used (not after a stale one failed).
     pub fn may_use_pool(&self) -> bool {
-        !self.ex.retried && !self.ex.reopen.as_deref().is_some_and(|r| r.avoids_pool())
+        !self.ex.retried && !self.ex.reopen.as_deref().is_some_and(|r| r.avoids_pool()) && !self.reattaching()
     }
 
     /// Hand over an upstream socket: fresh (connecting) or from the pool.
@@ -132,6 +132,10 @@ impl Conn {
         let Phase::Connect { attempt, since, .. } = self.phase else {
             return;
         };
+        if self.reattaching() {
+            self.reattach_retry(ctx, attempt);
+            return;
+        }
         let retry_at = ctx.now + CONNECT_RETRY_DELAY;
         // In a recorded session a refused connect is most likely a restart:
         // keep trying for the grace, then answer so the session survives.
@@ -151,6 +155,11 @@ impl Conn {
     /// whose bytes were written is never replayed (RFC 9110 §9.2.2: a proxy
     /// must not retry a non-idempotent request automatically).
     pub(super) fn upstream_lost_before_response(&mut self, ctx: &Ctx) {
+        if self.reattaching() {
+            // Reset before an answer: the upstream is not back yet.
+            self.reattach_retry(ctx, 0);
+            return;
+        }
         let stale = self.upstream.as_ref().is_some_and(|u| u.reused && !u.received);
         if let Some(u) = self.upstream.take() {
             self.released = Some((u.stream, false));

@@ -45,6 +45,8 @@ mod shim;
 mod soak;
 /// The legacy HTTP+SSE transport: `GET /sse` endpoint rewriting and `POST /messages/`.
 mod sse;
+/// A recorded session's GET stream held open through an upstream restart and reattached.
+mod stream_hold;
 /// Streamed responses: SSE latency, re-framing, disconnects, no head-of-line blocking.
 mod streaming;
 /// Shared helpers: the proxy process, stub upstream, raw client, real-client environment.

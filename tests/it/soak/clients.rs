@@ -308,6 +308,12 @@ impl<'r> Client<'r> {
         while !self.run.stopping() {
             match wire.read_chunk(Instant::now() + DEADLINE).map_err(|e| format!("{what}: {e}"))? {
                 Chunk::Data(data) => {
+                    if self.run.outages.since(spoke) {
+                        // The upstream died since the stream last spoke,
+                        // and the stream goes on: the proxy held it and
+                        // reattached it on the restarted server.
+                        self.run.count("stream", "held through a restart");
+                    }
                     spoke = Instant::now();
                     events.extend_from_slice(&data);
                     for m in take_events(&mut events).map_err(|e| format!("{what}: {e}"))? {
@@ -371,7 +377,8 @@ fn caller(run: &Run, name: String, seed: u64) -> Result<(), String> {
     })
 }
 
-/// A streamer: a GET stream on its session, opened again when cut.
+/// A streamer: a GET stream on its session (held through restarts by the
+/// proxy), opened again when cut.
 fn streamer(run: &Run, name: String, seed: u64) -> Result<(), String> {
     live(run, name, seed, Client::hold_stream)
 }

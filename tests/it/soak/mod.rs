@@ -252,8 +252,11 @@ fn every_request_gets_one_clean_outcome_through_a_minute_of_upstream_restarts() 
     assert!(soak.get("call", "answered json") > 0 && soak.get("call", "answered sse") > 0, "{summary}");
     let bitten = ["cut", "proxy error", "404"].iter().map(|o| soak.get("call", o)).sum::<u64>();
     assert!(bitten > 0, "no call met a restart: {summary}");
-    assert!(soak.get("stream", "cut") > 0 && soak.get("stream", "events") > 0, "{summary}");
-    assert!(soak.get("stream", "opened") > STREAMERS as u64, "no GET stream was opened again: {summary}");
+    assert!(soak.get("stream", "events") > 0, "{summary}");
+    // The proxy holds a session's GET stream through a restart and
+    // reattaches it: streams live on across outages instead of being cut.
+    assert!(soak.get("stream", "held through a restart") > 0, "no GET stream outlived a restart: {summary}");
+    assert!(soak.get("stream", "opened") >= STREAMERS as u64, "{summary}");
 
     std::thread::sleep(RUNDOWN);
     // Descriptors and memory from /proc: Linux only (the suite also runs
