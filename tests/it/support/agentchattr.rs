@@ -477,13 +477,17 @@ impl Wrapper {
         (name, token)
     }
 
-    /// The events, one JSON line each (heartbeats in a run of the same outcome folded into a count).
+    /// The events, one JSON line each (a run of heartbeats with the same outcome folded into its first and a
+    /// count).
     pub fn events_text(&self) -> String {
         let mut out = String::new();
+        // A run of heartbeats with the same outcome: the first one, and how many more.
         let mut run: Option<(String, usize)> = None;
         let flush = |out: &mut String, run: &mut Option<(String, usize)>| {
             if let Some((key, n)) = run.take() {
-                out.push_str(&format!("heartbeat x{n}: {key}\n"));
+                if n > 0 {
+                    out.push_str(&format!("  ... and {n} more heartbeats: {key}\n"));
+                }
             }
         };
         for e in self.events() {
