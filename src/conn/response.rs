@@ -234,9 +234,12 @@ impl Conn {
         self.ex.event_stream = sse;
         // Legacy SSE (MCP specification 2024-11-05, Transports, HTTP with
         // SSE): the first event of a GET stream, `endpoint`, may announce an
-        // absolute upstream URL. Only bodies that can carry events qualify.
+        // absolute upstream URL. Only bodies that can carry events qualify,
+        // and not a streamable HTTP session's GET (it names its session;
+        // a legacy one cannot), whose body passes as it came.
         let rewrite = sse
             && self.ex.req.method.as_slice() == b"GET"
+            && self.ex.session_id.is_empty()
             && resp.status == 200
             && resp.framing != Framing::None
             && !self.ex.client_host.is_empty();

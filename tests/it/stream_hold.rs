@@ -20,7 +20,13 @@ use crate::support::wire::{find, Next};
 /// open, quiet, until the server dies; a request on an unknown session is
 /// 404.
 fn upstream() -> RestartingUpstream {
-    RestartingUpstream::start(|req, s, gen| {
+    upstream_with(false)
+}
+
+/// `comments_first`: the first generation's GET stream carries only a
+/// comment before it dies (agentchattr's: sse-starlette's `: ping`).
+fn upstream_with(comments_first: bool) -> RestartingUpstream {
+    RestartingUpstream::start(move |req, s, gen| {
         let v: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
         let own = format!("gen{}-sess", gen.number);
         let sid = req.head.all("mcp-session-id").first().map(|s| s.to_string());
@@ -45,10 +51,13 @@ fn upstream() -> RestartingUpstream {
         }
         match req.method.as_str() {
             "GET" => {
-                let event = format!(
+                let mut event = format!(
                     "event: message\r\ndata: {}\r\n\r\n",
                     json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":{"gen":gen.number}}})
                 );
+                if comments_first && gen.number == 1 {
+                    event = format!(": ping - gen {}\r\n\r\n", gen.number);
+                }
                 let head = format!(
                     "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nMcp-Session-Id: {own}\r\n\
                      Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{event}\r\n",
@@ -291,4 +300,24 @@ fn a_get_stream_outside_a_recorded_session_ends_at_once_when_cut() {
     assert!(stream.closed, "an untracked stream must end when cut");
     assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
     up.restart();
+}
+
+#[test]
+fn a_stream_that_carried_only_comments_is_held_and_reattached_too() {
+    let mut up = upstream_with(true);
+    let p = start_proxy(&up, "5");
+    let sid = open_session(&p);
+    let mut stream = Stream::open(&p, &sid);
+    assert!(stream.read_until(b": ping - gen 1", Duration::from_secs(5)), "{}", stream.text());
+    up.stop();
+    assert_eq!(stream.quiet_for(Duration::from_millis(800)), 0, "{}", stream.text());
+    assert!(!stream.closed, "a comment-only stream was ended when its upstream went away");
+    up.restart();
+    assert!(
+        stream.read_until(br#""gen":2"#, Duration::from_secs(10)),
+        "{}\n--- proxy log:\n{}",
+        stream.text(),
+        p.stderr_text()
+    );
+    assert_eq!(count(&stream.got, b"HTTP/1.1 "), 1, "{}", stream.text());
 }
