@@ -1,39 +1,53 @@
-//! Defends the body codec: whatever the framing and wherever the input is
-//! split, decoding a body and re-encoding its payload as the proxy does
-//! (passed through, re-chunked, or close-delimited) gives a valid framing
+//! Defends the body codec and the relay's classification step: whatever the
+//! framing and wherever the input is split, a body run through
+//! `ClientOut::classify` (the step `conn` runs, not a copy of it), passed
+//! through, re-chunked or close-delimited, gives the client a valid framing
 //! of the same payload, and the decoder's verdict does not depend on the
 //! split.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use mcp_identity_proxy::conn::client_out::ClientOut;
 use mcp_identity_proxy::http::body::{Decoder, Encoder};
-use mcp_identity_proxy::http::chunked::Piece;
 use mcp_identity_proxy::http::framing::Framing;
 
-/// (payload, passed bytes for `enc`, done), or Err on a framing error.
+/// Runs the parts through the relay's own classification step
+/// (`ClientOut::classify`) as the relay does: each part appended to the
+/// buffer, classified, and everything owed "written" (proxy-made bytes,
+/// then passed ones; skipped ones dropped once those are out). Returns
+/// (payload seen, bytes the client got, done), or Err on a framing error.
 fn decode(framing: Framing, enc: Encoder, parts: &[&[u8]]) -> Result<(Vec<u8>, Vec<u8>, bool), ()> {
     let mut d = Decoder::new(framing);
-    let (mut payload, mut passed) = (Vec::new(), Vec::new());
+    let mut co = ClientOut::default();
+    let (mut payload, mut client, mut buffer) = (Vec::new(), Vec::new(), Vec::<u8>::new());
     for part in parts {
-        let mut rest = *part;
-        while let Some((n, piece)) = d.step(rest).map_err(|_| ())? {
-            assert!(n > 0 && n <= rest.len(), "step of {n} from {} bytes", rest.len());
-            let run = &rest[..n];
-            if piece == Piece::Data {
-                payload.extend_from_slice(run);
+        buffer.extend_from_slice(part);
+        loop {
+            let before = buffer.len();
+            let c = co.classify(&buffer, &mut d, enc, &mut None, |run| payload.extend_from_slice(run));
+            if c.error.is_some() {
+                return Err(());
             }
-            if enc.passes(piece) {
-                passed.extend_from_slice(run);
-            } else if enc.copies() && piece == Piece::Data {
-                enc.frame(run, &mut passed);
+            assert!(c.consumed <= before, "consumed {} of {before}", c.consumed);
+            buffer.drain(..c.consumed);
+            let own = co.own().clone();
+            client.extend_from_slice(&own);
+            assert!(co.passed() <= buffer.len(), "owes {} of {} buffered bytes", co.passed(), buffer.len());
+            let passed = co.written(own.len() + co.passed());
+            client.extend_from_slice(&buffer[..passed]);
+            buffer.drain(..passed);
+            let skipped = co.settle();
+            buffer.drain(..skipped);
+            assert!(!co.pending(), "owed bytes left after writing all of them");
+            if !c.progressed && skipped == 0 {
+                break;
             }
-            rest = &rest[n..];
         }
         if d.is_done() {
             break;
         }
     }
-    Ok((payload, passed, d.is_done()))
+    Ok((payload, client, d.is_done()))
 }
 
 /// The payload of a complete chunked body, or None if it is not one.

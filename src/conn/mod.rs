@@ -17,6 +17,7 @@
 
 mod answer;
 pub use answer::CloseReason;
+pub mod client_out;
 pub mod editor;
 mod reattach;
 mod reopen;

@@ -5,100 +5,30 @@ use super::answer::Answer;
 use super::{editor, fill_from, CloseReason, Conn, Ctx, Phase};
 use crate::buf::Buf;
 use crate::http::body::{Decoder, Encoder};
-use crate::http::chunked::Piece;
 use crate::http::framing::Framing;
 use crate::http::head::{self, ResponseHead};
 use crate::http::write;
 use crate::io::{slices_after, write_vectored, Outcome};
-use crate::limits::IO_BUF_SIZE;
 use crate::mcp::sse::EndpointRewriter;
 use log::{debug, warn};
 use std::time::Instant;
 
-/// The bytes owed to the client, in order: `own[pos..]`, made by the proxy
-/// (heads, 100 Continue, re-framed chunks, answers), then the first `pass`
-/// bytes of the upstream buffer as they are. Once those are written, the
-/// `skip` bytes right after them (framing or trailers the client must not
-/// see) are dropped. `relay` classifies upstream bytes into it and
-/// `flush_client` writes it out.
-///
-/// Invariant: `pos <= own.len()`; `pass + skip <= upstream_buf.len()`;
-/// `own` is emptied (and `pos` reset) as soon as it is all written.
-#[derive(Default)]
-pub(super) struct ClientOut {
-    own: Vec<u8>,
-    pos: usize,
-    pass: usize,
-    skip: usize,
-    /// Payload made by the proxy (rewritten SSE) before it is framed.
-    scratch: Vec<u8>,
-}
+pub(super) use super::client_out::ClientOut;
 
 impl ClientOut {
-    /// Anything left to write.
-    pub(super) fn pending(&self) -> bool {
-        self.pos < self.own.len() || self.pass > 0
-    }
-
-    /// Proxy-made bytes to append to.
-    pub(super) fn own(&mut self) -> &mut Vec<u8> {
-        &mut self.own
-    }
-
-    /// Nothing of the upstream buffer is owed: it may be released.
-    pub(super) fn holds_no_upstream_bytes(&self) -> bool {
-        self.pass == 0 && self.skip == 0
-    }
-
-    /// Forget the upstream bytes owed (the upstream buffer is being cleared).
-    pub(super) fn drop_upstream_bytes(&mut self) {
-        self.pass = 0;
-        self.skip = 0;
-    }
-
     /// One vectored write of `own[pos..]` then the passed bytes; returns
     /// (bytes written, of which passed, outcome).
     fn write_to(&mut self, sock: &mut mio::net::TcpStream, upstream: &mut Buf) -> (usize, usize, Outcome) {
         self.check(upstream);
-        let own_len = self.own.len() - self.pos;
         let (n, outcome) = {
-            let own = &self.own[self.pos..];
-            let passed = &upstream.data()[..self.pass];
+            let own = self.own.get(self.pos..).unwrap_or_default();
+            let passed = upstream.data().get(..self.pass).unwrap_or_default();
             let slices = slices_after::<2>(&[own, passed], 0);
             write_vectored(sock, &slices)
         };
-        let own_n = n.min(own_len);
-        self.pos += own_n;
-        let pass_n = n - own_n;
-        if pass_n > 0 {
-            upstream.consume(pass_n);
-            self.pass -= pass_n;
-        }
-        if self.pos == self.own.len() {
-            self.own.clear();
-            self.pos = 0;
-        }
+        let pass_n = self.written(n);
+        upstream.consume(pass_n);
         (n, pass_n, outcome)
-    }
-
-    /// Drops the skipped bytes once everything before them is written;
-    /// true if it did.
-    fn settle(&mut self, upstream: &mut Buf) -> bool {
-        if self.pass == 0 && self.skip > 0 {
-            upstream.consume(self.skip);
-            self.skip = 0;
-            return true;
-        }
-        false
-    }
-
-    /// Frames the proxy-made payload in `scratch` as one chunk (or as it is
-    /// for a close-delimited body) into `own`; returns its length.
-    fn emit(&mut self, out: Encoder) -> u64 {
-        out.frame(&self.scratch, &mut self.own);
-        let n = self.scratch.len() as u64;
-        self.scratch.clear();
-        n
     }
 
     fn check(&self, upstream: &Buf) {
@@ -132,8 +62,9 @@ impl Conn {
                 }
             }
         }
-        progressed |= self.out.settle(&mut self.upstream_buf);
-        progressed
+        let skipped = self.out.settle();
+        self.upstream_buf.consume(skipped);
+        progressed || skipped > 0
     }
 
     /// Read from the upstream into `upstream_buf`; returns (bytes, eof/error).
@@ -144,7 +75,7 @@ impl Conn {
         let Some(u) = self.upstream.as_mut() else {
             return (0, false);
         };
-        if !self.upstream_buf.has_space() && self.out.pass == 0 && self.out.own.is_empty() {
+        if !self.upstream_buf.has_space() && !self.out.pending() {
             self.upstream_buf.grow();
         }
         let (total, eof) = fill_from(&mut u.stream, &mut u.ready, &mut self.upstream_buf);
@@ -281,12 +212,6 @@ impl Conn {
         }
     }
 
-    /// Queue payload bytes made by the proxy (rewritten SSE), framed as one
-    /// chunk unless the client reads a close-delimited body.
-    pub(super) fn emit_payload(&mut self, out: Encoder) {
-        self.ex.bytes_out += self.out.emit(out);
-    }
-
     pub(super) fn relay(&mut self, ctx: &Ctx) -> bool {
         let Phase::Relay { input_done, .. } = &self.phase else { return false };
         let (mut n, mut eof) = (0, false);
@@ -303,68 +228,24 @@ impl Conn {
         // Why the body was cut short, if it was.
         let mut cut: Option<&'static str> = None;
         // Classify the unread bytes: pass them, copy them re-framed, or drop
-        // them. Dropping needs the bytes before them written first.
-        while self.out.skip == 0 && !input_done {
-            let avail = &self.upstream_buf.data()[self.out.pass..];
-            let copying = out.copies() || rewriter.is_some();
-            if avail.is_empty() || (copying && self.out.own.len() > IO_BUF_SIZE) {
-                break;
-            }
-            let (len, piece) = match input.step(avail) {
-                Ok(Some(run)) => run,
-                Ok(None) => break,
-                Err(e) => {
-                    warn!("conn {}: invalid chunked body from upstream: {e}", self.id);
-                    cut = Some("invalid chunked body from upstream");
-                    break;
-                }
-            };
-            input_done = input.is_done();
-            progressed = true;
+        // them (`ClientOut::classify`, the step the tests and the fuzz
+        // target drive).
+        let id = self.id;
+        let capture = &mut self.ex.version_capture;
+        let c = self.out.classify(self.upstream_buf.data(), &mut input, out, &mut rewriter, |data| {
             // Copied (never altered): a recorded initialize's answer.
-            if piece == Piece::Data && self.ex.version_capture.is_some() {
-                let data = avail.get(..len).unwrap_or_default();
-                super::session::feed_capture(&mut self.ex.version_capture, Some(data), ctx.sessions, self.id);
-            }
-            if input_done {
-                super::session::feed_capture(&mut self.ex.version_capture, None, ctx.sessions, self.id);
-            }
-            if let Some(rw) = rewriter.as_mut() {
-                // Nothing is passed while rewriting (pass == 0): payload goes
-                // through the rewriter, upstream framing is replaced by ours.
-                if piece == Piece::Data {
-                    rw.feed(&avail[..len], &mut self.out.scratch);
-                }
-                self.upstream_buf.consume(len);
-                if input_done {
-                    rw.finish(&mut self.out.scratch);
-                }
-                self.emit_payload(out);
-                if input_done {
-                    // Ours: the upstream's last chunk (if any) was dropped
-                    // with its framing.
-                    out.finish(&mut self.out.own);
-                }
-                if input_done || (rw.is_done() && input.at_chunk_boundary()) {
-                    rewriter = None;
-                }
-                continue;
-            }
-            if out.passes(piece) {
-                self.out.pass += len;
-            } else if out.copies() && piece == Piece::Data {
-                out.frame(&avail[..len], &mut self.out.own);
-                self.ex.bytes_out += len as u64;
-                self.upstream_buf.consume(len);
-                if input_done {
-                    // A Content-Length body re-framed after a rewrite.
-                    out.finish(&mut self.out.own);
-                }
-            } else if self.out.pass == 0 {
-                self.upstream_buf.consume(len);
-            } else {
-                self.out.skip = len;
-            }
+            super::session::feed_capture(capture, Some(data), ctx.sessions, id);
+        });
+        self.upstream_buf.consume(c.consumed);
+        self.ex.bytes_out += c.own_payload;
+        progressed |= c.progressed;
+        if let Some(e) = c.error {
+            warn!("conn {}: invalid chunked body from upstream: {e}", self.id);
+            cut = Some("invalid chunked body from upstream");
+        }
+        if input.is_done() && !input_done {
+            input_done = true;
+            super::session::feed_capture(&mut self.ex.version_capture, None, ctx.sessions, self.id);
         }
         if eof {
             if let Some(u) = self.upstream.take() {
@@ -372,11 +253,7 @@ impl Conn {
             }
             if input.until_close() && self.upstream_buf.len() == self.out.pass {
                 input_done = true;
-                if let Some(mut rw) = rewriter.take() {
-                    rw.finish(&mut self.out.scratch);
-                    self.emit_payload(out);
-                }
-                out.finish(&mut self.out.own);
+                self.ex.bytes_out += self.out.finish_until_close(out, &mut rewriter);
                 progressed = true;
             } else if !input_done {
                 debug!("conn {}: upstream closed mid-body", self.id);
@@ -411,7 +288,7 @@ impl Conn {
         }
         self.put_back(Phase::Relay { input, out, input_done, rewriter });
         progressed |= self.flush_client(ctx.now);
-        if input_done && !self.out.pending() && self.out.skip == 0 {
+        if input_done && !self.out.pending() && self.out.holds_no_upstream_bytes() {
             if let Phase::Relay { .. } = self.phase {
                 self.finish_exchange(ctx);
                 return true;
