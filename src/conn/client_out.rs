@@ -121,25 +121,17 @@ impl ClientOut {
         mut on_data: impl FnMut(&[u8]),
     ) -> Classified {
         let mut c = Classified::default();
-        let mut at = self.pass;
-        while self.skip == 0 && !input.is_done() {
-            let avail = buffered.get(at..).unwrap_or_default();
-            let copying = out.copies() || rewriter.is_some();
-            if avail.is_empty() || (copying && self.own.len() > IO_BUF_SIZE) {
-                break;
-            }
-            let (len, piece) = match input.step(avail) {
-                Ok(Some(run)) => run,
-                Ok(None) => break,
-                Err(e) => {
-                    c.error = Some(e);
-                    break;
-                }
-            };
-            let run = avail.get(..len).unwrap_or_default();
-            at += len;
-            c.progressed = true;
+        let full = |co: &ClientOut, rw: &Option<Box<EndpointRewriter>>| {
+            (out.copies() || rw.is_some()) && co.own.len() > IO_BUF_SIZE
+        };
+        if self.skip > 0 || full(self, rewriter) {
+            return c;
+        }
+        let unclassified = buffered.get(self.pass..).unwrap_or_default();
+        let (_, error) = input.walk(unclassified, |run, piece, input| {
+            let len = run.len();
             let done = input.is_done();
+            c.progressed = true;
             if piece == Piece::Data {
                 on_data(run);
             }
@@ -162,9 +154,7 @@ impl ClientOut {
                 if done || (rw.is_done() && input.at_chunk_boundary()) {
                     *rewriter = None;
                 }
-                continue;
-            }
-            if out.passes(piece) {
+            } else if out.passes(piece) {
                 self.pass += len;
             } else if out.copies() && piece == Piece::Data {
                 // Re-framing copies everything: nothing is passed before it.
@@ -177,9 +167,13 @@ impl ClientOut {
             } else if self.pass == 0 {
                 c.consumed += len;
             } else {
+                // Dropped once the bytes before it are written.
                 self.skip = len;
             }
-        }
+            // A dropped run waits for a write; so does a full queue.
+            self.skip == 0 && !full(self, rewriter)
+        });
+        c.error = error;
         c
     }
 

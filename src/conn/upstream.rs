@@ -207,31 +207,21 @@ impl Conn {
         let Phase::Collect { input, at } = &mut self.phase else {
             return false;
         };
-        let mut broken = false;
         let streams = self.ex.reopen.as_deref().is_some_and(|r| r.streams_answer());
-        while !input.is_done() {
-            let avail = self.upstream_buf.data().get(*at..).unwrap_or_default();
-            if avail.is_empty() {
-                break;
+        let reopen = &mut self.ex.reopen;
+        let unread = self.upstream_buf.data().get(*at..).unwrap_or_default();
+        let (walked, error) = input.walk(unread, |run, piece, _| {
+            if let (Some(r), Piece::Data) = (reopen.as_deref_mut(), piece) {
+                r.read_payload(run);
             }
-            match input.step(avail) {
-                Ok(Some((len, piece))) => {
-                    if let (Some(r), Piece::Data) = (self.ex.reopen.as_deref_mut(), piece) {
-                        r.read_payload(avail.get(..len).unwrap_or_default());
-                    }
-                    if streams {
-                        self.upstream_buf.consume(len);
-                    } else {
-                        *at += len;
-                    }
-                }
-                Ok(None) => break,
-                Err(_) => {
-                    broken = true;
-                    break;
-                }
-            }
+            true
+        });
+        if streams {
+            self.upstream_buf.consume(walked);
+        } else {
+            *at += walked;
         }
+        let broken = error.is_some();
         let (done, at) = (input.is_done(), *at);
         if done {
             self.collected(ctx, at);

@@ -105,6 +105,35 @@ impl Decoder {
         })
     }
 
+    /// Walks the runs at the front of `data` in order, calling `f(run,
+    /// piece, decoder)` for each (the decoder as it stands after the run)
+    /// while it returns true, until the body is done or more bytes are
+    /// needed. Returns the bytes walked and the framing
+    /// error that stopped the walk, if one did (the bytes before it were
+    /// walked). The one loop over `step` that the relay's classification
+    /// and a re-initialisation's collected answers share.
+    pub fn walk(
+        &mut self,
+        data: &[u8],
+        mut f: impl FnMut(&[u8], Piece, &Decoder) -> bool,
+    ) -> (usize, Option<ChunkError>) {
+        let mut at = 0;
+        while !self.is_done() {
+            let rest = data.get(at..).unwrap_or_default();
+            match self.step(rest) {
+                Ok(Some((len, piece))) => {
+                    at += len;
+                    if !f(rest.get(..len).unwrap_or_default(), piece, self) {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => return (at, Some(e)),
+            }
+        }
+        (at, None)
+    }
+
     /// Payload bytes the current chunk announces and that have not been
     /// seen yet (see `ChunkTracker::announced`); 0 for other framings.
     fn announced(&self) -> u64 {
