@@ -278,7 +278,7 @@ impl Conn {
             return;
         }
         let now = ctx.now;
-        self.release_upstream();
+        self.release_upstream(now);
         let close = answer.closes() || self.close_after || self.ex.req.http10;
         write_response(status, body, close, self.out.own());
         self.ex.status = status;

@@ -45,6 +45,7 @@ use std::mem;
 use std::net::SocketAddr;
 use std::time::Instant;
 use upstream::UpstreamSock;
+pub use upstream::{idle_usable, Released};
 
 /// What the event loop hands a connection on every drive: configuration,
 /// the current identity and the time.
@@ -191,7 +192,7 @@ pub struct Conn {
     client_ready: Ready,
     upstream: Option<UpstreamSock>,
     /// An upstream socket the loop must take back (reusable or not).
-    released: Option<(TcpStream, bool)>,
+    released: Option<Released>,
     client_buf: Buf,
     upstream_buf: Buf,
     /// What is owed to the client: proxy-made bytes, then bytes of
@@ -310,7 +311,9 @@ impl Conn {
 
     fn close(&mut self, reason: CloseReason) {
         debug!("conn {} ({}): closed in {}: {reason}", self.id, self.peer, self.phase.name());
-        self.release_upstream();
+        // The clock is read only for a kept idle socket, whose age decides.
+        let now = if self.upstream_idle_since.is_some() { Instant::now() } else { self.last_activity };
+        self.release_upstream(now);
         self.set_phase(Phase::Closed(reason));
     }
 
@@ -423,13 +426,12 @@ impl Conn {
         }
         if self.upstream_idle_since.is_some()
             && matches!(self.phase, Phase::ReadHead)
-            && self.upstream.as_ref().is_some_and(|u| u.ready.readable || u.ready.hup)
+            && !self.kept_upstream_usable(ctx.now)
         {
-            // The upstream closed (or broke framing on) the idle socket.
+            // The upstream closed (or broke framing on) the idle socket, or
+            // it idled too long (`idle_usable`): let it go at once.
             self.upstream_idle_since = None;
-            if let Some(u) = self.upstream.take() {
-                self.released = Some((u.stream, false));
-            }
+            self.drop_upstream();
         }
         progressed |= match self.phase {
             Phase::ReadHead => self.read_head(ctx),

@@ -67,9 +67,7 @@ impl Conn {
             (until - ctx.now).as_secs()
         );
         self.upstream_reusable = false;
-        if let Some(u) = self.upstream.take() {
-            self.released = Some((u.stream, false));
-        }
+        self.drop_upstream();
         self.ex.reattach = Some(Box::new(Reattach { out, since: ctx.now, until }));
         self.set_phase(Phase::Hold { until });
     }
@@ -136,9 +134,7 @@ impl Conn {
             self.ex.reattach.take().map_or(0, |r| ctx.now.saturating_duration_since(r.since).as_millis());
         warn!("conn {}: session GET stream not reattached after {held_ms} ms ({why}): ended", self.id);
         self.upstream_reusable = false;
-        if let Some(u) = self.upstream.take() {
-            self.released = Some((u.stream, false));
-        }
+        self.drop_upstream();
         self.out.drop_upstream_bytes();
         self.upstream_buf.clear();
         self.log_exchange(ctx.now, &"upstream closed mid-body, not reattached");
@@ -148,9 +144,7 @@ impl Conn {
     /// A connect (or the connection before an answer) failed during a
     /// reattach: try again shortly until the hold is over.
     pub(super) fn reattach_retry(&mut self, ctx: &Ctx, attempt: u32) {
-        if let Some(u) = self.upstream.take() {
-            self.released = Some((u.stream, false));
-        }
+        self.drop_upstream();
         let retry_at = ctx.now + crate::limits::CONNECT_RETRY_DELAY;
         match self.ex.reattach.as_deref().map(|r| r.until) {
             Some(until) if retry_at <= until => {

@@ -424,9 +424,7 @@ impl Conn {
             }
             None => Vec::new(),
         };
-        if let Some(u) = self.upstream.take() {
-            self.released = Some((u.stream, false));
-        }
+        self.drop_upstream();
         self.upstream_buf.clear();
         if !self.upstream_buf.push(&original) {
             // Cannot happen: the 404 was read into this buffer.

@@ -72,7 +72,7 @@ impl Conn {
     /// Shut our sending side and drain the client for a moment before the
     /// socket is dropped.
     pub(super) fn linger(&mut self, now: Instant, reason: CloseReason) {
-        self.release_upstream();
+        self.release_upstream(now);
         let _ = self.client.shutdown(std::net::Shutdown::Write);
         self.client_buf.clear();
         self.set_phase(Phase::Linger { until: now + LINGER, reason });

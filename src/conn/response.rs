@@ -248,9 +248,7 @@ impl Conn {
             super::session::feed_capture(&mut self.ex.version_capture, None, ctx.sessions, self.id);
         }
         if eof {
-            if let Some(u) = self.upstream.take() {
-                self.released = Some((u.stream, false));
-            }
+            self.drop_upstream();
             if input.until_close() && self.upstream_buf.len() == self.out.pass {
                 input_done = true;
                 self.ex.bytes_out += self.out.finish_until_close(out, &mut rewriter);
@@ -278,9 +276,7 @@ impl Conn {
             // is incomplete, so a truncated body is never presented as
             // complete).
             self.upstream_reusable = false;
-            if let Some(u) = self.upstream.take() {
-                self.released = Some((u.stream, false));
-            }
+            self.drop_upstream();
             self.log_exchange(ctx.now, &ending);
             self.put_back(Phase::Relay { input, out, input_done, rewriter });
             self.set_phase(Phase::Reply { close: true, reason: CloseReason::UpstreamTruncated });
@@ -317,11 +313,7 @@ impl Conn {
                 u.received = false;
                 self.upstream_idle_since = Some(ctx.now);
             }
-            Some(_) => {
-                if let Some(u) = self.upstream.take() {
-                    self.released = Some((u.stream, reusable));
-                }
-            }
+            Some(_) => self.hand_back_upstream(reusable),
             None => {}
         }
         self.upstream_buf.clear();

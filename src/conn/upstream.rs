@@ -11,6 +11,29 @@ use crate::http::head::ResponseHead;
 use crate::limits::{CONNECT_RETRIES, CONNECT_RETRY_DELAY, MAX_REOPEN_ANSWER, POOL_IDLE_TIMEOUT};
 use log::{debug, warn};
 use mio::net::TcpStream;
+use std::time::Instant;
+
+/// An upstream socket handed back to the event loop, and what to do with it.
+#[derive(Debug)]
+pub enum Released {
+    /// Idle, healthy and between exchanges: to the keep-alive pool.
+    Reusable(TcpStream),
+    /// Anything else (cut, failed, owed to a dead server): deregister and
+    /// close.
+    Spent(TcpStream),
+}
+
+/// The one test of whether an idle upstream connection may carry another
+/// request: it has idled less than `POOL_IDLE_TIMEOUT` (below uvicorn's
+/// 5 s keep-alive, so the upstream rarely closes one about to be used) and
+/// has said nothing since its last exchange (`spoke`, asked only for a
+/// fresh one: readable or closed, as its readiness or a peek tells; an idle
+/// HTTP/1.1 connection has nothing to say, so EOF or data means the
+/// upstream closed it or broke framing). Used for the socket a client
+/// keeps between its exchanges and for the shared pool alike.
+pub fn idle_usable(idle_since: Instant, now: Instant, spoke: impl FnOnce() -> bool) -> bool {
+    now.saturating_duration_since(idle_since) < POOL_IDLE_TIMEOUT && !spoke()
+}
 
 pub(super) struct UpstreamSock {
     pub(super) stream: TcpStream,
@@ -33,8 +56,32 @@ impl Conn {
     }
 
     /// The upstream socket the loop must deregister and pool or drop.
-    pub fn take_released(&mut self) -> Option<(TcpStream, bool)> {
+    pub fn take_released(&mut self) -> Option<Released> {
         self.released.take()
+    }
+
+    /// Hands the upstream socket (if any) back to be closed.
+    pub(super) fn drop_upstream(&mut self) {
+        if let Some(u) = self.upstream.take() {
+            self.released = Some(Released::Spent(u.stream));
+        }
+    }
+
+    /// Hands the upstream socket back, to the pool when `reusable`.
+    pub(super) fn hand_back_upstream(&mut self, reusable: bool) {
+        if let Some(u) = self.upstream.take() {
+            self.released =
+                Some(if reusable { Released::Reusable(u.stream) } else { Released::Spent(u.stream) });
+        }
+    }
+
+    /// Whether the socket kept idle from this client's previous exchange
+    /// may carry the next one (see `idle_usable`).
+    pub(super) fn kept_upstream_usable(&self, now: Instant) -> bool {
+        match (self.upstream_idle_since, self.upstream.as_ref()) {
+            (Some(since), Some(u)) => idle_usable(since, now, || u.ready.readable || u.ready.hup),
+            _ => false,
+        }
     }
 
     /// Index into the upstream's addresses for the next connect.
@@ -73,25 +120,20 @@ impl Conn {
 
     /// Hand the upstream socket back to the loop: to the pool if it sits idle
     /// and healthy between exchanges, else to be closed.
-    pub(super) fn release_upstream(&mut self) {
-        let idle = self.upstream_idle_since.take().is_some();
-        if let Some(u) = self.upstream.take() {
-            let healthy = idle && !u.ready.readable && !u.ready.hup;
-            self.released = Some((u.stream, healthy));
-        }
+    pub(super) fn release_upstream(&mut self, now: Instant) {
+        let healthy = self.kept_upstream_usable(now);
+        self.upstream_idle_since = None;
+        self.hand_back_upstream(healthy);
     }
 
     pub(super) fn connect_progress(&mut self, ctx: &Ctx) -> bool {
-        if let Some(since) = self.upstream_idle_since.take() {
+        if self.upstream_idle_since.is_some() {
             // The socket kept from the previous exchange: usable unless the
-            // upstream spoke or closed meanwhile, or it idled too long
-            // (uvicorn closes after 5 s).
-            let fresh = ctx.now.saturating_duration_since(since) < POOL_IDLE_TIMEOUT;
-            let quiet = self.upstream.as_ref().is_some_and(|u| !u.ready.readable && !u.ready.hup);
-            if !(fresh && quiet) {
-                if let Some(u) = self.upstream.take() {
-                    self.released = Some((u.stream, false));
-                }
+            // upstream spoke or closed meanwhile, or it idled too long.
+            let usable = self.kept_upstream_usable(ctx.now);
+            self.upstream_idle_since = None;
+            if !usable {
+                self.drop_upstream();
                 return true;
             }
         }
@@ -126,9 +168,7 @@ impl Conn {
     /// A connect was refused or failed: retry shortly (nothing was sent, so
     /// retrying is safe for every method), then 502.
     pub(super) fn upstream_connect_error(&mut self, ctx: &Ctx) {
-        if let Some(u) = self.upstream.take() {
-            self.released = Some((u.stream, false));
-        }
+        self.drop_upstream();
         let Phase::Connect { attempt, since, .. } = self.phase else {
             return;
         };
@@ -161,9 +201,7 @@ impl Conn {
             return;
         }
         let stale = self.upstream.as_ref().is_some_and(|u| u.reused && !u.received);
-        if let Some(u) = self.upstream.take() {
-            self.released = Some((u.stream, false));
-        }
+        self.drop_upstream();
         if stale && !self.ex.retried && self.ex.idempotent() {
             debug!("conn {}: pooled upstream connection was stale; reconnecting", self.id);
             self.ex.retried = true;
@@ -243,8 +281,6 @@ impl Conn {
     pub(super) fn release_collected(&mut self, at: usize) {
         let exact = self.upstream_buf.len() == at;
         let keep = self.ex.reopen.as_deref().is_some_and(|r| r.keeps_connection()) && exact;
-        if let Some(u) = self.upstream.take() {
-            self.released = Some((u.stream, keep));
-        }
+        self.hand_back_upstream(keep);
     }
 }

@@ -10,7 +10,7 @@ mod slab;
 mod timers;
 
 use crate::config::Config;
-use crate::conn::{Conn, Ctx, Verdict};
+use crate::conn::{Conn, Ctx, Released, Verdict};
 use crate::limits::{
     ACCEPT_BACKOFF, EVENT_CAPACITY, FALLBACK_CONNECTIONS, MAX_CONNECTIONS, MAX_UPSTREAM_ROUNDS, RESERVED_FDS,
     SHUTDOWN_GRACE,
@@ -481,11 +481,15 @@ fn drive_slot(poll: &Poll, slab: &mut Slab, pool: &mut Pool, again: &mut Vec<usi
             return;
         };
         let verdict = conn.drive(ctx);
-        if let Some((mut stream, reusable)) = conn.take_released() {
-            let _ = poll.registry().deregister(&mut stream);
-            if reusable {
+        match conn.take_released() {
+            Some(Released::Reusable(mut stream)) => {
+                let _ = poll.registry().deregister(&mut stream);
                 pool.put(stream, ctx.now);
             }
+            Some(Released::Spent(mut stream)) => {
+                let _ = poll.registry().deregister(&mut stream);
+            }
+            None => {}
         }
         match verdict {
             Verdict::Wait => return,

@@ -1,5 +1,6 @@
 //! Idle upstream connections kept for reuse across clients, newest last.
 
+use crate::conn::idle_usable;
 use crate::limits::{MAX_POOLED_UPSTREAM, POOL_IDLE_TIMEOUT};
 use mio::net::TcpStream;
 use std::io;
@@ -21,15 +22,14 @@ impl Pool {
     /// The most recently pooled connection that is still open and silent.
     pub(super) fn take(&mut self, now: Instant) -> Option<TcpStream> {
         while let Some((stream, since)) = self.idle.pop() {
-            if now.saturating_duration_since(since) >= POOL_IDLE_TIMEOUT {
-                continue;
-            }
-            // An idle HTTP/1.1 connection has nothing to say: EOF or data
-            // means the upstream closed it or broke framing.
-            let mut probe = [0u8; 1];
-            match stream.peek(&mut probe) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Some(stream),
-                _ => continue,
+            // Deregistered, so its readiness is unknown: a peek tells
+            // whether it spoke (data, EOF or an error) while pooled.
+            let spoke = || {
+                let mut probe = [0u8; 1];
+                !matches!(stream.peek(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            };
+            if idle_usable(since, now, spoke) {
+                return Some(stream);
             }
         }
         None
