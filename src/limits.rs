@@ -32,16 +32,23 @@ pub const MAX_TRAILER: usize = 16 * 1024;
 /// Nesting depth of JSON arrays and objects the stamper follows.
 pub const MAX_JSON_DEPTH: usize = 128;
 
-/// Size of the buffer each direction starts with; it grows up to
-/// `MAX_REQUEST_HEAD` only while a head does not fit.
+/// Size of the buffer each direction starts with. The client's grows up to
+/// `MAX_REQUEST_HEAD` only while a head does not fit; the upstream's up to
+/// `MAX_RELAY_BUF` while a response streams fast (and up to
+/// `MAX_RESPONSE_HEAD` for a head). Also the most proxy-made bytes
+/// (re-framed or rewritten payload) queued for the client before the relay
+/// stops classifying and waits for a write.
 pub const IO_BUF_SIZE: usize = 16 * 1024;
 
 /// Base-size buffers kept on a free list for reuse (256 KiB at most): a
 /// quiet stream gives its buffers back, the next event takes one again.
 pub const BUF_POOL: usize = 16;
 
-/// Most reads or writes per socket per readiness event, so one busy
-/// connection cannot starve the others on the single thread.
+/// Most rounds over both sockets (`Conn::step`: each reads or writes until
+/// the socket would block or its buffer is full) per drive of one
+/// connection; past it the connection is driven again after the others
+/// (`Verdict::Again`), so one busy connection cannot starve them on the
+/// single thread.
 pub const MAX_IO_PER_EVENT: usize = 32;
 
 /// Most client connections open at once (lowered at start to what the

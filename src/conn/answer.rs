@@ -2,7 +2,9 @@
 //! JSON-RPC error code, whether the connection closes after it, the reason
 //! logged when it does, and its message. The client's side of a failure
 //! gets a 4xx, the upstream's a 502 or 504 (RFC 9110 §15.6.3, §15.6.5: a
-//! gateway that got an invalid response or none in time). Pure.
+//! gateway that got an invalid response or none in time). `Answer` and its
+//! writers are pure; the `impl Conn` below queues one on a connection (or,
+//! while a reopen replays or a stream is held, hands the failure to them).
 
 use super::{Conn, Ctx, Phase};
 use crate::http::guard::Refusal;
@@ -269,7 +271,7 @@ impl Conn {
         if self.ex.reopen.as_deref().is_some_and(|r| r.replaying()) {
             // A request of the proxy's own failed: the client gets the
             // upstream's 404 it was recovering from, not this answer.
-            self.fail_reopen(ctx, &answer.message());
+            self.own_request_failed(ctx, answer.message());
             return;
         }
         if self.reattaching() {

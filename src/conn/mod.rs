@@ -7,13 +7,22 @@
 //! `ReadHead -> [ReadBody] -> Connect -> SendRequest -> ReadResponseHead ->
 //! Relay -> ReadHead | Linger -> Closed`, plus `Reply` for proxy-made answers
 //! (and for what arrived of a truncated response), after which the
-//! connection goes on (`ReadHead`) or lingers. Every change goes through
+//! connection goes on (`ReadHead`) or lingers. A session the upstream lost
+//! adds `Collect` (an answer read whole instead of relayed) and
+//! `AwaitReopen` (another exchange re-initialises the session) between
+//! `ReadResponseHead` and `Connect` (`reopen`); a session's GET stream whose
+//! upstream went away goes `Relay -> Hold -> Connect -> ... -> Relay`
+//! without a second head (`reattach`). Every change goes through
 //! `set_phase`, which logs it at `trace`; a phase taken out to be worked on
 //! (`take_phase`) leaves `Closed` behind until it is put back.
 //!
 //! `request` is the client-to-upstream direction, `response` the
-//! upstream-to-client one with the client output queue, `upstream` the
-//! upstream socket; `answer` and `editor` decide without a socket.
+//! upstream-to-client one, `upstream` the upstream socket; `session` the
+//! session bookkeeping on the relay path, `reopen` the re-initialisation of
+//! a lost session (a decision type, `Reopen`, applied in one place),
+//! `reattach` a GET stream held through an upstream restart. `client_out`
+//! (the client output queue and the relay's classification step), `answer`
+//! and `editor` decide without a socket.
 
 mod answer;
 pub use answer::CloseReason;

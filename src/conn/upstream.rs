@@ -5,10 +5,7 @@
 
 use super::answer::Answer;
 use super::{Conn, Ctx, Phase, Ready};
-use crate::http::body::Decoder;
-use crate::http::chunked::Piece;
-use crate::http::head::ResponseHead;
-use crate::limits::{CONNECT_RETRIES, CONNECT_RETRY_DELAY, MAX_REOPEN_ANSWER, POOL_IDLE_TIMEOUT};
+use crate::limits::{CONNECT_RETRIES, CONNECT_RETRY_DELAY, POOL_IDLE_TIMEOUT};
 use log::{debug, warn};
 use mio::net::TcpStream;
 use std::time::Instant;
@@ -218,69 +215,5 @@ impl Conn {
         }
         warn!("conn {}: upstream closed the connection before answering", self.id);
         self.reply_error(ctx, Answer::UpstreamClosed);
-    }
-
-    pub(super) fn start_collect(&mut self, resp: &ResponseHead) {
-        let mut at = resp.len;
-        if self.ex.reopen.as_deref().is_some_and(|r| r.streams_answer()) {
-            // Only the head was needed (`reopen_takes` read it); the body is
-            // walked and let go, so an answer of any size is read in the
-            // buffer's room.
-            self.upstream_buf.consume(at);
-            at = 0;
-        }
-        self.set_phase(Phase::Collect { input: Decoder::new(resp.framing), at });
-    }
-
-    /// `Phase::Collect`: read the upstream's answer whole, without relaying
-    /// it (the head stays at the front of `upstream_buf`).
-    pub(super) fn collect(&mut self, ctx: &Ctx) -> bool {
-        if !self.upstream_buf.has_space() {
-            self.upstream_buf.grow();
-        }
-        let (n, eof) = self.read_upstream();
-        if n > 0 {
-            self.last_activity = ctx.now;
-        }
-        let Phase::Collect { input, at } = &mut self.phase else {
-            return false;
-        };
-        let streams = self.ex.reopen.as_deref().is_some_and(|r| r.streams_answer());
-        let reopen = &mut self.ex.reopen;
-        let unread = self.upstream_buf.data().get(*at..).unwrap_or_default();
-        let (walked, error) = input.walk(unread, |run, piece, _| {
-            if let (Some(r), Piece::Data) = (reopen.as_deref_mut(), piece) {
-                r.read_payload(run);
-            }
-            true
-        });
-        if streams {
-            self.upstream_buf.consume(walked);
-        } else {
-            *at += walked;
-        }
-        let broken = error.is_some();
-        let (done, at) = (input.is_done(), *at);
-        if done {
-            self.collected(ctx, at);
-            return true;
-        }
-        let full = self.upstream_buf.len() > MAX_REOPEN_ANSWER
-            || (!self.upstream_buf.has_space() && !self.upstream_buf.grow());
-        if broken || eof || full {
-            debug!("conn {}: upstream answer not read whole during a reopen", self.id);
-            self.collect_failed(ctx);
-            return true;
-        }
-        n > 0
-    }
-
-    /// Hands the socket that carried a collected answer back to the loop:
-    /// to the pool when the upstream keeps it and nothing follows the
-    /// answer.
-    pub(super) fn release_collected(&mut self, at: usize) {
-        let exact = self.upstream_buf.len() == at;
-        let keep = self.ex.reopen.as_deref().is_some_and(|r| r.keeps_connection()) && exact;
-        self.hand_back_upstream(keep);
     }
 }
