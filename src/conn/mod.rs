@@ -40,10 +40,12 @@ mod upstream_invariant;
 use crate::buf::Buf;
 use crate::config::Config;
 use crate::http::body::{Decoder, Encoder};
+use crate::http::framing::Framing;
 use crate::io::{read_into, Outcome};
 use crate::limits::{ANSWER_FLUSH_TIMEOUT, MAX_IO_PER_EVENT, MAX_REQUEST_HEAD};
 use crate::mcp::session::SessionTable;
 use crate::mcp::sse::EndpointRewriter;
+use crate::mcp::stamp::StampError;
 use answer::Answer;
 use log::{debug, info, trace, warn};
 use mio::net::TcpStream;
@@ -268,6 +270,71 @@ impl Conn {
             "phase put back over a live one"
         );
         self.phase = phase;
+    }
+
+    /// Hands the upstream socket (if any) back to be closed.
+    pub(super) fn drop_upstream(&mut self) {
+        if let Some(u) = self.upstream.take() {
+            self.released = Some(Released::Spent(u.stream));
+        }
+    }
+
+    /// Hands the upstream socket back, to the pool when `reusable`.
+    pub(super) fn hand_back_upstream(&mut self, reusable: bool) {
+        if let Some(u) = self.upstream.take() {
+            self.released =
+                Some(if reusable { Released::Reusable(u.stream) } else { Released::Spent(u.stream) });
+        }
+    }
+
+    /// Whether the socket kept idle from this client's previous exchange
+    /// may carry the next one (see `idle_usable`).
+    pub(super) fn kept_upstream_usable(&self, now: Instant) -> bool {
+        match (self.upstream_idle_since, self.upstream.as_ref()) {
+            (Some(since), Some(u)) => idle_usable(since, now, || u.ready.readable || u.ready.hup),
+            _ => false,
+        }
+    }
+
+    /// Hand the upstream socket back to the loop: to the pool if it sits idle
+    /// and healthy between exchanges, else to be closed.
+    pub(super) fn release_upstream(&mut self, now: Instant) {
+        let healthy = self.kept_upstream_usable(now);
+        self.upstream_idle_since = None;
+        self.hand_back_upstream(healthy);
+    }
+
+    /// Scans and stamps the body with the identity in force now and writes
+    /// the upstream head (`editor::plan_request`).
+    pub(super) fn plan_upstream_request(&mut self, ctx: &Ctx) -> Result<(), StampError> {
+        let ex = &mut self.ex;
+        let req = editor::Outgoing {
+            method: &ex.req.method,
+            target: &ex.req.target,
+            // The client delimited a body (Content-Length or chunked).
+            framed: ex.req.framing != Framing::None,
+        };
+        let (who, route) = (ctx.credentials(), ctx.route());
+        ex.plan = editor::plan_request(&req, &mut ex.req.headers, &ex.body, &who, &route, &mut ex.head_out)?;
+        Ok(())
+    }
+
+    /// Read from the upstream into `upstream_buf`; returns (bytes, eof/error).
+    /// A read that fills all the room while nothing waits for the client
+    /// grows the buffer for the next one (fewer syscalls on busy streams; a
+    /// quiet stream gives it back).
+    pub(super) fn read_upstream(&mut self) -> (usize, bool) {
+        let Some(u) = self.upstream.as_mut() else {
+            return (0, false);
+        };
+        if !self.upstream_buf.has_space() && !self.out.pending() {
+            self.upstream_buf.grow();
+        }
+        let (total, eof) = fill_from(&mut u.stream, &mut u.ready, &mut self.upstream_buf);
+        if total > 0 {
+            u.received = true;
+        }
+        (total, eof)
     }
 
     /// Why the connection closed, once it has.

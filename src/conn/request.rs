@@ -2,7 +2,7 @@
 //! the client, admit, scan and stamp it, and write it to the upstream.
 
 use super::answer::Answer;
-use super::{editor, fill_from, CloseReason, Conn, Ctx, Phase};
+use super::{fill_from, CloseReason, Conn, Ctx, Phase};
 use crate::http::body::{BodyError, Decoder};
 use crate::http::framing::Framing;
 use crate::http::guard::{self, Policy};
@@ -10,7 +10,6 @@ use crate::http::head::{self, RequestHead};
 use crate::http::headers::name;
 use crate::io::{slices_after, write_vectored, Outcome};
 use crate::limits::{MAX_REQUEST_HEAD, MAX_STAMP_BODY};
-use crate::mcp::stamp::StampError;
 use log::{debug, warn};
 use std::time::{Duration, Instant};
 
@@ -245,21 +244,6 @@ impl Conn {
             return;
         }
         self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
-    }
-
-    /// Scans and stamps the body with the identity in force now and writes
-    /// the upstream head (`editor::plan_request`).
-    pub(super) fn plan_upstream_request(&mut self, ctx: &Ctx) -> Result<(), StampError> {
-        let ex = &mut self.ex;
-        let req = editor::Outgoing {
-            method: &ex.req.method,
-            target: &ex.req.target,
-            // The client delimited a body (Content-Length or chunked).
-            framed: ex.req.framing != Framing::None,
-        };
-        let (who, route) = (ctx.credentials(), ctx.route());
-        ex.plan = editor::plan_request(&req, &mut ex.req.headers, &ex.body, &who, &route, &mut ex.head_out)?;
-        Ok(())
     }
 
     pub(super) fn read_body(&mut self, ctx: &Ctx) -> bool {

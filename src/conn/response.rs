@@ -2,7 +2,7 @@
 //! body (re-framed when it must be), and write the client output queue.
 
 use super::answer::Answer;
-use super::{editor, fill_from, CloseReason, Conn, Ctx, Phase};
+use super::{editor, CloseReason, Conn, Ctx, Phase};
 use crate::buf::Buf;
 use crate::http::body::{Decoder, Encoder};
 use crate::http::framing::Framing;
@@ -65,24 +65,6 @@ impl Conn {
         let skipped = self.out.settle();
         self.upstream_buf.consume(skipped);
         progressed || skipped > 0
-    }
-
-    /// Read from the upstream into `upstream_buf`; returns (bytes, eof/error).
-    /// A read that fills all the room while nothing waits for the client
-    /// grows the buffer for the next one (fewer syscalls on busy streams; a
-    /// quiet stream gives it back).
-    pub(super) fn read_upstream(&mut self) -> (usize, bool) {
-        let Some(u) = self.upstream.as_mut() else {
-            return (0, false);
-        };
-        if !self.upstream_buf.has_space() && !self.out.pending() {
-            self.upstream_buf.grow();
-        }
-        let (total, eof) = fill_from(&mut u.stream, &mut u.ready, &mut self.upstream_buf);
-        if total > 0 {
-            u.received = true;
-        }
-        (total, eof)
     }
 
     pub(super) fn read_response_head(&mut self, ctx: &Ctx) -> bool {

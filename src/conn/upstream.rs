@@ -57,30 +57,6 @@ impl Conn {
         self.released.take()
     }
 
-    /// Hands the upstream socket (if any) back to be closed.
-    pub(super) fn drop_upstream(&mut self) {
-        if let Some(u) = self.upstream.take() {
-            self.released = Some(Released::Spent(u.stream));
-        }
-    }
-
-    /// Hands the upstream socket back, to the pool when `reusable`.
-    pub(super) fn hand_back_upstream(&mut self, reusable: bool) {
-        if let Some(u) = self.upstream.take() {
-            self.released =
-                Some(if reusable { Released::Reusable(u.stream) } else { Released::Spent(u.stream) });
-        }
-    }
-
-    /// Whether the socket kept idle from this client's previous exchange
-    /// may carry the next one (see `idle_usable`).
-    pub(super) fn kept_upstream_usable(&self, now: Instant) -> bool {
-        match (self.upstream_idle_since, self.upstream.as_ref()) {
-            (Some(since), Some(u)) => idle_usable(since, now, || u.ready.readable || u.ready.hup),
-            _ => false,
-        }
-    }
-
     /// Index into the upstream's addresses for the next connect.
     pub fn connect_attempt(&self) -> u32 {
         match self.phase {
@@ -113,14 +89,6 @@ impl Conn {
     pub fn connect_failed(&mut self, ctx: &Ctx, err: &std::io::Error) {
         debug!("conn {}: upstream connect failed: {}", self.id, err.kind());
         self.upstream_connect_error(ctx);
-    }
-
-    /// Hand the upstream socket back to the loop: to the pool if it sits idle
-    /// and healthy between exchanges, else to be closed.
-    pub(super) fn release_upstream(&mut self, now: Instant) {
-        let healthy = self.kept_upstream_usable(now);
-        self.upstream_idle_since = None;
-        self.hand_back_upstream(healthy);
     }
 
     pub(super) fn connect_progress(&mut self, ctx: &Ctx) -> bool {
