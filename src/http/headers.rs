@@ -1,9 +1,20 @@
 //! `HeaderList`: the one place field lines live between parsing and writing.
 //!
-//! Names are ASCII-lowercased by the only constructor, `set` replaces in
-//! place and there is no `append`, so two lines with one name can never be
-//! written: the agentchattr proxy's duplicated `Mcp-Session-Id` cannot happen.
-//! Pure: no I/O.
+//! Two lines with one name can never be written: the agentchattr proxy's
+//! duplicated `Mcp-Session-Id` cannot happen. Pure: no I/O. The guards of
+//! that invariant, each the only way into the list of its kind:
+//!
+//! - `push` writes every line the list makes itself, its name lowercased
+//!   (or a compile-time `Name`, lowercase by construction); it is reached
+//!   only through `merge_valid` and `set_at`, which first look the name up
+//!   (`position_keyed`) and replace the line found instead of adding one.
+//! - `merge_parsed_in` takes a received line where it lies (after
+//!   `take_block` copied the head's lines in one piece), lowercasing the
+//!   name in place, only when `position_keyed` finds no line of that name;
+//!   any other line goes through `merge_parsed` -> `merge_valid`.
+//! - `set`/`set_name` replace in place; there is no `append`; `remove`,
+//!   `remove_name` and `strip_for_forwarding` only take lines out.
+//! - The writer (`write_to`) emits the lines of the list and nothing else.
 //!
 //! Storage: every line is kept as it will be written (`name: value\r\n`,
 //! name lowercased) in one byte buffer, and the list is a small index into
@@ -853,20 +864,6 @@ impl HeaderList {
         }
     }
 
-    /// Remove every field whose (lowercase) name satisfies `pred`.
-    pub fn remove_where(&mut self, mut pred: impl FnMut(&[u8]) -> bool) {
-        let bytes = self.bytes.data();
-        let mut kept: SmallVec<[Line; INLINE_LINES]> = SmallVec::new();
-        kept.extend(self.lines.iter().copied().filter(|l| !pred(l.name(bytes))));
-        self.lines = kept;
-    }
-
-    /// Whether the comma-separated list in `name` has `token` as an element
-    /// (ASCII case-insensitive), e.g. `connection: keep-alive, close`.
-    pub fn has_token(&self, name: &[u8], token: &[u8]) -> bool {
-        self.get(name).map(|v| list_elements(v).any(|e| e.eq_ignore_ascii_case(token))).unwrap_or(false)
-    }
-
     /// Drop hop-by-hop fields: every field named in `Connection`
     /// (RFC 9110 §7.6.1) and the fixed list, in one pass.
     pub fn strip_hop_by_hop(&mut self) {
@@ -1072,9 +1069,8 @@ mod tests {
     #[test]
     fn tokens_and_trim() {
         let l = list(&[("Connection", "Keep-Alive ,, close")]).unwrap();
-        assert!(l.has_token(b"connection", b"close"));
-        assert!(l.has_token(b"Connection", b"keep-alive"));
-        assert!(!l.has_token(b"connection", b"upgrade"));
+        let elements: Vec<&[u8]> = list_elements(l.get(b"connection").unwrap()).collect();
+        assert_eq!(elements, [&b"Keep-Alive"[..], b"close"]);
         assert_eq!(trim_ows(b" \t a b \t"), b"a b");
     }
     #[test]

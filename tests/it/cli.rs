@@ -257,11 +257,14 @@ fn version_exits_0_and_prints_the_version() {
 
 #[test]
 fn fractional_timeouts_are_accepted() {
+    // Each fraction must take effect as written: 1.25 s read as 1, 12.5 or
+    // 125, or 0.4 read as 0 or 4, falls outside the bounds below.
     let t = tf();
-    ProxyProcess::start(
+    let silent = StubUpstream::silent();
+    let p = ProxyProcess::start(
         &[
             "--upstream",
-            UP,
+            &silent.url(),
             "--agent",
             "a",
             "--token-file",
@@ -272,8 +275,34 @@ fn fractional_timeouts_are_accepted() {
             "1.25",
             "--idle-timeout",
             "2.5",
+            "--keepalive-timeout",
+            "0.4",
         ],
         &[],
+    );
+    let body = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let fields = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+    let mut c = RawClient::new(p.connect());
+    let t0 = Instant::now();
+    c.send(&request("POST", "/mcp", &p.addr().to_string(), &fields, body));
+    let resp = c.read_response("POST");
+    let waited = t0.elapsed();
+    assert_eq!(resp.status, 504, "{}", resp.raw_text());
+    assert!(
+        waited >= Duration::from_millis(1200) && waited < Duration::from_millis(2500),
+        "--response-timeout 1.25 answered after {waited:?}"
+    );
+    // An idle keep-alive connection is closed after 0.4 s.
+    let mut idle = p.connect();
+    idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let t0 = Instant::now();
+    let mut buf = [0u8; 16];
+    let n = std::io::Read::read(&mut idle, &mut buf).unwrap_or(0);
+    let closed = t0.elapsed();
+    assert_eq!(n, 0, "an idle connection got bytes");
+    assert!(
+        closed >= Duration::from_millis(350) && closed < Duration::from_millis(1500),
+        "--keepalive-timeout 0.4 closed after {closed:?}"
     );
 }
 
