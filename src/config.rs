@@ -473,7 +473,7 @@ fn flag_identity(agent: String, token: Option<String>) -> Result<Identity, Confi
     let token = token.ok_or(ConfigError::Missing("--token-file or MCP_PROXY_TOKEN"))?;
     let token = token.trim().to_string();
     check_token(&token)?;
-    Ok(Identity { agent, token })
+    Ok(Identity::new(agent, token))
 }
 
 fn read_token_file(path: &PathBuf) -> Result<String, ConfigError> {

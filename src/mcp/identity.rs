@@ -1,7 +1,8 @@
-//! The agent's identity (name + bearer token) and its parsing from the
-//! identity file or a `--control-stdin` line: `{"agent": "...", "token":
-//! "..."}`. Pure: no I/O. The token is never printed, not even by `Debug`
-//! or in an error.
+//! The agent's identity (name + bearer token, and optionally its tool
+//! lists) and its parsing from the identity file or a `--control-stdin`
+//! line: `{"agent": "...", "token": "...", "allow_tools": [...],
+//! "deny_tools": [...]}`. Pure: no I/O. The token is never printed, not
+//! even by `Debug` or in an error.
 
 use std::fmt;
 
@@ -13,11 +14,34 @@ pub use crate::limits::{MAX_AGENT_LEN, MAX_TOKEN_LEN};
 pub struct Identity {
     pub agent: String,
     pub token: String,
+    /// `"allow_tools"` (globs): replaces the flags' allow list; an empty
+    /// list allows no tool. `None` when absent.
+    pub allow_tools: Option<Vec<String>>,
+    /// `"deny_tools"` (globs): added to the flags' deny list. `None` when
+    /// absent.
+    pub deny_tools: Option<Vec<String>>,
+}
+
+impl Identity {
+    /// An identity with no tool lists (the flags' policy applies).
+    pub fn new(agent: String, token: String) -> Identity {
+        Identity { agent, token, allow_tools: None, deny_tools: None }
+    }
 }
 
 impl fmt::Debug for Identity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Identity").field("agent", &self.agent).field("token", &"<redacted>").finish()
+        let mut d = f.debug_struct("Identity");
+        d.field("agent", &self.agent).field("token", &"<redacted>");
+        // Shown only when present, so an identity without lists reads as
+        // it always did.
+        if let Some(allow) = &self.allow_tools {
+            d.field("allow_tools", allow);
+        }
+        if let Some(deny) = &self.deny_tools {
+            d.field("deny_tools", deny);
+        }
+        d.finish()
     }
 }
 
@@ -26,6 +50,8 @@ impl fmt::Debug for Identity {
 pub enum Field {
     Agent,
     Token,
+    AllowTools,
+    DenyTools,
 }
 
 impl Field {
@@ -33,6 +59,8 @@ impl Field {
         match self {
             Field::Agent => "agent",
             Field::Token => "token",
+            Field::AllowTools => "allow_tools",
+            Field::DenyTools => "deny_tools",
         }
     }
 }
@@ -48,6 +76,9 @@ pub enum IdentityError {
     Missing(Field),
     Duplicate(Field),
     NotString(Field),
+    /// A tool list that is not an array, or holds an element that is not a
+    /// string.
+    NotStringList(Field),
     /// A string with a lone surrogate escape: no valid text.
     BadString(Field),
     Empty(Field),
@@ -79,15 +110,16 @@ impl fmt::Display for IdentityError {
             IdentityError::NotString(k) => {
                 write!(f, "identity \"{}\" is not a string", k.name())
             }
+            IdentityError::NotStringList(k) => {
+                write!(f, "identity \"{}\" is not an array of strings", k.name())
+            }
             IdentityError::BadString(k) => {
                 write!(f, "identity \"{}\" holds a lone surrogate", k.name())
             }
             IdentityError::Empty(k) => write!(f, "identity \"{}\" is empty", k.name()),
-            IdentityError::TooLong(Field::Agent) => {
-                write!(f, "identity \"agent\" is longer than {MAX_AGENT_LEN} bytes")
-            }
-            IdentityError::TooLong(Field::Token) => {
-                write!(f, "identity \"token\" is longer than {MAX_TOKEN_LEN} bytes")
+            IdentityError::TooLong(k) => {
+                let max = if *k == Field::Token { MAX_TOKEN_LEN } else { MAX_AGENT_LEN };
+                write!(f, "identity \"{}\" is longer than {max} bytes", k.name())
             }
             IdentityError::AgentControl => f.write_str("identity \"agent\" holds a control character"),
             IdentityError::TokenChar => f.write_str("identity \"token\" holds a byte outside visible ASCII"),
@@ -95,7 +127,8 @@ impl fmt::Display for IdentityError {
     }
 }
 
-/// Parses one identity object: both fields required strings, duplicates
+/// Parses one identity object: `agent` and `token` required strings,
+/// `allow_tools` and `deny_tools` optional arrays of strings, duplicates
 /// refused, unknown keys ignored, whitespace (a trailing newline) allowed.
 pub fn parse(bytes: &[u8]) -> Result<Identity, IdentityError> {
     let top = json::parse_value(bytes)?;
@@ -104,11 +137,17 @@ pub fn parse(bytes: &[u8]) -> Result<Identity, IdentityError> {
     };
     let mut agent = None;
     let mut token = None;
+    let mut allow = None;
+    let mut deny = None;
     json::for_each_member(bytes, &top, |key, value| {
         let (slot, field) = if key.is(bytes, "agent") {
             (&mut agent, Field::Agent)
         } else if key.is(bytes, "token") {
             (&mut token, Field::Token)
+        } else if key.is(bytes, "allow_tools") {
+            (&mut allow, Field::AllowTools)
+        } else if key.is(bytes, "deny_tools") {
+            (&mut deny, Field::DenyTools)
         } else {
             return Ok(());
         };
@@ -122,7 +161,25 @@ pub fn parse(bytes: &[u8]) -> Result<Identity, IdentityError> {
     let token = text(bytes, token, Field::Token)?;
     validate_agent(&agent)?;
     validate_token(&token)?;
-    Ok(Identity { agent, token })
+    let allow_tools = allow.map(|v| text_list(bytes, v, Field::AllowTools)).transpose()?;
+    let deny_tools = deny.map(|v| text_list(bytes, v, Field::DenyTools)).transpose()?;
+    Ok(Identity { agent, token, allow_tools, deny_tools })
+}
+
+/// A tool list: an array whose elements are all strings of valid text.
+fn text_list(bytes: &[u8], v: Value, field: Field) -> Result<Vec<String>, IdentityError> {
+    let Kind::Array = v.kind else {
+        return Err(IdentityError::NotStringList(field));
+    };
+    let mut list = Vec::new();
+    json::for_each_element(bytes, &v, |e| {
+        let Kind::String { .. } = e.kind else {
+            return Err(IdentityError::NotStringList(field));
+        };
+        list.push(e.decode_str(bytes).ok_or(IdentityError::BadString(field))?);
+        Ok(())
+    })?;
+    Ok(list)
 }
 
 fn text(bytes: &[u8], v: Option<Value>, field: Field) -> Result<String, IdentityError> {
@@ -216,6 +273,65 @@ mod tests {
         assert!(parse(max_agent.as_bytes()).is_ok());
         let long_token = format!(r#"{{"agent":"a","token":"{}"}}"#, "t".repeat(MAX_TOKEN_LEN + 1));
         assert_eq!(parse(long_token.as_bytes()), Err(E::TooLong(Field::Token)));
+    }
+
+    #[test]
+    fn tool_lists() {
+        type Lists = (Option<Vec<&'static str>>, Option<Vec<&'static str>>);
+        let ok: &[(&str, Lists)] = &[
+            (r#"{"agent":"a","token":"t"}"#, (None, None)),
+            (r#"{"agent":"a","token":"t","allow_tools":[]}"#, (Some(vec![]), None)),
+            (
+                r#"{"allow_tools":["chat_*","chat_\u0072ead"],"agent":"a","token":"t","deny_tools":[ "chat_rules" ]}"#,
+                (Some(vec!["chat_*", "chat_read"]), Some(vec!["chat_rules"])),
+            ),
+            (r#"{"agent":"a","token":"t","deny_tools":["", "?"]}"#, (None, Some(vec!["", "?"]))),
+        ];
+        for (input, (allow, deny)) in ok {
+            let id = parse(input.as_bytes()).unwrap();
+            let own = |l: &Option<Vec<&str>>| l.as_ref().map(|l| l.iter().map(|s| s.to_string()).collect());
+            assert_eq!((id.allow_tools, id.deny_tools), (own(allow), own(deny)), "{input}");
+        }
+        use IdentityError as E;
+        let bad: &[(&str, IdentityError)] = &[
+            (r#"{"agent":"a","token":"t","allow_tools":"chat_*"}"#, E::NotStringList(Field::AllowTools)),
+            (r#"{"agent":"a","token":"t","allow_tools":null}"#, E::NotStringList(Field::AllowTools)),
+            (r#"{"agent":"a","token":"t","deny_tools":["a",1]}"#, E::NotStringList(Field::DenyTools)),
+            (r#"{"agent":"a","token":"t","deny_tools":[["a"]]}"#, E::NotStringList(Field::DenyTools)),
+            (r#"{"agent":"a","token":"t","deny_tools":["\udc00"]}"#, E::BadString(Field::DenyTools)),
+            (
+                r#"{"agent":"a","token":"t","allow_tools":[],"allow_tools":[]}"#,
+                E::Duplicate(Field::AllowTools),
+            ),
+            (
+                r#"{"agent":"a","token":"t","deny_tools":[],"deny\u005ftools":["x"]}"#,
+                E::Duplicate(Field::DenyTools),
+            ),
+            // The agent and token are checked first.
+            (r#"{"agent":"","token":"t","deny_tools":5}"#, E::Empty(Field::Agent)),
+        ];
+        for (input, want) in bad {
+            assert_eq!(parse(input.as_bytes()), Err(*want), "{input}");
+        }
+        let shown = [
+            E::NotStringList(Field::AllowTools).to_string(),
+            E::Duplicate(Field::DenyTools).to_string(),
+            E::BadString(Field::DenyTools).to_string(),
+        ];
+        assert_eq!(
+            shown,
+            [
+                "identity \"allow_tools\" is not an array of strings",
+                "identity has \"deny_tools\" twice",
+                "identity \"deny_tools\" holds a lone surrogate",
+            ]
+        );
+        let id = parse(br#"{"agent":"a","token":"secret-token","allow_tools":["x"]}"#).unwrap();
+        assert_eq!(format!("{id:?}"), r#"Identity { agent: "a", token: "<redacted>", allow_tools: ["x"] }"#);
+        assert_eq!(
+            format!("{:?}", Identity::new("a".into(), "t".into())),
+            r#"Identity { agent: "a", token: "<redacted>" }"#
+        );
     }
 
     #[test]
