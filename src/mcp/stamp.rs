@@ -19,7 +19,21 @@ use crate::mcp::json::{self, Kind, Message, ScanError, Value};
 pub struct StampMap {
     /// (tool, argument); few entries, so a linear scan beats hashing.
     entries: Vec<(String, Param)>,
+    /// How many of `entries` were added by `learn`.
+    learned: usize,
 }
+
+/// Most stamps learned from `tools/list` answers, per map (per proxy). The
+/// map is searched linearly on every `tools/call`, so its size is part of
+/// each call's cost: 256 is ten times agentchattr's 12 tools and leaves the
+/// worst search a few thousand instructions; it also bounds what a server
+/// listing endless tools can make the proxy keep (256 names of at most
+/// `MAX_LEARNED_NAME` bytes).
+pub const MAX_LEARNED_STAMPS: usize = 256;
+
+/// Longest tool name a stamp is learned for: MCP (2025-11-25, "Tool Names")
+/// says names SHOULD be 1 to 128 characters; a longer one is not learned.
+pub const MAX_LEARNED_NAME: usize = 128;
 
 /// An argument to stamp: its name, and the name's JSON text between the
 /// quotes, escaped once here instead of on each request.
@@ -77,6 +91,38 @@ impl StampMap {
     /// The argument to stamp for a tool name (decoded bytes).
     pub fn param_for(&self, tool: &[u8]) -> Option<&str> {
         self.entries.iter().find(|(t, _)| t.as_bytes() == tool).map(|(_, p)| &*p.name)
+    }
+
+    /// Whether the map has no entry at all.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Adds a stamp learned from a `tools/list` answer, unless `tool` is
+    /// already in the map (its entry, static or learned, stays: the static
+    /// map's exceptions, such as chat_join's `name`, are kept), the map
+    /// holds `MAX_LEARNED_STAMPS` learned entries, or the name is longer
+    /// than `MAX_LEARNED_NAME`. Returns whether it was added.
+    pub fn learn(&mut self, tool: &str, param: &str) -> bool {
+        if self.learn_room() == 0
+            || tool.len() > MAX_LEARNED_NAME
+            || self.param_for(tool.as_bytes()).is_some()
+        {
+            return false;
+        }
+        self.entries.push((tool.to_owned(), Param::new(param)));
+        self.learned += 1;
+        true
+    }
+
+    /// How many more stamps `learn` would add.
+    pub fn learn_room(&self) -> usize {
+        MAX_LEARNED_STAMPS.saturating_sub(self.learned)
+    }
+
+    /// How many entries `learn` added.
+    pub fn learned(&self) -> usize {
+        self.learned
     }
 
     /// The entry for the tool named by a `params.name` string value.
@@ -642,6 +688,33 @@ mod tests {
         assert_eq!(empty.param_for(b"chat_send"), None);
         let body = r#"{"method":"tools/call","params":{"name":"chat_send","arguments":[]}}"#;
         assert!(plan(body.as_bytes(), "z", &empty).unwrap().is_empty());
+    }
+
+    #[test]
+    fn learned_stamps_keep_the_static_entries_and_are_bounded() {
+        let mut map = StampMap::agentchattr();
+        assert_eq!(map.learn_room(), MAX_LEARNED_STAMPS);
+        // Static entries stay, chat_join's `name` and chat_claim's `sender` too.
+        assert!(!map.learn("chat_join", "sender"));
+        assert!(!map.learn("chat_claim", "name"));
+        assert_eq!(map.param_for(b"chat_join"), Some("name"));
+        assert_eq!(map.param_for(b"chat_claim"), Some("sender"));
+        assert!(map.learn("chat_new", "sender"));
+        assert!(!map.learn("chat_new", "agent"));
+        assert_eq!(map.param_for(b"chat_new"), Some("sender"));
+        assert_eq!((map.learned(), map.learn_room()), (1, MAX_LEARNED_STAMPS - 1));
+        assert!(!map.learn(&"n".repeat(MAX_LEARNED_NAME + 1), "sender"));
+        assert!(map.learn(&"n".repeat(MAX_LEARNED_NAME), "sender"));
+        for i in 2..MAX_LEARNED_STAMPS {
+            assert!(map.learn(&format!("tool_{i}"), "sender"));
+        }
+        assert_eq!(map.learn_room(), 0);
+        assert!(!map.learn("one_more", "sender"));
+        assert_eq!(map.param_for(b"one_more"), None);
+        // A learned stamp stamps.
+        let body = r#"{"method":"tools/call","params":{"name":"tool_7","arguments":{"sender":"x"}}}"#;
+        let out = plan(body.as_bytes(), "z", &map).unwrap().apply(body.as_bytes());
+        assert!(String::from_utf8(out).unwrap().contains(r#""sender":"z""#));
     }
 
     #[test]
