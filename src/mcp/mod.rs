@@ -9,4 +9,5 @@ pub mod rpc;
 pub mod session;
 pub mod sse;
 pub mod stamp;
+pub mod tools;
 pub mod version_scan;
