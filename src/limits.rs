@@ -196,9 +196,10 @@ pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 pub const REOPEN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Largest upstream answer held whole during a re-initialisation: the 404
-/// being recovered from (relayed as it came if the recovery fails) and the
-/// answers to the replayed `initialize` and `notifications/initialized`.
-/// FastMCP's are a few hundred bytes; a larger 404 is relayed at once.
+/// being recovered from (relayed as it came if the recovery fails).
+/// FastMCP's is about 100 bytes; a larger 404 is relayed at once. The
+/// answers to the replayed `initialize` and `notifications/initialized` are
+/// not held: they are walked as they arrive, whatever their size.
 pub const MAX_REOPEN_ANSWER: usize = 64 * 1024;
 
 /// How long a request whose session is being re-initialised by another

@@ -362,6 +362,10 @@ impl Conn {
     /// A final response head has arrived (still in `upstream_buf`): true
     /// when the reopen takes it over instead of relaying it.
     pub(super) fn reopen_takes(&mut self, resp: &ResponseHead, ctx: &Ctx) -> bool {
+        if self.ex.reopen.is_none() && resp.status != 404 {
+            // Nearly every response: no reopen under way, no session lost.
+            return false;
+        }
         let head = Head {
             status: resp.status,
             session_id: resp.headers.get_name(name::MCP_SESSION_ID),

@@ -50,8 +50,8 @@ pub(super) struct Exchange {
     /// The re-initialisation of this exchange's session, once its upstream
     /// answered 404.
     pub(super) reopen: Option<Box<super::reopen::Reopen>>,
-    /// A copy of the start of a recorded `initialize`'s answer, kept until
-    /// its `protocolVersion` is read.
+    /// The reading of a recorded `initialize`'s answer as it is relayed,
+    /// kept until its `protocolVersion` is found (no copy of the answer).
     pub(super) version_capture: Option<Box<super::session::VersionCapture>>,
     /// The response relayed is an event stream.
     pub(super) event_stream: bool,

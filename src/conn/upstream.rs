@@ -1,7 +1,7 @@
 //! The upstream socket of an exchange: connect (with retries), attach a
-//! fresh or pooled socket, release it to the loop, whether it may be
-//! reused, and reading an answer whole instead of relaying it (`Collect`,
-//! for `reopen`).
+//! fresh or pooled socket, what is handed back to the loop (`Released`),
+//! whether an idle one may be reused (`idle_usable`), and what a connect or
+//! a connection lost before any answer leads to.
 
 use super::answer::Answer;
 use super::{Conn, Ctx, Phase, Ready};

@@ -1,9 +1,12 @@
 //! The `protocolVersion` a server chose in its answer to `initialize`, read
 //! from the response body whether it is JSON or an SSE stream (MCP
 //! streamable HTTP lets the server answer a POST either way). Pure: bytes in,
-//! value out; no I/O, no clock. Not incremental: the caller gives the bytes
-//! it holds (bounded by the caller, a few KiB) and may call again with more.
-//! It must not be used to change a body: it only reads.
+//! value out; no I/O, no clock. Not incremental: it reads a whole body.
+//! The relay reads answers with `version_scan`, incrementally and whatever
+//! their size; this whole-body reader is what that one is tested against
+//! (and fuzzed: `fuzz/fuzz_targets/rpc_body.rs`), with `Format` and the SSE
+//! event splitter they share. It must not be used to change a body: it
+//! only reads.
 
 use crate::mcp::json::{self, Kind, ScanError, Value};
 use crate::mcp::rpc;
