@@ -73,6 +73,7 @@ impl ClientOut {
     /// `n` bytes were written: first of `own[pos..]`, then of the passed
     /// bytes; returns how many of them were passed bytes (to consume from
     /// the upstream buffer).
+    #[inline]
     pub fn written(&mut self, n: usize) -> usize {
         let own_n = n.min(self.own.len() - self.pos);
         self.pos += own_n;
@@ -87,6 +88,7 @@ impl ClientOut {
 
     /// The skipped bytes once everything before them is written: how many
     /// to drop from the upstream buffer now (0: none, or not yet).
+    #[inline]
     pub fn settle(&mut self) -> usize {
         if self.pass == 0 && self.skip > 0 {
             return std::mem::take(&mut self.skip);

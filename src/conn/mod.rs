@@ -502,10 +502,11 @@ impl Conn {
         }
         if self.upstream_idle_since.is_some()
             && matches!(self.phase, Phase::ReadHead)
-            && !self.kept_upstream_usable(ctx.now)
+            && self.upstream.as_ref().is_some_and(|u| u.ready.readable || u.ready.hup)
         {
-            // The upstream closed (or broke framing on) the idle socket, or
-            // it idled too long (`idle_usable`): let it go at once.
+            // The upstream closed (or broke framing on) the idle socket: let
+            // it go at once. (Its age is judged by `idle_usable` when it is
+            // next used; reading the clock here cost every round.)
             self.upstream_idle_since = None;
             self.drop_upstream();
         }

@@ -27,7 +27,9 @@ impl ClientOut {
             write_vectored(sock, &slices)
         };
         let pass_n = self.written(n);
-        upstream.consume(pass_n);
+        if pass_n > 0 {
+            upstream.consume(pass_n);
+        }
         (n, pass_n, outcome)
     }
 
@@ -63,7 +65,9 @@ impl Conn {
             }
         }
         let skipped = self.out.settle();
-        self.upstream_buf.consume(skipped);
+        if skipped > 0 {
+            self.upstream_buf.consume(skipped);
+        }
         progressed || skipped > 0
     }
 
@@ -218,7 +222,9 @@ impl Conn {
             // Copied (never altered): a recorded initialize's answer.
             super::session::feed_capture(capture, Some(data), ctx.sessions, id);
         });
-        self.upstream_buf.consume(c.consumed);
+        if c.consumed > 0 {
+            self.upstream_buf.consume(c.consumed);
+        }
         self.ex.bytes_out += c.own_payload;
         progressed |= c.progressed;
         if let Some(e) = c.error {
@@ -285,6 +291,7 @@ impl Conn {
         progressed
     }
 
+    #[inline]
     pub(super) fn finish_exchange(&mut self, ctx: &Ctx) {
         self.log_exchange(ctx.now, &"complete");
         let reusable = self.upstream_reusable && self.upstream_buf.is_empty() && !ctx.shutting_down;

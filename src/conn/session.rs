@@ -72,7 +72,20 @@ impl VersionCapture {
 /// Feeds relayed payload of a recorded `initialize`'s answer to its capture
 /// (`None`: the body is over, whole or cut) and drops the capture once it is
 /// done; when it found no version, says why, once, at warn.
+#[inline]
 pub fn feed_capture(
+    slot: &mut Option<Box<VersionCapture>>,
+    data: Option<&[u8]>,
+    sessions: &std::cell::RefCell<SessionTable>,
+    conn: u64,
+) {
+    if slot.is_some() {
+        feed_capture_now(slot, data, sessions, conn);
+    }
+}
+
+#[cold]
+fn feed_capture_now(
     slot: &mut Option<Box<VersionCapture>>,
     data: Option<&[u8]>,
     sessions: &std::cell::RefCell<SessionTable>,
