@@ -275,160 +275,239 @@ EXAMPLE:
     $ mv id.json.new id.json
 "#;
 
+/// What the command line says, flag by flag, before anything is read,
+/// resolved or checked against anything else: the argv walk's output
+/// (ripgrep's low-level arguments). Each field is the flag of its name;
+/// values that need no other flag to be checked (a listen address, a
+/// duration, an origin, a stamp pair) are checked here.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Flags {
+    pub upstream: Option<String>,
+    pub agent: Option<String>,
+    pub token_file: Option<PathBuf>,
+    pub listen: SocketAddr,
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub request_timeout: Duration,
+    pub restart_grace: Duration,
+    pub keepalive_timeout: Duration,
+    pub allow_origins: Vec<String>,
+    pub identity_file: Option<PathBuf>,
+    pub control_stdin: bool,
+    pub extra_stamps: Vec<(String, String)>,
+    pub default_stamps: bool,
+    pub client_token_file: Option<PathBuf>,
+}
+
+impl Default for Flags {
+    fn default() -> Flags {
+        Flags {
+            upstream: None,
+            agent: None,
+            token_file: None,
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            connect_timeout: limits::CONNECT_TIMEOUT,
+            response_timeout: limits::RESPONSE_TIMEOUT,
+            idle_timeout: limits::IDLE_TIMEOUT,
+            request_timeout: limits::REQUEST_TIMEOUT,
+            restart_grace: limits::RESTART_GRACE,
+            keepalive_timeout: limits::KEEPALIVE_TIMEOUT,
+            allow_origins: Vec::new(),
+            identity_file: None,
+            control_stdin: false,
+            extra_stamps: Vec::new(),
+            default_stamps: true,
+            client_token_file: None,
+        }
+    }
+}
+
+impl Flags {
+    /// Walks argv (without the program name): `--flag value` or
+    /// `--flag=value`; `--help` and `--version` stop the walk.
+    pub fn parse<I>(args: I) -> Result<Flags, ConfigError>
+    where
+        I: IntoIterator<Item = String>,
+    {
+        let mut f = Flags::default();
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((name, v)) if name.starts_with("--") => (name.to_string(), Some(v.to_string())),
+                _ => (arg.clone(), None),
+            };
+            let mut value = |name: &'static str| -> Result<String, ConfigError> {
+                match inline.clone() {
+                    Some(v) => Ok(v),
+                    None => args.next().ok_or(ConfigError::MissingValue(name)),
+                }
+            };
+            let secs = |name: &'static str, v: Result<String, ConfigError>| parse_secs(name, &v?);
+            match flag.as_str() {
+                "-h" | "--help" => return Err(ConfigError::Help),
+                "-V" | "--version" => return Err(ConfigError::Version),
+                "--upstream" => f.upstream = Some(value("--upstream")?),
+                "--agent" => f.agent = Some(value("--agent")?),
+                "--token-file" => f.token_file = Some(PathBuf::from(value("--token-file")?)),
+                "--listen" => f.listen = parse_listen(&value("--listen")?)?,
+                "--connect-timeout" => {
+                    f.connect_timeout = secs("--connect-timeout", value("--connect-timeout"))?
+                }
+                "--response-timeout" => {
+                    f.response_timeout = secs("--response-timeout", value("--response-timeout"))?
+                }
+                "--idle-timeout" => f.idle_timeout = secs("--idle-timeout", value("--idle-timeout"))?,
+                "--restart-grace" => f.restart_grace = secs("--restart-grace", value("--restart-grace"))?,
+                "--request-timeout" => {
+                    f.request_timeout = secs("--request-timeout", value("--request-timeout"))?
+                }
+                "--keepalive-timeout" => {
+                    f.keepalive_timeout = secs("--keepalive-timeout", value("--keepalive-timeout"))?
+                }
+                "--allow-origin" => {
+                    let origin = value("--allow-origin")?;
+                    let origin = origin.trim_end_matches('/');
+                    if !(origin.starts_with("http://") || origin.starts_with("https://")) || origin.len() < 9
+                    {
+                        return Err(ConfigError::Invalid {
+                            flag: "--allow-origin",
+                            why: "expected http(s)://HOST[:PORT]",
+                        });
+                    }
+                    f.allow_origins.push(origin.to_ascii_lowercase());
+                }
+                "--identity-file" => f.identity_file = Some(PathBuf::from(value("--identity-file")?)),
+                "--control-stdin" => f.control_stdin = true,
+                "--no-default-stamps" => f.default_stamps = false,
+                "--stamp" => {
+                    let v = value("--stamp")?;
+                    let pair =
+                        parse_stamp_arg(&v).map_err(|why| ConfigError::Invalid { flag: "--stamp", why })?;
+                    f.extra_stamps.push(pair);
+                }
+                "--client-token-file" => {
+                    f.client_token_file = Some(PathBuf::from(value("--client-token-file")?))
+                }
+                _ => return Err(ConfigError::UnknownFlag(arg)),
+            }
+        }
+        Ok(f)
+    }
+}
+
 /// Parse argv (without the program name) and the environment.
 pub fn parse<I>(args: I, env_token: Option<String>) -> Result<Config, ConfigError>
 where
     I: IntoIterator<Item = String>,
 {
-    let mut upstream = None;
-    let mut agent = None;
-    let mut token_file = None;
-    let mut listen = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
-    let mut connect_timeout = limits::CONNECT_TIMEOUT;
-    let mut response_timeout = limits::RESPONSE_TIMEOUT;
-    let mut idle_timeout = limits::IDLE_TIMEOUT;
-    let mut request_timeout = limits::REQUEST_TIMEOUT;
-    let mut restart_grace = limits::RESTART_GRACE;
-    let mut keepalive_timeout = limits::KEEPALIVE_TIMEOUT;
-    let mut allow_origins = Vec::new();
-    let mut identity_file = None;
-    let mut control_stdin = false;
-    let mut extra_stamps = Vec::new();
-    let mut default_stamps = true;
-    let mut client_token_file = None;
+    Config::from_flags(Flags::parse(args)?, env_token)
+}
 
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let mut value = |name: &'static str| -> Result<String, ConfigError> {
-            match inline.clone() {
-                Some(v) => Ok(v),
-                None => args.next().ok_or(ConfigError::MissingValue(name)),
-            }
-        };
-        match flag.as_str() {
-            "-h" | "--help" => return Err(ConfigError::Help),
-            "-V" | "--version" => return Err(ConfigError::Version),
-            "--upstream" => upstream = Some(value("--upstream")?),
-            "--agent" => agent = Some(value("--agent")?),
-            "--token-file" => token_file = Some(PathBuf::from(value("--token-file")?)),
-            "--listen" => listen = parse_listen(&value("--listen")?)?,
-            "--connect-timeout" => {
-                connect_timeout = parse_secs("--connect-timeout", &value("--connect-timeout")?)?
-            }
-            "--response-timeout" => {
-                response_timeout = parse_secs("--response-timeout", &value("--response-timeout")?)?
-            }
-            "--idle-timeout" => idle_timeout = parse_secs("--idle-timeout", &value("--idle-timeout")?)?,
-            "--restart-grace" => restart_grace = parse_secs("--restart-grace", &value("--restart-grace")?)?,
-            "--request-timeout" => {
-                request_timeout = parse_secs("--request-timeout", &value("--request-timeout")?)?
-            }
-            "--keepalive-timeout" => {
-                keepalive_timeout = parse_secs("--keepalive-timeout", &value("--keepalive-timeout")?)?
-            }
-            "--allow-origin" => {
-                let origin = value("--allow-origin")?;
-                let origin = origin.trim_end_matches('/');
-                if !(origin.starts_with("http://") || origin.starts_with("https://")) || origin.len() < 9 {
-                    return Err(ConfigError::Invalid {
-                        flag: "--allow-origin",
-                        why: "expected http(s)://HOST[:PORT]",
-                    });
-                }
-                allow_origins.push(origin.to_ascii_lowercase());
-            }
-            "--identity-file" => identity_file = Some(PathBuf::from(value("--identity-file")?)),
-            "--control-stdin" => control_stdin = true,
-            "--no-default-stamps" => default_stamps = false,
-            "--stamp" => {
-                let v = value("--stamp")?;
-                let pair =
-                    parse_stamp_arg(&v).map_err(|why| ConfigError::Invalid { flag: "--stamp", why })?;
-                extra_stamps.push(pair);
-            }
-            "--client-token-file" => client_token_file = Some(PathBuf::from(value("--client-token-file")?)),
-            _ => return Err(ConfigError::UnknownFlag(arg)),
+impl Config {
+    /// Turns the flags into a checked `Config` (ripgrep's high-level
+    /// arguments): reads the token and identity files, resolves the
+    /// upstream, builds the stamp map, and checks what depends on more than
+    /// one flag (the identity's halves, a non-loopback listener's client
+    /// token). `env_token` is `MCP_PROXY_TOKEN`.
+    pub fn from_flags(flags: Flags, env_token: Option<String>) -> Result<Config, ConfigError> {
+        let Flags {
+            upstream,
+            agent,
+            token_file,
+            listen,
+            connect_timeout,
+            response_timeout,
+            idle_timeout,
+            request_timeout,
+            restart_grace,
+            keepalive_timeout,
+            allow_origins,
+            identity_file,
+            control_stdin,
+            extra_stamps,
+            default_stamps,
+            client_token_file,
+        } = flags;
+        let upstream = parse_upstream(&upstream.ok_or(ConfigError::Missing("--upstream"))?)?;
+        let identity = start_identity(agent, token_file, env_token, identity_file.as_deref())?;
+        let mut stamps = if default_stamps { StampMap::agentchattr() } else { StampMap::empty() };
+        for (tool, param) in &extra_stamps {
+            stamps.set(tool, param);
         }
+        let client_token = match client_token_file {
+            Some(path) => {
+                let t = read_token_file(&path)?.trim().to_string();
+                check_token(&t)?;
+                Some(t)
+            }
+            None => None,
+        };
+        if !listen.ip().is_loopback() && client_token.is_none() {
+            return Err(ConfigError::ExposedWithoutClientToken);
+        }
+        Ok(Config {
+            upstream,
+            listen,
+            identity,
+            identity_file,
+            control_stdin,
+            stamps,
+            connect_timeout,
+            response_timeout,
+            idle_timeout,
+            request_timeout,
+            keepalive_timeout,
+            restart_grace,
+            allow_origins,
+            client_token,
+        })
     }
+}
 
-    let upstream = parse_upstream(&upstream.ok_or(ConfigError::Missing("--upstream"))?)?;
+/// The identity at start, from `--agent` with a token (`--token-file`, else
+/// `MCP_PROXY_TOKEN`) and/or `--identity-file`.
+fn start_identity(
+    agent: Option<String>,
+    token_file: Option<PathBuf>,
+    env_token: Option<String>,
+    identity_file: Option<&Path>,
+) -> Result<Identity, ConfigError> {
     let flag_token_file = token_file.is_some();
     let flag_token = match token_file {
         Some(path) => Some(read_token_file(&path)?),
         None => env_token,
     };
-    let identity = match &identity_file {
-        None => {
-            let agent = agent.ok_or(ConfigError::Missing("--agent (or --identity-file)"))?;
-            flag_identity(agent, flag_token)?
-        }
-        Some(path) => {
-            // With `--identity-file`, the flags are a starting identity only
-            // when both halves are given; `MCP_PROXY_TOKEN` without `--agent`
-            // is ignored, so a wrapper's environment cannot make it half.
-            let from_flags = match (agent, flag_token) {
-                (Some(agent), token @ Some(_)) => Some(flag_identity(agent, token)?),
-                (Some(_), None) => {
-                    return Err(ConfigError::PartialIdentity {
-                        given: "--agent",
-                        missing: "a token (--token-file or MCP_PROXY_TOKEN)",
-                    })
-                }
-                (None, _) if flag_token_file => {
-                    return Err(ConfigError::PartialIdentity { given: "--token-file", missing: "--agent" })
-                }
-                (None, _) => None,
-            };
-            match (open_identity_file(path)?, from_flags) {
-                // A file that exists at start must be valid, and rules.
-                (Some(file), _) => read_identity_from(path, file)?,
-                // Missing, and the flags say who we are until it appears
-                // (the event loop logs that it waits for it).
-                (None, Some(flags)) => flags,
-                (None, None) => {
-                    return Err(ConfigError::IdentityFile(
-                        path.clone(),
-                        std::io::ErrorKind::NotFound.to_string(),
-                    ))
-                }
-            }
-        }
+    let Some(path) = identity_file else {
+        let agent = agent.ok_or(ConfigError::Missing("--agent (or --identity-file)"))?;
+        return flag_identity(agent, flag_token);
     };
-    let mut stamps = if default_stamps { StampMap::agentchattr() } else { StampMap::empty() };
-    for (tool, param) in &extra_stamps {
-        stamps.set(tool, param);
-    }
-    let client_token = match client_token_file {
-        Some(path) => {
-            let t = read_token_file(&path)?.trim().to_string();
-            check_token(&t)?;
-            Some(t)
+    // With `--identity-file`, the flags are a starting identity only
+    // when both halves are given; `MCP_PROXY_TOKEN` without `--agent`
+    // is ignored, so a wrapper's environment cannot make it half.
+    let from_flags = match (agent, flag_token) {
+        (Some(agent), token @ Some(_)) => Some(flag_identity(agent, token)?),
+        (Some(_), None) => {
+            return Err(ConfigError::PartialIdentity {
+                given: "--agent",
+                missing: "a token (--token-file or MCP_PROXY_TOKEN)",
+            })
         }
-        None => None,
+        (None, _) if flag_token_file => {
+            return Err(ConfigError::PartialIdentity { given: "--token-file", missing: "--agent" })
+        }
+        (None, _) => None,
     };
-    if !listen.ip().is_loopback() && client_token.is_none() {
-        return Err(ConfigError::ExposedWithoutClientToken);
+    match (open_identity_file(path)?, from_flags) {
+        // A file that exists at start must be valid, and rules.
+        (Some(file), _) => read_identity_from(path, file),
+        // Missing, and the flags say who we are until it appears
+        // (the event loop logs that it waits for it).
+        (None, Some(flags)) => Ok(flags),
+        (None, None) => {
+            Err(ConfigError::IdentityFile(path.to_path_buf(), std::io::ErrorKind::NotFound.to_string()))
+        }
     }
-    Ok(Config {
-        upstream,
-        listen,
-        identity,
-        identity_file,
-        control_stdin,
-        stamps,
-        connect_timeout,
-        response_timeout,
-        idle_timeout,
-        request_timeout,
-        keepalive_timeout,
-        restart_grace,
-        allow_origins,
-        client_token,
-    })
 }
 
 /// A token goes into `Authorization: Bearer <t>`: visible ASCII only.
@@ -605,6 +684,77 @@ mod tests {
         assert_eq!(c.stamps.param_for(b"chat_join"), Some("name"));
         assert_eq!(c.listen, "127.0.0.1:0".parse().unwrap());
         assert!(!format!("{c:?}").contains("tok\""));
+    }
+
+    #[test]
+    fn flags_alone_are_the_argv_walk() {
+        let f = Flags::parse(args(
+            "--upstream http://h:1/mcp --agent a --token-file /t --listen 127.0.0.1:7 --connect-timeout 0.5 \
+             --response-timeout=2 --idle-timeout 3 --request-timeout 4 --restart-grace 0.25 --keepalive-timeout 6 \
+             --allow-origin https://App.example/ --identity-file /id --control-stdin --no-default-stamps \
+             --stamp t=p --client-token-file /c",
+        ))
+        .unwrap();
+        let want = Flags {
+            upstream: Some("http://h:1/mcp".into()),
+            agent: Some("a".into()),
+            token_file: Some("/t".into()),
+            listen: "127.0.0.1:7".parse().unwrap(),
+            connect_timeout: Duration::from_millis(500),
+            response_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(3),
+            request_timeout: Duration::from_secs(4),
+            restart_grace: Duration::from_millis(250),
+            keepalive_timeout: Duration::from_secs(6),
+            allow_origins: vec!["https://app.example".into()],
+            identity_file: Some("/id".into()),
+            control_stdin: true,
+            extra_stamps: vec![("t".into(), "p".into())],
+            default_stamps: false,
+            client_token_file: Some("/c".into()),
+        };
+        assert_eq!(f, want);
+        // Nothing is read or resolved: files that do not exist, a host
+        // that does not resolve, half an identity, all pass the walk.
+        assert!(
+            Flags::parse(args("--upstream http://no.such.host.invalid/ --token-file /nonexistent")).is_ok()
+        );
+        assert_eq!(Flags::parse(args("--agent")), Err(ConfigError::MissingValue("--agent")));
+        assert_eq!(Flags::parse(args("-V --bogus")), Err(ConfigError::Version));
+        assert!(matches!(
+            Flags::parse(args("--restart-grace x")),
+            Err(ConfigError::Invalid { flag: "--restart-grace", .. })
+        ));
+        assert_eq!(Flags::parse(Vec::new()), Ok(Flags::default()));
+    }
+
+    #[test]
+    fn config_from_flags_alone_checks_what_spans_flags() {
+        let base = Flags {
+            upstream: Some("http://127.0.0.1:9/mcp".into()),
+            agent: Some("a".into()),
+            ..Flags::default()
+        };
+        let c = Config::from_flags(base.clone(), Some("tok".into())).unwrap();
+        assert_eq!((c.identity.agent.as_str(), c.identity.token.as_str()), ("a", "tok"));
+        assert_eq!(c.stamps.param_for(b"chat_send"), Some("sender"));
+        let no_defaults =
+            Flags { default_stamps: false, extra_stamps: vec![("x".into(), "who".into())], ..base.clone() };
+        let c = Config::from_flags(no_defaults, Some("tok".into())).unwrap();
+        assert_eq!((c.stamps.param_for(b"chat_send"), c.stamps.param_for(b"x")), (None, Some("who")));
+        let exposed = Flags { listen: "0.0.0.0:1".parse().unwrap(), ..base.clone() };
+        assert_eq!(
+            Config::from_flags(exposed, Some("tok".into())).unwrap_err(),
+            ConfigError::ExposedWithoutClientToken
+        );
+        assert_eq!(
+            Config::from_flags(Flags { upstream: None, ..base.clone() }, Some("t".into())).unwrap_err(),
+            ConfigError::Missing("--upstream")
+        );
+        assert_eq!(
+            Config::from_flags(base, None).unwrap_err(),
+            ConfigError::Missing("--token-file or MCP_PROXY_TOKEN")
+        );
     }
 
     #[test]
