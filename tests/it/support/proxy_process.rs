@@ -1,6 +1,8 @@
-//! `ProxyProcess`: the real proxy binary as a child process; scratch files.
+//! `ProxyProcess`: the real proxy binary as a child process, started from
+//! its argv built by `ProxyBuilder`; scratch files.
 #![allow(dead_code)]
 
+use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
@@ -42,9 +44,114 @@ pub struct ProxyProcess {
     stdout_rest: Arc<Mutex<Vec<u8>>>,
 }
 
+/// The proxy's command line and environment, built up and then started:
+/// `--upstream URL`, then `--agent A` and `--token-file T` when given, then
+/// every other argument in the order added.
+///
+/// ```ignore
+/// let p = ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).arg("--restart-grace", "5").start();
+/// ```
+#[must_use = "a builder does nothing until `start`"]
+pub struct ProxyBuilder {
+    upstream: OsString,
+    agent: Option<OsString>,
+    token_file: Option<PathBuf>,
+    args: Vec<OsString>,
+    envs: Vec<(OsString, OsString)>,
+    piped_stdin: bool,
+}
+
+impl ProxyBuilder {
+    /// `--agent AGENT`.
+    pub fn agent(mut self, agent: impl AsRef<OsStr>) -> Self {
+        self.agent = Some(agent.as_ref().to_owned());
+        self
+    }
+
+    /// `--token-file T`, with `token` written to a fresh file (`token_file`).
+    #[track_caller]
+    pub fn token(mut self, token: &str) -> Self {
+        self.token_file = Some(token_file(token));
+        self
+    }
+
+    /// A flag and its value, e.g. `.arg("--restart-grace", "5")`.
+    pub fn arg(mut self, flag: &str, value: impl AsRef<OsStr>) -> Self {
+        self.args.push(flag.into());
+        self.args.push(value.as_ref().to_owned());
+        self
+    }
+
+    /// A flag without a value, e.g. `.flag("--control-stdin")`.
+    pub fn flag(mut self, flag: &str) -> Self {
+        self.args.push(flag.into());
+        self
+    }
+
+    /// Arguments as given (a helper's `extra`), in order.
+    pub fn args<S: AsRef<OsStr>>(mut self, args: impl IntoIterator<Item = S>) -> Self {
+        self.args.extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// An environment variable of the child (`RUST_LOG` here replaces the
+    /// default `debug`).
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.envs.push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    /// Environment variables as given (a helper's `envs`), in order.
+    pub fn envs(mut self, envs: &[(&str, &str)]) -> Self {
+        for (k, v) in envs {
+            self = self.env(k, v);
+        }
+        self
+    }
+
+    /// A piped stdin (for `--control-stdin`): `ProxyProcess::stdin`, and
+    /// `stop` closes it.
+    pub fn stdin_piped(mut self) -> Self {
+        self.piped_stdin = true;
+        self
+    }
+
+    /// The argv after the program name, as `start` passes it.
+    pub fn argv(&self) -> Vec<OsString> {
+        let mut argv = vec!["--upstream".into(), self.upstream.clone()];
+        if let Some(agent) = &self.agent {
+            argv.extend(["--agent".into(), agent.clone()]);
+        }
+        if let Some(path) = &self.token_file {
+            argv.extend(["--token-file".into(), path.clone().into_os_string()]);
+        }
+        argv.extend(self.args.iter().cloned());
+        argv
+    }
+
+    /// Start the proxy and wait for its port line (`ProxyProcess::start`).
+    #[track_caller]
+    pub fn start(self) -> ProxyProcess {
+        ProxyProcess::spawn(&self.argv(), &self.envs, self.piped_stdin)
+    }
+}
+
 impl ProxyProcess {
-    /// Start the proxy with `args` and extra environment, wait for the
-    /// `  MCP proxy: port N` line (10 s bound) and return it.
+    /// The proxy in front of `upstream` (`--upstream URL`); see `ProxyBuilder`.
+    pub fn builder(upstream: impl AsRef<OsStr>) -> ProxyBuilder {
+        ProxyBuilder {
+            upstream: upstream.as_ref().to_owned(),
+            agent: None,
+            token_file: None,
+            args: Vec::new(),
+            envs: Vec::new(),
+            piped_stdin: false,
+        }
+    }
+
+    /// Start the proxy with exactly `args` and extra environment, wait for
+    /// the `  MCP proxy: port N` line (10 s bound) and return it. For argv
+    /// that is itself under test; otherwise `builder`.
     #[track_caller]
     pub fn start(args: &[&str], envs: &[(&str, &str)]) -> ProxyProcess {
         Self::start_with_stdin(args, envs, false)
@@ -53,6 +160,15 @@ impl ProxyProcess {
     /// Like `start`, with a piped stdin (for `--control-stdin`).
     #[track_caller]
     pub fn start_with_stdin(args: &[&str], envs: &[(&str, &str)], piped_stdin: bool) -> ProxyProcess {
+        Self::spawn(args, envs, piped_stdin)
+    }
+
+    #[track_caller]
+    fn spawn(
+        args: &[impl AsRef<OsStr>],
+        envs: &[(impl AsRef<OsStr>, impl AsRef<OsStr>)],
+        piped_stdin: bool,
+    ) -> ProxyProcess {
         let mut cmd = Command::new(BIN);
         cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(if piped_stdin {
             Stdio::piped()
