@@ -21,7 +21,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use crate::support::exchange::{assert_healthy, assert_jsonrpc_error, client};
-use crate::support::proxy_process::{token_file, ProxyProcess};
+use crate::support::proxy_process::ProxyProcess;
 use crate::support::wire::{Resp, StubUpstream};
 
 const TOKEN: &str = "tok-HOSTILE-5e1f0c9a-SECRET";
@@ -41,10 +41,7 @@ fn start_with(up: &StubUpstream, extra: &[&str], envs: &[(&str, &str)]) -> Proxy
 /// This suite's identity (its own secret token) in front of `url`.
 #[track_caller]
 fn start_url(url: &str, extra: &[&str], envs: &[(&str, &str)]) -> ProxyProcess {
-    let tf = token_file(TOKEN);
-    let mut args = vec!["--upstream", url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    ProxyProcess::start(&args, envs)
+    ProxyProcess::builder(url).agent(AGENT).token(TOKEN).args(extra).envs(envs).start()
 }
 
 #[track_caller]

@@ -6,7 +6,7 @@
 use std::net::TcpListener;
 
 use crate::support::exchange::{host, json_post};
-use crate::support::proxy_process::{token_file, ProxyProcess};
+use crate::support::proxy_process::ProxyProcess;
 use crate::support::wire::{Head, Req, StubUpstream};
 
 pub const TOKEN: &str = "tok-7f3a9c-SECRET-d41d8";
@@ -36,10 +36,7 @@ pub fn start_with(up: &StubUpstream, extra: &[&str]) -> ProxyProcess {
 /// is not a `StubUpstream`, or not there at all).
 #[track_caller]
 pub fn start_url(url: &str, extra: &[&str]) -> ProxyProcess {
-    let tf = token_file(TOKEN);
-    let mut args = vec!["--upstream", url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    ProxyProcess::start(&args, &[])
+    ProxyProcess::builder(url).agent(AGENT).token(TOKEN).args(extra).start()
 }
 
 /// A JSON-RPC POST to `/mcp` with the usual client fields plus `extra`.
