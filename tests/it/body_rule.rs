@@ -7,7 +7,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use crate::support::exchange::{assert_healthy, chunk, client, host, ok_upstream};
-use crate::support::proxy_process::{token_file, ProxyProcess};
+use crate::support::proxy_process::ProxyProcess;
 use crate::support::wire::{request, Resp, StubUpstream};
 
 const AGENT: &str = "claude-prime";
@@ -17,11 +17,7 @@ const SPOOF: &[u8] =
 
 #[track_caller]
 fn start(up: &StubUpstream) -> ProxyProcess {
-    let tf = token_file(TOKEN);
-    ProxyProcess::start(
-        &["--upstream", &up.url(), "--agent", AGENT, "--token-file", tf.to_str().unwrap()],
-        &[],
-    )
+    ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).start()
 }
 
 #[track_caller]

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::support::checks::Checks;
-use crate::support::proxy_process::{token_file, ProxyProcess};
+use crate::support::proxy_process::ProxyProcess;
 use crate::support::realenv::{self, FastMcp, ScriptRun};
 
 /// The agent name the proxy stamps.
@@ -47,11 +47,7 @@ fn pretty(v: &Value) -> String {
 /// Start the proxy in front of `upstream_url` with the test agent and token.
 #[track_caller]
 fn start_proxy(upstream_url: &str) -> ProxyProcess {
-    let tf = token_file(TOKEN);
-    ProxyProcess::start(
-        &["--upstream", upstream_url, "--agent", AGENT, "--token-file", tf.to_str().unwrap()],
-        &[],
-    )
+    ProxyProcess::builder(upstream_url).agent(AGENT).token(TOKEN).start()
 }
 
 fn timed(name: &str, started: Instant) {
@@ -815,10 +811,7 @@ fn identity_file_change_mid_session_seen_by_next_tool_call() {
     let dir = crate::support::proxy_process::scratch_dir("identity-switch");
     let identity = dir.join("identity.json");
     std::fs::write(&identity, json!({"agent": AGENT, "token": TOKEN}).to_string()).unwrap();
-    let proxy = ProxyProcess::start(
-        &["--upstream", &up.url("/mcp"), "--identity-file", identity.to_str().unwrap()],
-        &[],
-    );
+    let proxy = ProxyProcess::builder(up.url("/mcp")).arg("--identity-file", &identity).start();
     let mut args = spoofed_args(&proxy.url("/mcp"));
     args.extend([
         "--switch-identity".to_string(),

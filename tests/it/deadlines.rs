@@ -11,18 +11,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::exchange::{client, exchange, host, json_post, ok_upstream, OK_JSON, PING};
-use crate::support::proxy_process::{token_file, ProxyProcess};
+use crate::support::proxy_process::ProxyProcess;
 use crate::support::wire::{request, Next, RawClient, StubUpstream};
 
 const REQUEST_TIMEOUT: u64 = 2;
 
 #[track_caller]
 fn start(up: &StubUpstream, extra: &[&str]) -> ProxyProcess {
-    let tf = token_file("tok-DEADLINES-1");
-    let url = up.url();
-    let mut args = vec!["--upstream", url.as_str(), "--agent", "a", "--token-file", tf.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    ProxyProcess::start(&args, &[])
+    ProxyProcess::builder(up.url()).agent("a").token("tok-DEADLINES-1").args(extra).start()
 }
 
 /// The proxy answers 408 with a JSON-RPC error and closes, within the

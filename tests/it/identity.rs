@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::exchange::{exchange, host, json_post};
-use crate::support::proxy_process::{scratch_dir, token_file, ProxyProcess};
+use crate::support::proxy_process::{scratch_dir, ProxyProcess};
 use crate::support::wire::{contains, request, response, Next, RawClient, Req, StubUpstream};
 
 const TOKEN: &str = "tok-1111-SECRET";
@@ -62,11 +62,7 @@ fn last_json(up: &StubUpstream, n: usize) -> (Req, serde_json::Value) {
 }
 
 fn start_flags(up: &StubUpstream, extra: &[&str]) -> ProxyProcess {
-    let tf = token_file(TOKEN);
-    let url = up.url();
-    let mut args = vec!["--upstream", url.as_str(), "--agent", AGENT, "--token-file", tf.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    ProxyProcess::start(&args, &[])
+    ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).args(extra).start()
 }
 
 #[test]
@@ -159,8 +155,7 @@ fn non_ascii_agent_name_and_mcp_param_header_are_stamped() {
     let dir = scratch_dir("ident-nonascii");
     let file = dir.join("id.json");
     std::fs::write(&file, r#"{"agent":"zoë \"q\"","token":"tok-x"}"#).unwrap();
-    let url = up.url();
-    let p = ProxyProcess::start(&["--upstream", &url, "--identity-file", file.to_str().unwrap()], &[]);
+    let p = ProxyProcess::builder(up.url()).arg("--identity-file", &file).start();
     let body = call("chat_read", r#"{"sender":"mallory"}"#);
     let resp =
         exchange(&p, &post(&p, &[("Mcp-Param-Sender", "mallory"), ("Mcp-Method", "tools/call")], &body));
@@ -241,8 +236,7 @@ fn identity_file_rename_write_and_sighup_switch_the_next_call_while_a_stream_sta
     let dir = scratch_dir("ident-file");
     let file = dir.join("identity.json");
     write_identity(&file, "agent-one", "tok-one");
-    let url = up.url();
-    let p = ProxyProcess::start(&["--upstream", &url, "--identity-file", file.to_str().unwrap()], &[]);
+    let p = ProxyProcess::builder(up.url()).arg("--identity-file", &file).start();
     wait_identity(&p, &up, "agent-one", "tok-one", Duration::ZERO);
     let mut stream = open_stream(&p);
 
@@ -301,12 +295,12 @@ fn sighup_rereads_an_unchanged_looking_file(p: &ProxyProcess, up: &StubUpstream,
 #[test]
 fn control_stdin_switches_identity_and_eof_exits_zero() {
     let up = recording_upstream();
-    let url = up.url();
-    let mut p = ProxyProcess::start_with_stdin(
-        &["--upstream", &url, "--agent", AGENT, "--control-stdin"],
-        &[("MCP_PROXY_TOKEN", TOKEN)],
-        true,
-    );
+    let mut p = ProxyProcess::builder(up.url())
+        .agent(AGENT)
+        .flag("--control-stdin")
+        .env("MCP_PROXY_TOKEN", TOKEN)
+        .stdin_piped()
+        .start();
     wait_identity(&p, &up, AGENT, TOKEN, Duration::ZERO);
     let mut stream = open_stream(&p);
     let stdin = p.stdin().expect("piped stdin");

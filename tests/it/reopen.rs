@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 
 use crate::support::checks::Checks;
 use crate::support::exchange::{client, host};
-use crate::support::proxy_process::{scratch_dir, token_file, ProxyProcess};
+use crate::support::proxy_process::{scratch_dir, ProxyProcess};
 use crate::support::realenv::{self, FastMcp, ScriptRun};
 use crate::support::wire::{request, Resp};
 
@@ -77,11 +77,7 @@ fn run_client(sdk: Sdk, url: &str, steps: &str, at_pause: impl FnMut(&str)) -> S
 /// The proxy in front of `up` with the test agent and token, plus `extra` arguments.
 #[track_caller]
 fn start_proxy(up: &FastMcp, extra: &[&str]) -> ProxyProcess {
-    let tf = token_file(TOKEN);
-    let url = up.url("/mcp");
-    let mut args = vec!["--upstream", url.as_str(), "--agent", AGENT, "--token-file", tf.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    ProxyProcess::start(&args, &[])
+    ProxyProcess::builder(up.url("/mcp")).agent(AGENT).token(TOKEN).args(extra).start()
 }
 
 /// What this suite adds to the shared `Checks`.
@@ -411,9 +407,7 @@ fn identity_changed_before_the_restart_is_the_identity_of_the_replay_and_the_ret
     let mut up = FastMcp::start_recording(realenv::py1(), TOKEN);
     let identity = scratch_dir("reopen-identity").join("identity.json");
     std::fs::write(&identity, json!({"agent": AGENT, "token": TOKEN}).to_string()).unwrap();
-    let url = up.url("/mcp");
-    let proxy =
-        ProxyProcess::start(&["--upstream", &url, "--identity-file", identity.to_str().unwrap()], &[]);
+    let proxy = ProxyProcess::builder(up.url("/mcp")).arg("--identity-file", &identity).start();
     // The restarted server knows only the new token, as a re-registered agent's server would: a replay with
     // the old one would be refused (401).
     let mut standby = Some(up.standby_with_token(TOKEN_2));

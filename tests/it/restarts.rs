@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::support::exchange::{client, host};
-use crate::support::proxy_process::{token_file, ProxyProcess};
+use crate::support::proxy_process::ProxyProcess;
 use crate::support::restarting::RestartingUpstream;
 use crate::support::wire::{request, Next, Resp};
 
@@ -45,20 +45,7 @@ fn restarting_upstream() -> RestartingUpstream {
 
 #[track_caller]
 fn start_proxy(up: &RestartingUpstream, grace: &str) -> ProxyProcess {
-    let tf = token_file("tok-RESTART-1");
-    ProxyProcess::start(
-        &[
-            "--upstream",
-            &up.url(),
-            "--agent",
-            "a",
-            "--token-file",
-            tf.to_str().unwrap(),
-            "--restart-grace",
-            grace,
-        ],
-        &[],
-    )
+    ProxyProcess::builder(up.url()).agent("a").token("tok-RESTART-1").arg("--restart-grace", grace).start()
 }
 
 #[track_caller]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::support::exchange::{client, host};
-use crate::support::proxy_process::{token_file, ProxyProcess};
+use crate::support::proxy_process::ProxyProcess;
 use crate::support::wire::{request, response, Next, Req, Resp, StubUpstream};
 
 const VERSION: &str = "2025-06-18";
@@ -145,11 +145,7 @@ fn answer(req: &Req, st: &mut State) -> Vec<u8> {
 }
 
 fn start_proxy(server: &SessionServer, token: &str) -> ProxyProcess {
-    let tf = token_file(token);
-    ProxyProcess::start(
-        &["--upstream", &server.stub.url(), "--agent", "claude", "--token-file", tf.to_str().unwrap()],
-        &[],
-    )
+    ProxyProcess::builder(server.stub.url()).agent("claude").token(token).start()
 }
 
 fn post(p: &ProxyProcess, session: Option<&str>, body: &Value) -> Resp {
@@ -397,4 +393,100 @@ fn a_404_that_is_no_lost_session_is_relayed_without_a_replay() {
     // And the client's DELETE forgot it: no replay afterwards either.
     assert_eq!(post(&p, Some(&sid), &call(2)).status, 404);
     assert_eq!(server.initializes(), 1);
+}
+
+/// How a large `initialize` answer is framed and formed.
+#[derive(Clone, Copy, Debug)]
+enum BigInit {
+    LengthJson,
+    ChunkedSse,
+    CloseDelimitedSse,
+}
+
+/// agentchattr's answer to `initialize` is 6 KB of instructions in one SSE
+/// event in a chunked body; a larger one must be read just as well. A
+/// server whose answers carry 1 MiB of instructions before the version, in
+/// each framing and form: its sessions are recorded with their version and
+/// survive a restart (the replay's answer is read, not held, whatever its
+/// size).
+#[test]
+fn a_mebibyte_initialize_answer_in_every_framing_is_read_and_the_session_survives() {
+    for mode in [BigInit::LengthJson, BigInit::ChunkedSse, BigInit::CloseDelimitedSse] {
+        let sessions = Arc::new(Mutex::new((HashSet::<String>::new(), 0usize)));
+        let st = sessions.clone();
+        let stub = StubUpstream::start(move |req: &Req, s: &mut TcpStream| {
+            let v: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+            let sid = req.head.all("mcp-session-id").first().map(|s| s.to_string());
+            let mut st = st.lock().unwrap();
+            let write = |s: &mut TcpStream, bytes: &[u8]| std::io::Write::write_all(s, bytes).is_ok();
+            if v["method"] == "initialize" && sid.is_none() {
+                st.1 += 1;
+                let id = format!("big-{}", st.1);
+                st.0.insert(id.clone());
+                let instructions = "i".repeat(1 << 20);
+                let result = json!({"jsonrpc":"2.0","id":v["id"],"result":{"capabilities":{"tools":{}},"instructions":instructions,"serverInfo":{"name":"big","version":"1"},"protocolVersion":VERSION}});
+                let event = format!(": a comment first\r\n\r\nevent: message\r\ndata: {result}\r\n\r\n");
+                let ok = match mode {
+                    BigInit::LengthJson => write(
+                        s,
+                        &response(
+                            "200 OK",
+                            &[("Content-Type", "application/json"), ("Mcp-Session-Id", &id)],
+                            result.to_string().as_bytes(),
+                        ),
+                    ),
+                    BigInit::ChunkedSse => {
+                        let mut out = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nMcp-Session-Id: {id}\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        )
+                        .into_bytes();
+                        // Odd chunk sizes: boundaries fall inside the field names too.
+                        for piece in event.as_bytes().chunks(4093) {
+                            out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                            out.extend_from_slice(piece);
+                            out.extend_from_slice(b"\r\n");
+                        }
+                        out.extend_from_slice(b"0\r\n\r\n");
+                        write(s, &out)
+                    }
+                    BigInit::CloseDelimitedSse => {
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nMcp-Session-Id: {id}\r\nConnection: close\r\n\r\n"
+                        );
+                        let ok = write(s, head.as_bytes()) && write(s, event.as_bytes());
+                        return if ok { Next::Close } else { Next::Close };
+                    }
+                };
+                return if ok { Next::KeepAlive } else { Next::Close };
+            }
+            let Some(sid) = sid.filter(|s| st.0.contains(s)) else {
+                let body = json!({"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Session not found"}});
+                write(s, &json_response("404 Not Found", &[], &body));
+                return Next::KeepAlive;
+            };
+            if v.get("id").is_none() {
+                write(s, &response("202 Accepted", &[], b""));
+            } else {
+                let result = json!({"jsonrpc":"2.0","id":v["id"],"result":{"session":sid}});
+                write(s, &json_response("200 OK", &[], &result));
+            }
+            Next::KeepAlive
+        });
+        let p = ProxyProcess::builder(stub.url())
+            .agent("claude")
+            .token("tok-BIG-1")
+            .env("RUST_LOG", "info")
+            .start();
+        let sid = open_session(&p);
+        sessions.lock().unwrap().0.clear(); // the restart: every session lost
+        let resp = post(&p, Some(&sid), &call(9));
+        assert_eq!(resp.status, 200, "{mode:?}: {}\n{}", resp.raw_text(), p.stderr_text());
+        let v = body(&resp);
+        assert_eq!(v["id"], 9, "{mode:?}");
+        assert_eq!(v["result"]["session"], "big-2", "{mode:?}: the call reached the re-initialised session");
+        assert_eq!(resp.all("mcp-session-id"), [sid.as_str()], "{mode:?}");
+        let log = p.stderr_text();
+        assert!(log.contains("MCP session re-initialised"), "{mode:?}: {log}");
+        assert!(!log.contains("no protocol version"), "{mode:?}: {log}");
+    }
 }

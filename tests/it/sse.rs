@@ -7,15 +7,13 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::support::proxy_process::{token_file, ProxyProcess};
+use crate::support::proxy_process::ProxyProcess;
 use crate::support::wire::{decode_chunked, request, response, Next, RawClient, Req, StubUpstream};
 
 const TOKEN: &str = "tok-sse-SECRET";
 
 fn start(up: &StubUpstream) -> ProxyProcess {
-    let tf = token_file(TOKEN);
-    let url = format!("http://127.0.0.1:{}/sse", up.port);
-    ProxyProcess::start(&["--upstream", &url, "--agent", "gemini", "--token-file", tf.to_str().unwrap()], &[])
+    ProxyProcess::builder(format!("http://127.0.0.1:{}/sse", up.port)).agent("gemini").token(TOKEN).start()
 }
 
 /// An upstream whose `GET /sse` announces `endpoint` (split across two

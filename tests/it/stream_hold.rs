@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::proxy_process::{token_file, ProxyProcess};
+use crate::support::proxy_process::ProxyProcess;
 use crate::support::restarting::RestartingUpstream;
 use crate::support::wire::{find, Next};
 
@@ -84,20 +84,12 @@ fn upstream_with(comments_first: bool) -> RestartingUpstream {
 }
 
 fn start_proxy(up: &RestartingUpstream, grace: &str) -> ProxyProcess {
-    let tf = token_file("tok-HOLD-1");
-    ProxyProcess::start(
-        &[
-            "--upstream",
-            &up.url(),
-            "--agent",
-            "a",
-            "--token-file",
-            tf.to_str().unwrap(),
-            "--restart-grace",
-            grace,
-        ],
-        &[("RUST_LOG", "info")],
-    )
+    ProxyProcess::builder(up.url())
+        .agent("a")
+        .token("tok-HOLD-1")
+        .arg("--restart-grace", grace)
+        .env("RUST_LOG", "info")
+        .start()
 }
 
 /// One POST on its own connection; the response's session id and body.

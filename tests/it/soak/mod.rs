@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 #[cfg(target_os = "linux")]
 use crate::support::procfs::{fd_count, proc_stat, rss_kib};
-use crate::support::proxy_process::{scratch_dir, token_file, ProxyProcess};
+use crate::support::proxy_process::{scratch_dir, ProxyProcess};
 use crate::support::restarting::RestartingUpstream;
 use clients::{spawn_clients, stop_clients, Run};
 use fake_fastmcp::FakeFastMcp;
@@ -160,11 +160,7 @@ fn every_request_gets_one_clean_outcome_through_a_minute_of_upstream_restarts() 
             server.handle(req, s, gen)
         }
     });
-    let tf = token_file(TOKEN);
-    let url = up.url();
-    let args =
-        ["--upstream", &url, "--agent", AGENT, "--token-file", tf.to_str().unwrap(), "--restart-grace", "5"];
-    let mut p = ProxyProcess::start(&args, &[]);
+    let mut p = ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).arg("--restart-grace", "5").start();
     let outages = Arc::new(Outages::default());
     let issued = Arc::new(Mutex::default());
     let new_run = || {
