@@ -200,12 +200,11 @@ fn free_fixed_port_is_used_and_printed() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let t = tf();
-    let listen = format!("127.0.0.1:{port}");
-    let p = ProxyProcess::start(
-        &["--upstream", UP, "--agent", "a", "--token-file", &t, "--listen", &listen],
-        &[],
-    );
+    let p = ProxyProcess::builder(UP)
+        .agent("a")
+        .token(TOKEN)
+        .arg("--listen", format!("127.0.0.1:{port}"))
+        .start();
     assert_eq!(p.port, port);
 }
 
@@ -259,27 +258,15 @@ fn version_exits_0_and_prints_the_version() {
 fn fractional_timeouts_are_accepted() {
     // Each fraction must take effect as written: 1.25 s read as 1, 12.5 or
     // 125, or 0.4 read as 0 or 4, falls outside the bounds below.
-    let t = tf();
     let silent = StubUpstream::silent();
-    let p = ProxyProcess::start(
-        &[
-            "--upstream",
-            &silent.url(),
-            "--agent",
-            "a",
-            "--token-file",
-            &t,
-            "--connect-timeout",
-            "0.5",
-            "--response-timeout",
-            "1.25",
-            "--idle-timeout",
-            "2.5",
-            "--keepalive-timeout",
-            "0.4",
-        ],
-        &[],
-    );
+    let p = ProxyProcess::builder(silent.url())
+        .agent("a")
+        .token(TOKEN)
+        .arg("--connect-timeout", "0.5")
+        .arg("--response-timeout", "1.25")
+        .arg("--idle-timeout", "2.5")
+        .arg("--keepalive-timeout", "0.4")
+        .start();
     let body = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
     let fields = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
     let mut c = RawClient::new(p.connect());
@@ -311,8 +298,7 @@ fn fractional_timeouts_are_accepted() {
 #[cfg(unix)]
 #[track_caller]
 fn assert_signal_exits_0(sig: &str) {
-    let t = tf();
-    let mut p = ProxyProcess::start(&["--upstream", UP, "--agent", "a", "--token-file", &t], &[]);
+    let mut p = ProxyProcess::builder(UP).agent("a").token(TOKEN).start();
     let t0 = Instant::now();
     p.signal(sig);
     let status = p.wait_exit(Duration::from_secs(6)).unwrap_or_else(|| panic!("no exit 6 s after SIG{sig}"));
@@ -341,13 +327,11 @@ fn assert_stop_lets_an_in_flight_exchange_finish(control_stdin: bool, stop: fn(&
         let _ = s.write_all(&response("200 OK", &[("Content-Type", "text/plain")], b"finished"));
         Next::KeepAlive
     });
-    let t = tf();
-    let url = up.url();
-    let mut args = vec!["--upstream", &url, "--agent", "a", "--token-file", &t];
+    let mut proxy = ProxyProcess::builder(up.url()).agent("a").token(TOKEN);
     if control_stdin {
-        args.push("--control-stdin");
+        proxy = proxy.flag("--control-stdin").stdin_piped();
     }
-    let mut p = ProxyProcess::start_with_stdin(&args, &[], control_stdin);
+    let mut p = proxy.start();
     let mut c = RawClient::new(p.connect());
     c.send(&request("GET", "/slow", &format!("127.0.0.1:{}", p.port), &[], b""));
     up.wait_requests(1, Duration::from_secs(5));
@@ -373,13 +357,13 @@ fn stdin_eof_lets_an_in_flight_exchange_finish() {
 #[test]
 fn token_never_appears_in_logs_at_trace() {
     let up = StubUpstream::fixed(response("200 OK", &[("Content-Type", "application/json")], b"{}"));
-    let t = tf();
-    let url = up.url();
-    let mut p = ProxyProcess::start_with_stdin(
-        &["--upstream", &url, "--agent", "a", "--token-file", &t, "--control-stdin"],
-        &[("RUST_LOG", "trace")],
-        true,
-    );
+    let mut p = ProxyProcess::builder(up.url())
+        .agent("a")
+        .token(TOKEN)
+        .flag("--control-stdin")
+        .env("RUST_LOG", "trace")
+        .stdin_piped()
+        .start();
     let h = format!("127.0.0.1:{}", p.port);
     let mut c = RawClient::new(p.connect());
     for (method, body) in
@@ -410,12 +394,13 @@ fn token_never_appears_in_logs_at_trace() {
 fn token_never_appears_in_logs_when_upstream_is_unreachable() {
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let t = tf();
-    let mut p = ProxyProcess::start_with_stdin(
-        &["--upstream", &url, "--agent", "a", "--token-file", &t, "--control-stdin"],
-        &[("RUST_LOG", "trace")],
-        true,
-    );
+    let mut p = ProxyProcess::builder(&url)
+        .agent("a")
+        .token(TOKEN)
+        .flag("--control-stdin")
+        .env("RUST_LOG", "trace")
+        .stdin_piped()
+        .start();
     let mut c = RawClient::new(p.connect());
     c.send(&request(
         "POST",

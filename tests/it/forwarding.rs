@@ -39,9 +39,7 @@ fn client_credentials_are_replaced_by_exactly_one_token_pair() {
 #[test]
 fn token_from_environment_is_used_when_no_token_file_is_given() {
     let up = ok_upstream();
-    let url = up.url();
-    let p =
-        ProxyProcess::start(&["--upstream", &url, "--agent", AGENT], &[("MCP_PROXY_TOKEN", "env-token-123")]);
+    let p = ProxyProcess::builder(up.url()).agent(AGENT).env("MCP_PROXY_TOKEN", "env-token-123").start();
     assert_eq!(exchange(&p, &post(&p, &[], PING)).status, 200);
     let req = up.only_request();
     assert_eq!(req.head.all("authorization"), vec!["Bearer env-token-123"]);
