@@ -471,7 +471,8 @@ impl Conn {
         } else {
             *at += walked;
         }
-        let (done, at) = (input.is_done(), *at);
+        // A close-delimited answer ends with the connection.
+        let (done, at) = (input.is_done() || (eof && error.is_none() && input.until_close()), *at);
         if done {
             self.collected(ctx, at);
             return true;

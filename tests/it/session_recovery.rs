@@ -454,7 +454,8 @@ fn a_mebibyte_initialize_answer_in_every_framing_is_read_and_the_session_survive
                             "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nMcp-Session-Id: {id}\r\nConnection: close\r\n\r\n"
                         );
                         let ok = write(s, head.as_bytes()) && write(s, event.as_bytes());
-                        return if ok { Next::Close } else { Next::Close };
+                        let _ = ok;
+                        return Next::Close;
                     }
                 };
                 return if ok { Next::KeepAlive } else { Next::Close };
@@ -465,10 +466,10 @@ fn a_mebibyte_initialize_answer_in_every_framing_is_read_and_the_session_survive
                 return Next::KeepAlive;
             };
             if v.get("id").is_none() {
-                write(s, &response("202 Accepted", &[], b""));
+                write(s, &response("202 Accepted", &[("Mcp-Session-Id", &sid)], b""));
             } else {
                 let result = json!({"jsonrpc":"2.0","id":v["id"],"result":{"session":sid}});
-                write(s, &json_response("200 OK", &[], &result));
+                write(s, &json_response("200 OK", &[("Mcp-Session-Id", &sid)], &result));
             }
             Next::KeepAlive
         });
@@ -485,6 +486,12 @@ fn a_mebibyte_initialize_answer_in_every_framing_is_read_and_the_session_survive
         assert_eq!(v["id"], 9, "{mode:?}");
         assert_eq!(v["result"]["session"], "big-2", "{mode:?}: the call reached the re-initialised session");
         assert_eq!(resp.all("mcp-session-id"), [sid.as_str()], "{mode:?}");
+        // The log line may reach the pipe a moment after the answer.
+        let t0 = std::time::Instant::now();
+        while !p.stderr_text().contains("MCP session re-initialised") && t0.elapsed() < Duration::from_secs(3)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let log = p.stderr_text();
         assert!(log.contains("MCP session re-initialised"), "{mode:?}: {log}");
         assert!(!log.contains("no protocol version"), "{mode:?}: {log}");
