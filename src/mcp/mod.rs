@@ -1,6 +1,7 @@
 //! Pure MCP layer: JSON span scanning, identity stamping, SSE endpoint
 //! rewriting, identity parsing, JSON-RPC message reading and error bodies,
-//! the `initialize` answer, the session table. No I/O, no clock.
+//! the `initialize` answer (whole, and as it streams past: `version_scan`),
+//! the session table. No I/O, no clock.
 
 pub mod identity;
 pub mod initialize;
