@@ -7,6 +7,7 @@
 use crate::limits;
 use crate::mcp::identity::{self, Identity, IdentityError};
 use crate::mcp::stamp::{parse_stamp_arg, StampMap};
+use crate::mcp::tools::ToolFlags;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -44,6 +45,10 @@ pub struct Config {
     pub control_stdin: bool,
     /// Which argument of which tool is stamped with the agent name.
     pub stamps: StampMap,
+    /// The tool policy's flags (`--allow-tool`, `--deny-tool`,
+    /// `--show-identity-params`, `--identity-param`); the identity file's
+    /// lists combine with them (`Policy::for_identity`).
+    pub tools: ToolFlags,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub idle_timeout: Duration,
@@ -208,6 +213,27 @@ UPSTREAM AND IDENTITY:
                             chat_join (chat_claim's own 'name' is never
                             touched)
 
+TOOL POLICY:
+    --allow-tool GLOB       only tools matching a GLOB (* and ? match) are
+                            listed and may be called (repeatable; an allow
+                            list, once given, is exhaustive)
+    --deny-tool GLOB        tools matching GLOB are neither listed nor
+                            callable (repeatable; deny wins over allow).
+                            A hidden tool's tools/call is answered by the
+                            proxy with JSON-RPC error -32602 and its id,
+                            and never reaches the upstream
+    --show-identity-params  keep the stamped parameters (sender, ...) in
+                            the tools/list schemas; by default they are
+                            removed, so the model never sees or fills them
+                            (the proxy stamps them on every call anyway)
+    --identity-param NAME   a listed tool with a top-level string parameter
+                            NAME is stamped from then on, as if in the map
+                            (repeatable) [default: sender, unless
+                            --no-default-stamps]
+    The identity file may carry "allow_tools" and "deny_tools" (arrays of
+    globs) beside agent and token: allow_tools replaces the flags' allow
+    list (an empty one allows nothing), deny_tools adds to the flags'.
+
 LISTENER AND LIMITS:
     --listen ADDR:PORT      address to listen on; port 0: the OS picks one
                             [default: 127.0.0.1:0]; localhost:PORT allowed;
@@ -298,6 +324,13 @@ pub struct Flags {
     pub extra_stamps: Vec<(String, String)>,
     pub default_stamps: bool,
     pub client_token_file: Option<PathBuf>,
+    /// `--allow-tool GLOB`s; `None` when none was given (all allowed).
+    pub allow_tools: Option<Vec<String>>,
+    pub deny_tools: Vec<String>,
+    pub show_identity_params: bool,
+    /// `--identity-param NAME`s as given (the default is decided by
+    /// `Config::from_flags`).
+    pub identity_params: Vec<String>,
 }
 
 impl Default for Flags {
@@ -319,6 +352,10 @@ impl Default for Flags {
             extra_stamps: Vec::new(),
             default_stamps: true,
             client_token_file: None,
+            allow_tools: None,
+            deny_tools: Vec::new(),
+            show_identity_params: false,
+            identity_params: Vec::new(),
         }
     }
 }
@@ -389,6 +426,22 @@ impl Flags {
                 "--client-token-file" => {
                     f.client_token_file = Some(PathBuf::from(value("--client-token-file")?))
                 }
+                "--allow-tool" => {
+                    let glob = tool_glob("--allow-tool", value("--allow-tool")?)?;
+                    f.allow_tools.get_or_insert_with(Vec::new).push(glob);
+                }
+                "--deny-tool" => f.deny_tools.push(tool_glob("--deny-tool", value("--deny-tool")?)?),
+                "--show-identity-params" => f.show_identity_params = true,
+                "--identity-param" => {
+                    let name = value("--identity-param")?;
+                    if name.is_empty() || name.chars().any(char::is_control) {
+                        return Err(ConfigError::Invalid {
+                            flag: "--identity-param",
+                            why: "expected a parameter name without control characters",
+                        });
+                    }
+                    f.identity_params.push(name);
+                }
                 _ => return Err(ConfigError::UnknownFlag(arg)),
             }
         }
@@ -428,6 +481,10 @@ impl Config {
             extra_stamps,
             default_stamps,
             client_token_file,
+            allow_tools,
+            deny_tools,
+            show_identity_params,
+            identity_params,
         } = flags;
         let upstream = parse_upstream(&upstream.ok_or(ConfigError::Missing("--upstream"))?)?;
         let identity = start_identity(agent, token_file, env_token, identity_file.as_deref())?;
@@ -435,6 +492,12 @@ impl Config {
         for (tool, param) in &extra_stamps {
             stamps.set(tool, param);
         }
+        // `sender` is learned by default while the default map is in force.
+        let identity_params = match (identity_params.is_empty(), default_stamps) {
+            (true, true) => vec!["sender".to_string()],
+            _ => identity_params,
+        };
+        let tools = ToolFlags { allow: allow_tools, deny: deny_tools, show_identity_params, identity_params };
         let client_token = match client_token_file {
             Some(path) => {
                 let t = read_token_file(&path)?.trim().to_string();
@@ -453,6 +516,7 @@ impl Config {
             identity_file,
             control_stdin,
             stamps,
+            tools,
             connect_timeout,
             response_timeout,
             idle_timeout,
@@ -463,6 +527,14 @@ impl Config {
             client_token,
         })
     }
+}
+
+/// A tool-name glob (`*` and `?`): not empty, no control characters.
+fn tool_glob(flag: &'static str, glob: String) -> Result<String, ConfigError> {
+    if glob.is_empty() || glob.chars().any(char::is_control) {
+        return Err(ConfigError::Invalid { flag, why: "expected a tool-name glob (* and ? match)" });
+    }
+    Ok(glob)
 }
 
 /// The identity at start, from `--agent` with a token (`--token-file`, else
@@ -712,6 +784,7 @@ mod tests {
             extra_stamps: vec![("t".into(), "p".into())],
             default_stamps: false,
             client_token_file: Some("/c".into()),
+            ..Flags::default()
         };
         assert_eq!(f, want);
         // Nothing is read or resolved: files that do not exist, a host

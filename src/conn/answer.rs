@@ -83,6 +83,15 @@ pub enum Answer {
     /// session, through the restart grace (502 for GET and DELETE; a POST
     /// gets 200 or 202 from `Conn::answer_outage`).
     UpstreamUnavailable,
+    /// A `tools/call` of a tool the policy hides (200 with JSON-RPC error
+    /// -32602 and the request's id, as MCP answers an unknown tool); never
+    /// forwarded.
+    HiddenTool,
+    /// A legacy SSE `POST /messages/` calling a tool the policy hides: its
+    /// answer would travel on the session's GET stream, which this
+    /// connection does not hold, so the POST is refused (403) with the
+    /// error in its body; never forwarded.
+    HiddenToolLegacy,
 }
 
 impl Answer {
@@ -98,6 +107,8 @@ impl Answer {
             | Answer::BadUpstream
             | Answer::UpstreamUnavailable => 502,
             Answer::ConnectTimeout | Answer::UpstreamTimeout => 504,
+            Answer::HiddenTool => 200,
+            Answer::HiddenToolLegacy => 403,
         }
     }
 
@@ -115,6 +126,7 @@ impl Answer {
             | Answer::BadUpstream
             | Answer::UpstreamTimeout
             | Answer::UpstreamUnavailable => SERVER_ERROR,
+            Answer::HiddenTool | Answer::HiddenToolLegacy => rpc::INVALID_PARAMS,
         }
     }
 
@@ -157,6 +169,7 @@ impl Answer {
             Answer::BadUpstream => "invalid upstream response",
             Answer::UpstreamTimeout => "upstream did not answer in time",
             Answer::UpstreamUnavailable => "upstream unavailable",
+            Answer::HiddenTool | Answer::HiddenToolLegacy => "Unknown tool",
         })
     }
 

@@ -9,6 +9,39 @@ use crate::http::body::{Decoder, Encoder};
 use crate::http::chunked::{ChunkError, Piece};
 use crate::limits::IO_BUF_SIZE;
 use crate::mcp::sse::EndpointRewriter;
+use crate::mcp::tools::ListFilter;
+
+/// A rewrite of a response's payload, with the proxy framing what it
+/// emits: the legacy SSE `endpoint` event, or a `tools/list` answer the
+/// tool policy filters.
+#[derive(Debug)]
+pub enum BodyRewriter {
+    Endpoint(EndpointRewriter),
+    List(ListFilter),
+}
+
+impl BodyRewriter {
+    fn feed(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        match self {
+            BodyRewriter::Endpoint(r) => r.feed(data, out),
+            BodyRewriter::List(f) => f.feed(data, out),
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        match self {
+            BodyRewriter::Endpoint(r) => r.finish(out),
+            BodyRewriter::List(f) => f.finish(out),
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        match self {
+            BodyRewriter::Endpoint(r) => r.is_done(),
+            BodyRewriter::List(f) => f.is_done(),
+        }
+    }
+}
 
 /// The bytes owed to the client, in order: `own[pos..]`, made by the proxy
 /// (heads, 100 Continue, re-framed chunks, answers), then the first `pass`
@@ -29,7 +62,7 @@ pub struct ClientOut {
 }
 
 /// What one classification did.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct Classified {
     /// Bytes to drop from the front of the upstream buffer: copied or
     /// dropped while nothing was owed from it (they precede `pass`).
@@ -41,6 +74,9 @@ pub struct Classified {
     pub progressed: bool,
     /// The body's framing is broken (the relay cuts the response).
     pub error: Option<ChunkError>,
+    /// The rewriter, once it had nothing more to do (its outcome is the
+    /// caller's to read).
+    pub finished: Option<Box<BodyRewriter>>,
 }
 
 impl ClientOut {
@@ -96,6 +132,23 @@ impl ClientOut {
         0
     }
 
+    /// Ends a rewritten body that had no payload at all (an empty body):
+    /// what the rewriter makes of nothing, then the proxy's last chunk.
+    pub fn finish_empty(
+        &mut self,
+        out: Encoder,
+        rewriter: Option<Box<BodyRewriter>>,
+    ) -> (u64, Option<Box<BodyRewriter>>) {
+        let mut n = 0;
+        let finished = rewriter.map(|mut rw| {
+            rw.finish(&mut self.scratch);
+            n = self.emit(out);
+            rw
+        });
+        out.finish(&mut self.own);
+        (n, finished)
+    }
+
     /// Frames the proxy-made payload in `scratch` as one chunk (or as it is
     /// for a close-delimited body) into `own`; returns its length.
     fn emit(&mut self, out: Encoder) -> u64 {
@@ -119,11 +172,11 @@ impl ClientOut {
         buffered: &[u8],
         input: &mut Decoder,
         out: Encoder,
-        rewriter: &mut Option<Box<EndpointRewriter>>,
+        rewriter: &mut Option<Box<BodyRewriter>>,
         mut on_data: impl FnMut(&[u8]),
     ) -> Classified {
         let mut c = Classified::default();
-        let full = |co: &ClientOut, rw: &Option<Box<EndpointRewriter>>| {
+        let full = |co: &ClientOut, rw: &Option<Box<BodyRewriter>>| {
             (out.copies() || rw.is_some()) && co.own.len() > IO_BUF_SIZE
         };
         if self.skip > 0 || full(self, rewriter) {
@@ -154,7 +207,7 @@ impl ClientOut {
                     out.finish(&mut self.own);
                 }
                 if done || (rw.is_done() && input.at_chunk_boundary()) {
-                    *rewriter = None;
+                    c.finished = rewriter.take();
                 }
             } else if out.passes(piece) {
                 self.pass += len;
@@ -181,14 +234,19 @@ impl ClientOut {
 
     /// A close-delimited body ended (the upstream closed): what the
     /// rewriter holds, then the proxy's last chunk.
-    pub fn finish_until_close(&mut self, out: Encoder, rewriter: &mut Option<Box<EndpointRewriter>>) -> u64 {
+    pub fn finish_until_close(
+        &mut self,
+        out: Encoder,
+        rewriter: &mut Option<Box<BodyRewriter>>,
+    ) -> (u64, Option<Box<BodyRewriter>>) {
         let mut n = 0;
-        if let Some(mut rw) = rewriter.take() {
+        let finished = rewriter.take().map(|mut rw| {
             rw.finish(&mut self.scratch);
             n = self.emit(out);
-        }
+            rw
+        });
         out.finish(&mut self.own);
-        n
+        (n, finished)
     }
 }
 
@@ -210,8 +268,9 @@ mod tests {
     ) -> (Vec<u8>, Vec<u8>, bool) {
         let mut co = ClientOut::default();
         let mut input = Decoder::new(framing);
-        let mut rewriter =
-            rewrite.then(|| Box::new(EndpointRewriter::new(b"up.example:9000", b"127.0.0.1:4000")));
+        let mut rewriter = rewrite.then(|| {
+            Box::new(BodyRewriter::Endpoint(EndpointRewriter::new(b"up.example:9000", b"127.0.0.1:4000")))
+        });
         let mut buffer: Vec<u8> = Vec::new();
         let (mut client, mut seen) = (Vec::new(), Vec::new());
         let drain = |co: &mut ClientOut, buffer: &mut Vec<u8>, client: &mut Vec<u8>| loop {

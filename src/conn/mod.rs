@@ -44,7 +44,6 @@ use crate::http::framing::Framing;
 use crate::io::{read_into, Outcome};
 use crate::limits::{ANSWER_FLUSH_TIMEOUT, MAX_IO_PER_EVENT, MAX_REQUEST_HEAD};
 use crate::mcp::session::SessionTable;
-use crate::mcp::sse::EndpointRewriter;
 use crate::mcp::stamp::StampError;
 use answer::Answer;
 use log::{debug, info, trace, warn};
@@ -81,6 +80,13 @@ pub struct Ctx<'a> {
     /// within the call that parsed it; a waiting connection holds none.
     /// Borrowed only by `read_response_head`.
     pub response_head: &'a std::cell::RefCell<crate::http::head::ResponseHead>,
+    /// The tool policy in force (the flags with the identity's lists).
+    pub policy: &'a crate::mcp::tools::Policy,
+    /// The stamp map in force, learned entries included.
+    pub stamps: &'a crate::mcp::stamp::StampMap,
+    /// Stamps a `tools/list` answer taught, for the loop to add after the
+    /// round (one thread: never borrowed across a call that borrows it).
+    pub learned: &'a std::cell::RefCell<Vec<crate::mcp::tools::Learned>>,
 }
 
 impl Ctx<'_> {
@@ -91,7 +97,7 @@ impl Ctx<'_> {
     }
 
     fn route(&self) -> editor::Route<'_> {
-        editor::Route { authority: self.config.upstream.authority.as_bytes(), stamps: &self.config.stamps }
+        editor::Route { authority: self.config.upstream.authority.as_bytes(), stamps: self.stamps }
     }
 }
 
@@ -159,7 +165,7 @@ enum Phase {
         /// SSE: the server's first event is `endpoint`, the URI the client
         /// must post to): rewrites an absolute upstream URL in it to name
         /// the proxy; dropped once it is done.
-        rewriter: Option<Box<EndpointRewriter>>,
+        rewriter: Option<Box<client_out::BodyRewriter>>,
     },
     /// A proxy-generated response (or what arrived of a truncated one) is
     /// being flushed; then close or go on.

@@ -10,6 +10,8 @@ use crate::http::head::{self, RequestHead};
 use crate::http::headers::name;
 use crate::io::{slices_after, write_vectored, Outcome};
 use crate::limits::{MAX_REQUEST_HEAD, MAX_STAMP_BODY};
+use crate::mcp::tools::{ListHandling, Policy as ToolPolicy};
+use crate::mcp::{json, rpc};
 use log::{debug, warn};
 use std::time::{Duration, Instant};
 
@@ -55,8 +57,49 @@ pub(super) struct Exchange {
     pub(super) version_capture: Option<Box<super::session::VersionCapture>>,
     /// The response relayed is an event stream.
     pub(super) event_stream: bool,
+    /// The id (JSON text) of this exchange's `tools/list` request, when the
+    /// tool policy rewrites its answer.
+    pub(super) list_request: Option<Box<[u8]>>,
     /// A session's GET stream held open while its upstream comes back.
     pub(super) reattach: Option<Box<super::reattach::Reattach>>,
+}
+
+/// The first `tools/call` in `body` (a message or a batch) of a tool the
+/// policy hides: the tool's decoded name. A batch is answered whole by the
+/// proxy then (batches left MCP in 2025-06-18; no client sends them).
+fn hidden_call(body: &[u8], policy: &ToolPolicy) -> Option<String> {
+    let mut hidden = None;
+    let _ = json::scan_messages(
+        body,
+        |_| None,
+        |m: &json::Message| -> Result<(), json::ScanError> {
+            let call = m.method.is_some_and(|v| v.is_str(body, rpc::TOOLS_CALL));
+            if hidden.is_none() && call && !policy.allows_call(body, m.name.as_ref()) {
+                hidden = Some(m.name.and_then(|n| n.decode_str(body)).unwrap_or_default());
+            }
+            Ok(())
+        },
+    );
+    hidden
+}
+
+/// The id (JSON text) of a body that is one `tools/list` request.
+fn tools_list_id(body: &[u8]) -> Option<Box<[u8]>> {
+    let parsed = rpc::parse(body).ok()?;
+    let m = parsed.single().filter(|m| m.is_method(rpc::TOOLS_LIST))?;
+    let id = m.id().json();
+    (!id.is_empty()).then(|| id.into())
+}
+
+/// A legacy SSE transport POST (`/messages/?session_id=...`): its answer
+/// travels on the session's GET stream, not in the POST's response.
+fn is_legacy_post(target: &[u8]) -> bool {
+    let (path, query) = match memchr::memchr(b'?', target) {
+        Some(q) => (target.get(..q).unwrap_or_default(), target.get(q + 1..).unwrap_or_default()),
+        None => (target, &b""[..]),
+    };
+    let path = path.strip_suffix(b"/").unwrap_or(path);
+    path.ends_with(b"/messages") && query.split(|&b| b == b'&').any(|kv| kv.starts_with(b"session_id="))
 }
 
 impl Exchange {
@@ -190,6 +233,7 @@ impl Conn {
         ex.reopen = None;
         ex.version_capture = None;
         ex.event_stream = false;
+        ex.list_request = None;
         ex.reattach = None;
         ex.session_id = req
             .headers
@@ -243,6 +287,26 @@ impl Conn {
             self.reply_error(ctx, Answer::BodyRefused(e));
             return;
         }
+        if !ctx.policy.allows_all() {
+            if let Some(tool) = hidden_call(&self.ex.body, ctx.policy) {
+                let legacy = is_legacy_post(&self.ex.req.target);
+                warn!(
+                    "conn {}: tools/call of {tool:?}, which the tool policy hides: answered by the proxy{}",
+                    self.id,
+                    if legacy { " (403: a legacy SSE session)" } else { "" }
+                );
+                let answer = if legacy { Answer::HiddenToolLegacy } else { Answer::HiddenTool };
+                self.reply_error(ctx, answer);
+                return;
+            }
+        }
+        self.ex.list_request = if self.ex.plan.lists_tools()
+            && ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room()) != ListHandling::Relay
+        {
+            tools_list_id(&self.ex.body)
+        } else {
+            None
+        };
         self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
     }
 

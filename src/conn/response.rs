@@ -2,14 +2,18 @@
 //! body (re-framed when it must be), and write the client output queue.
 
 use super::answer::Answer;
+use super::client_out::BodyRewriter;
 use super::{editor, CloseReason, Conn, Ctx, Phase};
 use crate::buf::Buf;
 use crate::http::body::{Decoder, Encoder};
 use crate::http::framing::Framing;
 use crate::http::head::{self, ResponseHead};
+use crate::http::headers::name;
 use crate::http::write;
 use crate::io::{slices_after, write_vectored, Outcome};
+use crate::mcp::initialize::Format;
 use crate::mcp::sse::EndpointRewriter;
+use crate::mcp::tools::{ListFilter, ListHandling, ListOptions};
 use log::{debug, warn};
 use std::time::Instant;
 
@@ -160,11 +164,16 @@ impl Conn {
             && resp.status == 200
             && resp.framing != Framing::None
             && !self.ex.client_host.is_empty();
+        let list = self.list_filter(resp, ctx);
         let input = Decoder::new(resp.framing);
-        let out = Encoder::for_response(resp.framing, http10, rewrite);
-        let rewriter = rewrite.then(|| {
-            Box::new(EndpointRewriter::new(ctx.config.upstream.authority.as_bytes(), &self.ex.client_host))
-        });
+        let out = Encoder::for_response(resp.framing, http10, rewrite || list.is_some());
+        let rewriter = match list {
+            Some(f) => Some(Box::new(BodyRewriter::List(f))),
+            None => rewrite.then(|| {
+                let authority = ctx.config.upstream.authority.as_bytes();
+                Box::new(BodyRewriter::Endpoint(EndpointRewriter::new(authority, &self.ex.client_host)))
+            }),
+        };
         self.upstream_reusable = resp.keep_alive;
         if out == Encoder::CloseDelimited {
             self.close_after = true;
@@ -185,17 +194,61 @@ impl Conn {
         );
         self.ex.status = resp.status;
         let input_done = input.is_done();
-        self.set_phase(Phase::Relay { input, out, input_done, rewriter });
         if input_done {
-            // An empty body: nothing for the rewriter to see, and the relay
-            // loop never runs, so a body the proxy frames itself (an empty
-            // Content-Length event stream re-framed as chunks for the
-            // rewrite) gets its last chunk here.
-            out.finish(&mut self.out.own);
-            if let Phase::Relay { rewriter, .. } = &mut self.phase {
-                *rewriter = None;
-            }
+            // An empty body: the relay loop never runs, so what a rewriter
+            // makes of nothing and the last chunk of a body the proxy
+            // frames itself (an empty Content-Length event stream re-framed
+            // as chunks for the rewrite) are queued here.
+            let (n, finished) = self.out.finish_empty(out, rewriter);
+            self.ex.bytes_out += n;
+            self.rewriter_finished(finished, ctx);
+            self.set_phase(Phase::Relay { input, out, input_done, rewriter: None });
+        } else {
+            self.set_phase(Phase::Relay { input, out, input_done, rewriter });
         }
+    }
+
+    /// The filter of this exchange's `tools/list` answer, when the tool
+    /// policy rewrites it and the answer is one it can read (200, JSON or
+    /// an event stream, with a body).
+    fn list_filter(&self, resp: &ResponseHead, ctx: &Ctx) -> Option<ListFilter> {
+        let id = self.ex.list_request.as_deref()?;
+        let format = resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type)?;
+        if resp.status != 200 || resp.framing == Framing::None {
+            return None;
+        }
+        let handling = ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room());
+        // 2026-07-28 put a cache scope on list results: a filtered list is
+        // this agent's, not a shared one.
+        let revision = self.ex.req.headers.get_name(name::MCP_PROTOCOL_VERSION).unwrap_or_default();
+        let options = ListOptions {
+            learn_room: ctx.stamps.learn_room(),
+            insert_cache_scope: revision >= &b"2026-07-28"[..],
+        };
+        Some(ListFilter::new(format, id, ctx.policy, ctx.stamps, options, handling == ListHandling::Rewrite))
+    }
+
+    /// A rewriter is done: a `tools/list` filter's learned stamps go to the
+    /// loop, and what it could not rewrite is said at warn.
+    pub(super) fn rewriter_finished(&mut self, finished: Option<Box<BodyRewriter>>, ctx: &Ctx) {
+        let Some(BodyRewriter::List(mut f)) = finished.map(|b| *b) else { return };
+        let o = f.take_outcome();
+        if let Some(why) = o.failed {
+            if o.refused {
+                warn!(
+                    "conn {}: tools/list answer not relayed: {why}: answered with a JSON-RPC error",
+                    self.id
+                );
+            } else {
+                debug!("conn {}: tools/list answer relayed as it came: {why}", self.id);
+            }
+        } else if o.hidden_tools + o.hidden_params > 0 {
+            debug!(
+                "conn {}: tools/list filtered: {} tools and {} identity parameters hidden",
+                self.id, o.hidden_tools, o.hidden_params
+            );
+        }
+        ctx.learned.borrow_mut().extend(o.learned);
     }
 
     pub(super) fn relay(&mut self, ctx: &Ctx) -> bool {
@@ -226,6 +279,7 @@ impl Conn {
             self.upstream_buf.consume(c.consumed);
         }
         self.ex.bytes_out += c.own_payload;
+        self.rewriter_finished(c.finished, ctx);
         progressed |= c.progressed;
         if let Some(e) = c.error {
             warn!("conn {}: invalid chunked body from upstream: {e}", self.id);
@@ -239,7 +293,9 @@ impl Conn {
             self.drop_upstream();
             if input.until_close() && self.upstream_buf.len() == self.out.pass {
                 input_done = true;
-                self.ex.bytes_out += self.out.finish_until_close(out, &mut rewriter);
+                let (n, finished) = self.out.finish_until_close(out, &mut rewriter);
+                self.ex.bytes_out += n;
+                self.rewriter_finished(finished, ctx);
                 progressed = true;
             } else if !input_done {
                 debug!("conn {}: upstream closed mid-body", self.id);

@@ -7,6 +7,7 @@
 use crate::config::read_identity_file;
 use crate::limits::{IDENTITY_POLL, MAX_CONTROL_LINE};
 use crate::mcp::identity::{self, Identity};
+use crate::mcp::tools::{Policy, ToolFlags};
 use crate::sys::{self, FileStamp, StdinChannel, StdinRead};
 use log::{debug, info, warn};
 use mio::Poll;
@@ -20,26 +21,32 @@ pub(super) struct Live {
     pub(super) identity: Identity,
     /// `Bearer <token>`, built once per identity.
     pub(super) bearer: Vec<u8>,
+    /// The tool policy of the flags with this identity's lists.
+    pub(super) policy: Policy,
 }
 
 impl Live {
-    pub(super) fn new(identity: Identity) -> Live {
+    pub(super) fn new(identity: Identity, tools: &ToolFlags) -> Live {
         let bearer = [b"Bearer ".as_slice(), identity.token.as_bytes()].concat();
-        Live { identity, bearer }
+        let policy = Policy::for_identity(tools, &identity);
+        Live { identity, bearer, policy }
     }
 
-    pub(super) fn update(&mut self, identity: Identity, source: &str) {
+    pub(super) fn update(&mut self, identity: Identity, source: &str, tools: &ToolFlags) {
         if identity == self.identity {
             debug!("identity from {source} unchanged");
             return;
         }
         let token_changed = identity.token != self.identity.token;
+        let lists_changed = identity.allow_tools != self.identity.allow_tools
+            || identity.deny_tools != self.identity.deny_tools;
         info!(
-            "identity updated from {source}: agent {:?}{}",
+            "identity updated from {source}: agent {:?}{}{}",
             identity.agent,
-            if token_changed { ", new token" } else { "" }
+            if token_changed { ", new token" } else { "" },
+            if lists_changed { ", new tool lists" } else { "" }
         );
-        *self = Live::new(identity);
+        *self = Live::new(identity, tools);
     }
 }
 

@@ -16,6 +16,8 @@ use crate::limits::{
     SHUTDOWN_GRACE,
 };
 use crate::mcp::session::SessionTable;
+use crate::mcp::stamp::StampMap;
+use crate::mcp::tools::Learned;
 use crate::sys::{self, Signals};
 use identity::{ControlStdin, IdentityWatch, Live};
 use log::{debug, error, info, warn};
@@ -63,6 +65,10 @@ pub struct Proxy {
     /// The response head being read, one for all connections (see
     /// `Ctx::response_head`).
     response_head: RefCell<crate::http::head::ResponseHead>,
+    /// The stamp map in force: the configured one plus what `tools/list`
+    /// answers taught (`learned`, applied after each round).
+    stamps: StampMap,
+    learned: RefCell<Vec<Learned>>,
     slab: Slab,
     /// Every connection's deadline.
     timers: Timers,
@@ -162,7 +168,7 @@ impl Proxy {
         // signals and stdin where the OS cannot poll them (Windows).
         let waker = std::sync::Arc::new(mio::Waker::new(poll.registry(), WAKER).map_err(BindError::Setup)?);
         let signals = Signals::install(poll.registry(), SIGNALS, &waker).map_err(BindError::Setup)?;
-        let live = Live::new(config.identity.clone());
+        let live = Live::new(config.identity.clone(), &config.tools);
         let watch = config
             .identity_file
             .as_ref()
@@ -175,6 +181,7 @@ impl Proxy {
         let stop = ShutdownHandle { waker, requested: Default::default() };
         let max_conns = connection_cap();
         debug!("accepting at most {max_conns} connections");
+        let stamps = config.stamps.clone();
         Ok(Proxy {
             poll,
             listener: Some(listener),
@@ -189,6 +196,8 @@ impl Proxy {
             stop,
             sessions: Default::default(),
             response_head: Default::default(),
+            stamps,
+            learned: Default::default(),
             slab: Slab::default(),
             pool: Pool::default(),
             touched: Vec::new(),
@@ -312,7 +321,7 @@ impl Proxy {
         };
         let (identities, eof) = control.read();
         for identity in identities {
-            self.live.update(identity, "control stdin");
+            self.live.update(identity, "control stdin", &self.config.tools);
         }
         if eof {
             info!("control stdin closed");
@@ -332,7 +341,7 @@ impl Proxy {
             match self.watch.as_mut() {
                 Some(w) => {
                     if let Some(identity) = w.check(now, true) {
-                        self.live.update(identity, "identity file (SIGHUP)");
+                        self.live.update(identity, "identity file (SIGHUP)", &self.config.tools);
                     }
                 }
                 None => info!("SIGHUP ignored: no --identity-file"),
@@ -357,7 +366,7 @@ impl Proxy {
 
     fn check_identity_file(&mut self, now: Instant) {
         if let Some(identity) = self.watch.as_mut().and_then(|w| w.check(now, false)) {
-            self.live.update(identity, "identity file");
+            self.live.update(identity, "identity file", &self.config.tools);
         }
     }
 
@@ -441,6 +450,9 @@ impl Proxy {
             shutting_down: self.shutdown_at.is_some(),
             sessions: &self.sessions,
             response_head: &self.response_head,
+            policy: &self.live.policy,
+            stamps: &self.stamps,
+            learned: &self.learned,
         };
         for &slot in &self.touched {
             drive_slot(&self.poll, &mut self.slab, &mut self.pool, &mut self.again, slot, &ctx);
@@ -452,6 +464,14 @@ impl Proxy {
             }
         }
         self.slab.end_batch();
+        for l in self.learned.take() {
+            if self.stamps.learn(&l.tool, &l.param) {
+                info!(
+                    "stamping {:?} of tool {:?} from now on: its tools/list schema names it",
+                    l.param, l.tool
+                );
+            }
+        }
     }
 
     /// After shutdown began: done when no connection is left or the grace

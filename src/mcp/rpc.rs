@@ -32,6 +32,16 @@ pub const INVALID_REQUEST: i32 = -32600;
 /// timed out, invalid) use this one.
 pub const SERVER_ERROR: i32 = -32000;
 
+/// JSON-RPC 2.0 §5.1 "Invalid params"; MCP answers a call of an unknown
+/// tool with it (Tools, Error Handling).
+pub const INVALID_PARAMS: i32 = -32602;
+
+/// JSON-RPC 2.0 §5.1 "Internal error".
+pub const INTERNAL_ERROR: i32 = -32603;
+
+/// The `tools/list` method.
+pub const TOOLS_LIST: &str = "tools/list";
+
 /// What one message is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {

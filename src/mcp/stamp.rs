@@ -161,9 +161,17 @@ pub struct Splice {
 pub struct Plan {
     splices: SmallVec<[Splice; 1]>,
     keys: SmallVec<[Arc<str>; 1]>,
+    /// A message of the body is a `tools/list` request (seen by the same
+    /// scan, so the tool policy needs no second look at other bodies).
+    lists_tools: bool,
 }
 
 impl Plan {
+    /// A message of the body names the method `tools/list`.
+    pub fn lists_tools(&self) -> bool {
+        self.lists_tools
+    }
+
     /// Nothing to stamp: the body goes out byte for byte.
     pub fn is_empty(&self) -> bool {
         self.splices.is_empty()
@@ -309,6 +317,7 @@ fn plan_message(
         return Err(StampError::Duplicate(DuplicateKey::Params));
     }
     if !m.method.is_some_and(|v| v.is_str(body, "tools/call")) {
+        plan.lists_tools |= m.method.is_some_and(|v| v.is_str(body, "tools/list"));
         return Ok(());
     }
     // A tools/call without params names no tool; the server refuses it.

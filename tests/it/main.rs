@@ -51,5 +51,8 @@ mod stream_hold;
 mod streaming;
 /// Shared helpers: the proxy process, stub upstream, raw client, real-client environment.
 mod support;
+/// The tool policy (allow/deny, identity parameters hidden and learned), against the real agentchattr.
+#[cfg(unix)]
+mod tool_policy;
 /// Failing upstreams: refused, silent, garbage, interim-only, truncated, idle past the timeout.
 mod upstream_failures;

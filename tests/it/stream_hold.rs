@@ -260,6 +260,11 @@ fn a_held_stream_ends_as_a_cut_one_once_the_hold_is_over() {
         "a cut stream has no last chunk: {}",
         stream.text()
     );
+    // The log reaches the pipe a moment after the socket closes.
+    let t0 = Instant::now();
+    while !p.stderr_text().contains("not reattached") && t0.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(p.stderr_text().contains("not reattached"), "{}", p.stderr_text());
 }
 

@@ -7,7 +7,9 @@
 pub mod glob;
 pub mod list;
 pub mod policy;
+pub mod stream;
 
 pub use glob::Glob;
 pub use list::{rewrite_list, Edit, Learned, ListEdit, ListError, ListKey, ListOptions};
 pub use policy::{ListHandling, Policy, ToolFlags};
+pub use stream::{ListFilter, Outcome as ListOutcome, MAX_LIST_ANSWER};

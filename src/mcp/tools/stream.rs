@@ -1,0 +1,533 @@
+//! A `tools/list` answer rewritten as it streams past the relay: the answer
+//! (the response whose id is the request's) is held whole, up to
+//! `MAX_LIST_ANSWER`, rewritten by `rewrite_list` and sent on; everything
+//! else passes unchanged and in order. As JSON (`application/json`, any
+//! framing) the body is the answer. As an event stream (FastMCP answers a
+//! POST that way) the answer is one `message` event among others: events
+//! before it (progress, log notifications) pass as they complete, the
+//! answering event's `data` is replaced by the rewritten message, and the
+//! rest passes as it comes.
+//!
+//! Fail closed: an answer that cannot be rewritten safely (over the bound,
+//! not JSON, no `result.tools` array) is replaced by a JSON-RPC error with
+//! the request's id when the policy hides something; when it hides nothing
+//! (the list is only read to learn stamps) it passes unchanged. Pure: bytes
+//! in, bytes out.
+
+use super::list::{rewrite_list, Learned, ListError, ListOptions};
+use super::policy::Policy;
+use crate::mcp::initialize::{for_each_message_event, Format};
+use crate::mcp::json;
+use crate::mcp::rpc;
+use crate::mcp::stamp::StampMap;
+use std::fmt;
+
+/// Largest `tools/list` answer held to be rewritten. agentchattr's is about
+/// 10 KB; a thousand tools with rich schemas stay under 4 MiB, which is
+/// also FastMCP's own request-body limit. Past it the answer is refused.
+pub const MAX_LIST_ANSWER: usize = 4 * 1024 * 1024;
+
+/// Why an answer was not rewritten (for the warn line; no content of it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotRewritten {
+    TooLarge,
+    Invalid(ListError),
+    /// The body ended before an answer to the request's id.
+    NoAnswer,
+}
+
+impl fmt::Display for NotRewritten {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotRewritten::TooLarge => write!(f, "the answer is over {MAX_LIST_ANSWER} bytes"),
+            NotRewritten::Invalid(e) => write!(f, "{e}"),
+            NotRewritten::NoAnswer => f.write_str("the body ended before the answer"),
+        }
+    }
+}
+
+/// What a finished filter reports.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Stamps the list taught.
+    pub learned: Vec<Learned>,
+    /// Tools and identity parameters removed.
+    pub hidden_tools: usize,
+    pub hidden_params: usize,
+    /// Why the answer passed unchanged or was replaced by an error.
+    pub failed: Option<NotRewritten>,
+    /// The answer was replaced by an error.
+    pub refused: bool,
+}
+
+/// The filter of one `tools/list` answer.
+#[derive(Debug)]
+pub struct ListFilter {
+    format: Format,
+    request_id: Box<[u8]>,
+    policy: Policy,
+    map: StampMap,
+    options: ListOptions,
+    /// The policy hides something: an answer that cannot be rewritten is
+    /// refused, not passed.
+    enforce: bool,
+    /// Bytes held: the JSON body, or the SSE event being read.
+    held: Vec<u8>,
+    /// The held bytes went past the bound; the rest of the event (SSE) or
+    /// body (JSON) is dropped.
+    over: bool,
+    /// The answer has been dealt with: what follows passes as it is.
+    done: bool,
+    outcome: Outcome,
+}
+
+impl ListFilter {
+    /// A filter for the answer to the request whose id is `request_id`
+    /// (JSON text), answered as `format`; `enforce` when the policy hides
+    /// tools or parameters (see `Policy::list_handling`).
+    pub fn new(
+        format: Format,
+        request_id: &[u8],
+        policy: &Policy,
+        map: &StampMap,
+        options: ListOptions,
+        enforce: bool,
+    ) -> ListFilter {
+        ListFilter {
+            format,
+            request_id: request_id.into(),
+            policy: policy.clone(),
+            map: map.clone(),
+            options,
+            enforce,
+            held: Vec::new(),
+            over: false,
+            done: false,
+            outcome: Outcome::default(),
+        }
+    }
+
+    /// Nothing more to rewrite: later payload passes as it is.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// What the filter did, once finished.
+    pub fn take_outcome(&mut self) -> Outcome {
+        std::mem::take(&mut self.outcome)
+    }
+
+    /// Payload bytes in; what to send goes to `out`.
+    pub fn feed(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        if self.done {
+            out.extend_from_slice(data);
+            return;
+        }
+        match self.format {
+            Format::Json => self.hold(data),
+            Format::EventStream => {
+                let mut rest = data;
+                while !rest.is_empty() && !self.done {
+                    // Find where the held event ends, looking only at the
+                    // new bytes (and the one before them, for a CRLF).
+                    let before = self.held.len();
+                    self.hold(rest);
+                    let taken = self.held.len() - before;
+                    let scan_from = before.saturating_sub(3);
+                    match event_end(&self.held, scan_from) {
+                        Some(end) => {
+                            // Bytes past the event go back to `rest`.
+                            let extra = self.held.len() - end;
+                            let consumed = taken - extra.min(taken);
+                            rest = rest.get(consumed..).unwrap_or_default();
+                            self.held.truncate(end);
+                            let event = std::mem::take(&mut self.held);
+                            self.event(&event, out);
+                        }
+                        None => {
+                            rest = rest.get(taken..).unwrap_or_default();
+                            if self.over && taken == 0 {
+                                // Dropping the rest of an oversized event:
+                                // look for its end in what is not kept.
+                                match event_end_unkept(rest) {
+                                    Some(end) => {
+                                        self.refuse_sse(out);
+                                        rest = rest.get(end..).unwrap_or_default();
+                                    }
+                                    None => rest = &[],
+                                }
+                            }
+                        }
+                    }
+                }
+                if self.done && !rest.is_empty() {
+                    out.extend_from_slice(rest);
+                }
+            }
+        }
+    }
+
+    /// The body ended.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        match self.format {
+            Format::Json if self.over => self.fail_json(NotRewritten::TooLarge, out),
+            Format::Json => {
+                let body = std::mem::take(&mut self.held);
+                match rewrite_list(&body, &self.policy, &self.map, self.options) {
+                    Ok(edit) => {
+                        self.note(&edit);
+                        out.extend(edit.parts(&body).flatten());
+                    }
+                    Err(e) => {
+                        self.held = body;
+                        self.fail_json(NotRewritten::Invalid(e), out);
+                    }
+                }
+            }
+            Format::EventStream => {
+                // A CR that ended the stream ends its line.
+                if !self.over && self.held.ends_with(b"\r") {
+                    if let Some(end) = event_end(&[self.held.as_slice(), b"\n"].concat(), 0) {
+                        let mut event = std::mem::take(&mut self.held);
+                        event.truncate(end.min(event.len()));
+                        let rest = event.split_off(end.min(event.len()));
+                        self.done = false;
+                        self.event(&event, out);
+                        self.done = true;
+                        out.extend_from_slice(&rest);
+                        return;
+                    }
+                }
+                // A cut event is not dispatched: what is held is passed
+                // (it holds no complete answer), or refused if oversized.
+                if self.over {
+                    self.refuse_sse(out);
+                } else {
+                    out.append(&mut self.held);
+                    self.outcome.failed = Some(NotRewritten::NoAnswer);
+                }
+            }
+        }
+    }
+
+    fn hold(&mut self, data: &[u8]) {
+        if self.over {
+            return;
+        }
+        let room = MAX_LIST_ANSWER.saturating_sub(self.held.len());
+        if data.len() > room {
+            self.held.extend_from_slice(data.get(..room).unwrap_or_default());
+            self.over = true;
+        } else {
+            self.held.extend_from_slice(data);
+        }
+    }
+
+    fn note(&mut self, edit: &super::list::ListEdit) {
+        self.outcome.learned.extend(edit.learned().iter().cloned());
+        self.outcome.hidden_tools += edit.hidden_tools;
+        self.outcome.hidden_params += edit.hidden_params;
+    }
+
+    /// A JSON answer that cannot be rewritten: the error, or (nothing
+    /// hidden) the answer as it came.
+    fn fail_json(&mut self, why: NotRewritten, out: &mut Vec<u8>) {
+        self.outcome.failed = Some(why);
+        if self.enforce || why == NotRewritten::TooLarge {
+            self.outcome.refused = true;
+            out.extend_from_slice(&self.error_message(why));
+        } else {
+            out.append(&mut self.held);
+        }
+    }
+
+    /// An oversized SSE answer: an error event in its place.
+    fn refuse_sse(&mut self, out: &mut Vec<u8>) {
+        self.outcome.failed = Some(NotRewritten::TooLarge);
+        self.outcome.refused = true;
+        self.held.clear();
+        self.over = false;
+        self.done = true;
+        let message = self.error_message(NotRewritten::TooLarge);
+        write_event(&message, out);
+    }
+
+    fn error_message(&self, why: NotRewritten) -> Vec<u8> {
+        let mut m = Vec::new();
+        m.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+        m.extend_from_slice(&self.request_id);
+        m.extend_from_slice(br#","error":{"code":-32603,"message":"#);
+        let text = format!("the tool list could not be filtered for this agent: {why}");
+        json::write_json_string(&text, &mut m);
+        m.extend_from_slice(b"}}");
+        m
+    }
+
+    /// One complete SSE event: the answer is rewritten, anything else
+    /// passes as it came.
+    fn event(&mut self, event: &[u8], out: &mut Vec<u8>) {
+        let mut data = None;
+        for_each_message_event(event, |d| {
+            data = Some(d.to_vec());
+            false
+        });
+        let Some(data) = data.filter(|d| self.answers(d)) else {
+            out.extend_from_slice(event);
+            return;
+        };
+        self.done = true;
+        match rewrite_list(&data, &self.policy, &self.map, self.options) {
+            Ok(edit) if edit.is_unchanged() => {
+                self.note(&edit);
+                out.extend_from_slice(event);
+            }
+            Ok(edit) => {
+                self.note(&edit);
+                let message = edit.apply(&data);
+                write_event_like(event, &message, out);
+            }
+            Err(e) => {
+                self.outcome.failed = Some(NotRewritten::Invalid(e));
+                if self.enforce {
+                    self.outcome.refused = true;
+                    let message = self.error_message(NotRewritten::Invalid(e));
+                    write_event_like(event, &message, out);
+                } else {
+                    out.extend_from_slice(event);
+                }
+            }
+        }
+    }
+
+    /// Whether `data` is a response to the request's id.
+    fn answers(&self, data: &[u8]) -> bool {
+        let Ok(body) = rpc::parse(data) else { return false };
+        let Ok(req) = json::parse_value(&self.request_id) else { return false };
+        body.single().is_some_and(|m| {
+            m.role() == rpc::Role::Response
+                && json::parse_value(m.id().json())
+                    .is_ok_and(|id| rpc::same_id(m.id().json(), &id, &self.request_id, &req))
+        })
+    }
+}
+
+/// Where the first complete event in `held` ends (after its blank line),
+/// looking for line ends from `from` on. Lines end with CRLF, LF or CR; a
+/// CR at the very end may be the first half of a CRLF, so it waits.
+fn event_end(held: &[u8], from: usize) -> Option<usize> {
+    let mut i = 0;
+    let mut line_start = 0;
+    while i < held.len() {
+        let b = held.get(i).copied()?;
+        if b == b'\n' || b == b'\r' {
+            let mut next = i + 1;
+            if b == b'\r' {
+                match held.get(i + 1) {
+                    Some(b'\n') => next = i + 2,
+                    Some(_) => {}
+                    None => return None,
+                }
+            }
+            if i == line_start && next > from {
+                return Some(next);
+            }
+            line_start = next;
+            i = next;
+            continue;
+        }
+        i += 1;
+    }
+    None
+}
+
+/// `event_end` over bytes that are not kept (the tail of an oversized
+/// event); a line end split across reads is not seen, so the event's end
+/// may be found one event late (it is dropped either way).
+fn event_end_unkept(bytes: &[u8]) -> Option<usize> {
+    let mut prev_nl = false;
+    for (i, &b) in bytes.iter().enumerate() {
+        if b == b'\n' {
+            if prev_nl {
+                return Some(i + 1);
+            }
+            prev_nl = true;
+        } else if b != b'\r' {
+            prev_nl = false;
+        }
+    }
+    None
+}
+
+/// `event`'s lines with its `data` lines replaced by `message`'s (each of
+/// its lines one `data:` line).
+fn write_event_like(event: &[u8], message: &[u8], out: &mut Vec<u8>) {
+    let mut wrote = false;
+    let mut rest = event;
+    while let Some(end) = memchr::memchr2(b'\n', b'\r', rest) {
+        let line = rest.get(..end).unwrap_or_default();
+        let skip = if rest.get(end..end + 2) == Some(b"\r\n") { 2 } else { 1 };
+        rest = rest.get(end + skip..).unwrap_or_default();
+        if line.is_empty() {
+            break;
+        }
+        let (name, _) = crate::mcp::sse::field(line);
+        if name == b"data" {
+            if !wrote {
+                write_data(message, out);
+                wrote = true;
+            }
+            continue;
+        }
+        out.extend_from_slice(line);
+        out.extend_from_slice(b"\r\n");
+    }
+    if !wrote {
+        write_data(message, out);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn write_data(message: &[u8], out: &mut Vec<u8>) {
+    for line in message.split(|&b| b == b'\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// A new `message` event carrying `message`.
+fn write_event(message: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(b"event: message\r\n");
+    write_data(message, out);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::tools::ToolFlags;
+
+    fn policy(deny: &[&str]) -> Policy {
+        Policy::from_flags(&ToolFlags {
+            allow: None,
+            deny: deny.iter().map(|s| s.to_string()).collect(),
+            show_identity_params: false,
+            identity_params: vec!["sender".into()],
+        })
+    }
+
+    const LIST: &str = r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"chat_send","description":"Send \u00e9","inputSchema":{"type":"object","properties":{"sender":{"type":"string"},"message":{"type":"string"}},"required":["sender","message"]}},{"name":"chat_rules","inputSchema":{"type":"object","properties":{}}}]}}"#;
+
+    fn run(format: Format, pieces: &[&[u8]], deny: &[&str]) -> (Vec<u8>, Outcome) {
+        let p = policy(deny);
+        let map = StampMap::agentchattr();
+        let mut f = ListFilter::new(
+            format,
+            b"3",
+            &p,
+            &map,
+            ListOptions { learn_room: 8, insert_cache_scope: false },
+            true,
+        );
+        let mut out = Vec::new();
+        for piece in pieces {
+            f.feed(piece, &mut out);
+        }
+        f.finish(&mut out);
+        (out, f.take_outcome())
+    }
+
+    fn tools(message: &[u8]) -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_slice(message).unwrap();
+        v["result"]["tools"].clone()
+    }
+
+    #[test]
+    fn a_json_answer_is_rewritten_whatever_its_pieces() {
+        let body = LIST.as_bytes();
+        for cut in 0..=body.len() {
+            let (out, o) = run(Format::Json, &[&body[..cut], &body[cut..]], &["chat_rules"]);
+            let t = tools(&out);
+            assert_eq!(t.as_array().unwrap().len(), 1, "cut {cut}");
+            assert_eq!(t[0]["name"], "chat_send");
+            assert!(t[0]["inputSchema"]["properties"].get("sender").is_none());
+            assert_eq!(t[0]["inputSchema"]["required"], serde_json::json!(["message"]));
+            // Untouched bytes stay as sent: the escape is still an escape.
+            assert!(String::from_utf8_lossy(&out).contains(r#""Send \u00e9""#));
+            assert_eq!((o.hidden_tools, o.refused), (1, false));
+        }
+    }
+
+    #[test]
+    fn an_sse_answer_among_other_events_is_rewritten_and_the_rest_passes_in_order() {
+        let note = "event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"data\":\"x\"}}\r\n\r\n";
+        let answer = format!("id: 7\r\nevent: message\r\ndata: {LIST}\r\n\r\n");
+        let after = ": trailing comment\r\n\r\n";
+        let stream = format!(": hi\n\n{note}{answer}{after}");
+        let b = stream.as_bytes();
+        for cut in 0..=b.len() {
+            let (out, o) = run(Format::EventStream, &[&b[..cut], &b[cut..]], &["chat_rules"]);
+            let text = String::from_utf8(out.clone()).unwrap();
+            assert!(
+                text.starts_with(&format!(": hi\n\n{note}id: 7\r\nevent: message\r\ndata: ")),
+                "cut {cut}: {text}"
+            );
+            assert!(text.ends_with(after), "cut {cut}: {text}");
+            let mut data = None;
+            for_each_message_event(&out, |d| {
+                if d.starts_with(b"{\"jsonrpc\":\"2.0\",\"id\":3") {
+                    data = Some(d.to_vec());
+                }
+                true
+            });
+            let t = tools(&data.expect("the answer event"));
+            assert_eq!(t.as_array().unwrap().len(), 1, "cut {cut}");
+            assert!(!text.contains("chat_rules") && !text.contains("\"sender\""), "cut {cut}: {text}");
+            assert!(!o.refused);
+        }
+    }
+
+    #[test]
+    fn what_cannot_be_rewritten_is_refused_with_the_id() {
+        for body in [
+            &br#"{"jsonrpc":"2.0","id":3,"result":{"tools":{}}}"#[..],
+            b"not json",
+            br#"{"jsonrpc":"2.0","id":3"#,
+        ] {
+            let (out, o) = run(Format::Json, &[body], &["chat_rules"]);
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(
+                (v["id"].clone(), v["error"]["code"].clone()),
+                (serde_json::json!(3), serde_json::json!(-32603))
+            );
+            assert!(o.refused && o.failed.is_some());
+        }
+        // Over the bound: refused, in JSON and in an event stream.
+        let big = format!(
+            r#"{{"jsonrpc":"2.0","id":3,"result":{{"tools":[],"x":"{}"}}}}"#,
+            "a".repeat(MAX_LIST_ANSWER)
+        );
+        let (out, o) = run(Format::Json, &[big.as_bytes()], &[]);
+        assert!(String::from_utf8_lossy(&out).contains("-32603") && out.len() < 1000 && o.refused);
+        let sse = format!("event: message\ndata: {big}\n\nevent: message\ndata: {{\"after\":1}}\n\n");
+        let (out, o) = run(Format::EventStream, &[sse.as_bytes()], &[]);
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("-32603") && out.len() < 1000 && o.refused, "{text}");
+    }
+
+    #[test]
+    fn event_ends_are_found_whatever_the_line_ends() {
+        assert_eq!(event_end(b"data: a\n\n", 0), Some(9));
+        assert_eq!(event_end(b"data: a\r\n\r\nx", 0), Some(11));
+        assert_eq!(event_end(b"data: a\r\rx", 0), Some(9));
+        // A CR at the end may be half a CRLF: it waits (`finish` ends it).
+        assert_eq!(event_end(b"data: a\r\r", 0), None);
+        assert_eq!(event_end(b"data: a\r\n\r", 0), None);
+        assert_eq!(event_end(b"data: a\n", 0), None);
+        assert_eq!(event_end(b"\n", 0), Some(1));
+    }
+}
