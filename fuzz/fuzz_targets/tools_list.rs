@@ -1,10 +1,11 @@
-//! Defends the tools/list rewriter: no panic on any answer; the edits are sorted and in range and every byte between them is kept; rewriting the output again (with the learned stamps in the map) changes nothing; where serde_json reads the input it reads the output, which equals the input with exactly the policy's parts removed (a serde_json twin of the rules), holds no hidden tool and no stamped tool's identity property, and the learned stamps are the twin's.
+//! Defends the tools/list rewriter and the relay's filter around it: no panic on any answer; the filter of a JSON body split anywhere sends the rewriter's output (or the error with the id when it cannot be rewritten and the policy hides something); the edits are sorted and in range and every byte between them is kept; rewriting the output again (with the learned stamps in the map) changes nothing; where serde_json reads the input it reads the output, which equals the input with exactly the policy's parts removed (a serde_json twin of the rules), holds no hidden tool and no stamped tool's identity property, and the learned stamps are the twin's.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use mcp_identity_proxy::mcp::json::parse_value;
 use mcp_identity_proxy::mcp::stamp::{StampMap, MAX_LEARNED_NAME};
-use mcp_identity_proxy::mcp::tools::{rewrite_list, Learned, ListError, ListOptions, Policy, ToolFlags};
+use mcp_identity_proxy::mcp::initialize::Format;
+use mcp_identity_proxy::mcp::tools::{rewrite_list, Learned, ListError, ListFilter, ListOptions, Policy, ToolFlags};
 use serde_json::Value as J;
 
 fn policy(allow: Option<&[&str]>, deny: &[&str], show: bool, params: &[&str]) -> Policy {
@@ -108,6 +109,27 @@ fuzz_target!(|data: &[u8]| {
     let options = ListOptions { learn_room: usize::from(sel >> 3 & 3), insert_cache_scope: sel & 32 != 0 };
 
     let rewritten = rewrite_list(message, p, &map, options);
+
+    // The relay's filter of a JSON body, split anywhere, sends what the
+    // rewriter makes of it whole (or, when it cannot, the error with the
+    // request's id: never the answer unfiltered while the policy hides).
+    let enforce = !p.allows_all() || !p.show_identity_params();
+    let cut = usize::from(sel >> 6) * message.len() / 3;
+    let mut f = ListFilter::new(Format::Json, b"7", p, &map, options, enforce);
+    let mut sent = Vec::new();
+    f.feed(&message[..cut], &mut sent);
+    f.feed(&message[cut..], &mut sent);
+    f.finish(&mut sent);
+    let outcome = f.take_outcome();
+    match &rewritten {
+        Ok(edit) => assert_eq!(sent, edit.apply(message), "the filter sent other bytes than the rewriter's"),
+        Err(_) if enforce => {
+            assert!(outcome.refused, "an answer that cannot be rewritten was not refused");
+            let v: J = serde_json::from_slice(&sent).expect("the refusal is JSON");
+            assert_eq!((v["id"].clone(), v["error"]["code"].clone()), (serde_json::json!(7), serde_json::json!(-32603)));
+        }
+        Err(_) => assert_eq!(sent, message, "nothing hidden: an answer that cannot be read passes"),
+    }
     // The rewriter validates in its walk: it must agree with parse_value
     // (an answer both malformed and ambiguous may be refused as either).
     match (&rewritten, parse_value(message).is_ok()) {

@@ -78,6 +78,9 @@ pub struct ListFilter {
     over: bool,
     /// The answer has been dealt with: what follows passes as it is.
     done: bool,
+    /// How far the held event was looked at for its end, and where the
+    /// line there began (so a long event is walked once, not per read).
+    scan: Scan,
     outcome: Outcome,
 }
 
@@ -103,6 +106,7 @@ impl ListFilter {
             held: Vec::new(),
             over: false,
             done: false,
+            scan: Scan::default(),
             outcome: Outcome::default(),
         }
     }
@@ -133,14 +137,14 @@ impl ListFilter {
                     let before = self.held.len();
                     self.hold(rest);
                     let taken = self.held.len() - before;
-                    let scan_from = before.saturating_sub(3);
-                    match event_end(&self.held, scan_from) {
+                    match self.scan.end(&self.held) {
                         Some(end) => {
                             // Bytes past the event go back to `rest`.
                             let extra = self.held.len() - end;
                             let consumed = taken - extra.min(taken);
                             rest = rest.get(consumed..).unwrap_or_default();
                             self.held.truncate(end);
+                            self.scan = Scan::default();
                             let event = std::mem::take(&mut self.held);
                             self.event(&event, out);
                         }
@@ -191,7 +195,7 @@ impl ListFilter {
             Format::EventStream => {
                 // A CR that ended the stream ends its line.
                 if !self.over && self.held.ends_with(b"\r") {
-                    if let Some(end) = event_end(&[self.held.as_slice(), b"\n"].concat(), 0) {
+                    if let Some(end) = Scan::default().end(&[self.held.as_slice(), b"\n"].concat()) {
                         let mut event = std::mem::take(&mut self.held);
                         event.truncate(end.min(event.len()));
                         let rest = event.split_off(end.min(event.len()));
@@ -315,33 +319,45 @@ impl ListFilter {
     }
 }
 
-/// Where the first complete event in `held` ends (after its blank line),
-/// looking for line ends from `from` on. Lines end with CRLF, LF or CR; a
-/// CR at the very end may be the first half of a CRLF, so it waits.
-fn event_end(held: &[u8], from: usize) -> Option<usize> {
-    let mut i = 0;
-    let mut line_start = 0;
-    while i < held.len() {
-        let b = held.get(i).copied()?;
-        if b == b'\n' || b == b'\r' {
-            let mut next = i + 1;
-            if b == b'\r' {
-                match held.get(i + 1) {
-                    Some(b'\n') => next = i + 2,
-                    Some(_) => {}
-                    None => return None,
-                }
+/// The search for the end of the event being held, resumed where it
+/// stopped: `pos` is the next byte to look at, `line_start` where its line
+/// began.
+#[derive(Clone, Copy, Debug, Default)]
+struct Scan {
+    pos: usize,
+    line_start: usize,
+}
+
+impl Scan {
+    /// Where the first complete event in `held` ends (after its blank
+    /// line). Lines end with CRLF, LF or CR; a CR at the very end may be
+    /// the first half of a CRLF, so it waits for the next byte.
+    fn end(&mut self, held: &[u8]) -> Option<usize> {
+        while let Some(&b) = held.get(self.pos) {
+            if b != b'\n' && b != b'\r' {
+                self.pos += memchr::memchr2(b'\n', b'\r', held.get(self.pos..).unwrap_or_default())
+                    .unwrap_or(held.len() - self.pos);
+                continue;
             }
-            if i == line_start && next > from {
+            let next = match (b, held.get(self.pos + 1)) {
+                (b'\r', Some(b'\n')) => self.pos + 2,
+                (b'\r', None) => return None,
+                _ => self.pos + 1,
+            };
+            if self.pos == self.line_start {
                 return Some(next);
             }
-            line_start = next;
-            i = next;
-            continue;
+            self.line_start = next;
+            self.pos = next;
         }
-        i += 1;
+        None
     }
-    None
+}
+
+/// `Scan::end` from the start of `held`.
+#[cfg(test)]
+fn event_end(held: &[u8], _from: usize) -> Option<usize> {
+    Scan::default().end(held)
 }
 
 /// `event_end` over bytes that are not kept (the tail of an oversized
@@ -488,6 +504,20 @@ mod tests {
             assert_eq!(t.as_array().unwrap().len(), 1, "cut {cut}");
             assert!(!text.contains("chat_rules") && !text.contains("\"sender\""), "cut {cut}: {text}");
             assert!(!o.refused);
+        }
+    }
+
+    #[test]
+    fn an_sse_answer_fed_a_byte_at_a_time_is_the_one_fed_whole() {
+        let note = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n";
+        for eol in ["\n", "\r\n", "\r"] {
+            let stream = format!("{note}event: message{eol}data: {LIST}{eol}{eol}: after{eol}{eol}");
+            let whole = run(Format::EventStream, &[stream.as_bytes()], &["chat_rules"]).0;
+            let bytes: Vec<&[u8]> = stream.as_bytes().chunks(1).collect();
+            let (one_by_one, o) = run(Format::EventStream, &bytes, &["chat_rules"]);
+            assert_eq!(String::from_utf8_lossy(&one_by_one), String::from_utf8_lossy(&whole), "eol {eol:?}");
+            assert!(!String::from_utf8_lossy(&whole).contains("chat_rules"), "eol {eol:?}");
+            assert_eq!((o.hidden_tools, o.refused), (1, false), "eol {eol:?}");
         }
     }
 
