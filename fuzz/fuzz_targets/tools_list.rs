@@ -2,10 +2,12 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use mcp_identity_proxy::mcp::initialize::Format;
 use mcp_identity_proxy::mcp::json::parse_value;
 use mcp_identity_proxy::mcp::stamp::{StampMap, MAX_LEARNED_NAME};
-use mcp_identity_proxy::mcp::initialize::Format;
-use mcp_identity_proxy::mcp::tools::{rewrite_list, Learned, ListError, ListFilter, ListOptions, Policy, ToolFlags};
+use mcp_identity_proxy::mcp::tools::{
+    rewrite_list, Learned, ListError, ListFilter, ListOptions, Policy, ToolFlags,
+};
 use serde_json::Value as J;
 
 fn policy(allow: Option<&[&str]>, deny: &[&str], show: bool, params: &[&str]) -> Policy {
@@ -126,7 +128,10 @@ fuzz_target!(|data: &[u8]| {
         Err(_) if enforce => {
             assert!(outcome.refused, "an answer that cannot be rewritten was not refused");
             let v: J = serde_json::from_slice(&sent).expect("the refusal is JSON");
-            assert_eq!((v["id"].clone(), v["error"]["code"].clone()), (serde_json::json!(7), serde_json::json!(-32603)));
+            assert_eq!(
+                (v["id"].clone(), v["error"]["code"].clone()),
+                (serde_json::json!(7), serde_json::json!(-32603))
+            );
         }
         Err(_) => assert_eq!(sent, message, "nothing hidden: an answer that cannot be read passes"),
     }
