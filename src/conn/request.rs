@@ -75,7 +75,15 @@ fn hidden_call(body: &[u8], policy: &ToolPolicy) -> Option<String> {
         |m: &json::Message| -> Result<(), json::ScanError> {
             let call = m.method.is_some_and(|v| v.is_str(body, rpc::TOOLS_CALL));
             if hidden.is_none() && call && !policy.allows_call(body, m.name.as_ref()) {
-                hidden = Some(m.name.and_then(|n| n.decode_str(body)).unwrap_or_default());
+                // Named in a log line: the first 64 bytes (at a character
+                // boundary) of a name the client chose.
+                let mut name = m.name.and_then(|n| n.decode_str(body)).unwrap_or_default();
+                let mut cut = name.len().min(64);
+                while !name.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                name.truncate(cut);
+                hidden = Some(name);
             }
             Ok(())
         },
