@@ -209,14 +209,17 @@ impl Conn {
     }
 
     /// The filter of this exchange's `tools/list` answer, when the tool
-    /// policy rewrites it and the answer is one it can read (200, JSON or
-    /// an event stream, with a body).
+    /// policy rewrites it: a 200 with a body. An event stream is read as
+    /// one; any other `Content-Type`, or none, as JSON, so that a list the
+    /// policy must filter never passes for want of a label (what is not
+    /// JSON is then refused).
     fn list_filter(&self, resp: &ResponseHead, ctx: &Ctx) -> Option<ListFilter> {
         let id = self.ex.list_request.as_deref()?;
-        let format = resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type)?;
         if resp.status != 200 || resp.framing == Framing::None {
             return None;
         }
+        let format = resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type);
+        let format = format.unwrap_or(Format::Json);
         let handling = ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room());
         // 2026-07-28 put a cache scope on list results: a filtered list is
         // this agent's, not a shared one.

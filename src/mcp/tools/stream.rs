@@ -155,7 +155,7 @@ impl ListFilter {
                                 // look for its end in what is not kept.
                                 match event_end_unkept(rest) {
                                     Some(end) => {
-                                        self.refuse_sse(out);
+                                        self.refuse_sse(NotRewritten::TooLarge, out);
                                         rest = rest.get(end..).unwrap_or_default();
                                     }
                                     None => rest = &[],
@@ -193,23 +193,28 @@ impl ListFilter {
                 }
             }
             Format::EventStream => {
-                // A CR that ended the stream ends its line.
-                if !self.over && self.held.ends_with(b"\r") {
-                    if let Some(end) = Scan::default().end(&[self.held.as_slice(), b"\n"].concat()) {
-                        let mut event = std::mem::take(&mut self.held);
-                        event.truncate(end.min(event.len()));
-                        let rest = event.split_off(end.min(event.len()));
-                        self.done = false;
-                        self.event(&event, out);
-                        self.done = true;
-                        out.extend_from_slice(&rest);
+                // A CR that ended the stream ends its line: the held event
+                // is complete if that line was blank (any earlier end was
+                // found as it came).
+                let ends_on_cr = Scan::default().end(&[self.held.as_slice(), b"\n"].concat()).is_some();
+                if !self.over && self.held.ends_with(b"\r") && ends_on_cr {
+                    let event = std::mem::take(&mut self.held);
+                    self.done = false;
+                    self.event(&event, out);
+                    if self.done {
                         return;
                     }
+                    self.done = true;
                 }
-                // A cut event is not dispatched: what is held is passed
-                // (it holds no complete answer), or refused if oversized.
+                // No answer in the stream: what is held is a cut event,
+                // which no client dispatches. While the policy hides
+                // something the client gets the error with its id instead
+                // (a list is never let through for want of a frame);
+                // otherwise the bytes pass as they came.
                 if self.over {
-                    self.refuse_sse(out);
+                    self.refuse_sse(NotRewritten::TooLarge, out);
+                } else if self.enforce {
+                    self.refuse_sse(NotRewritten::NoAnswer, out);
                 } else {
                     out.append(&mut self.held);
                     self.outcome.failed = Some(NotRewritten::NoAnswer);
@@ -249,14 +254,14 @@ impl ListFilter {
         }
     }
 
-    /// An oversized SSE answer: an error event in its place.
-    fn refuse_sse(&mut self, out: &mut Vec<u8>) {
-        self.outcome.failed = Some(NotRewritten::TooLarge);
+    /// An SSE answer that cannot be sent: an error event in its place.
+    fn refuse_sse(&mut self, why: NotRewritten, out: &mut Vec<u8>) {
+        self.outcome.failed = Some(why);
         self.outcome.refused = true;
         self.held.clear();
         self.over = false;
         self.done = true;
-        let message = self.error_message(NotRewritten::TooLarge);
+        let message = self.error_message(why);
         write_event(&message, out);
     }
 
@@ -543,6 +548,13 @@ mod tests {
         );
         let (out, o) = run(Format::Json, &[big.as_bytes()], &[]);
         assert!(String::from_utf8_lossy(&out).contains("-32603") && out.len() < 1000 && o.refused);
+        // An event stream without the answer (a JSON body labelled as one,
+        // or one cut before its blank line): the error, never the bytes.
+        for stream in [LIST.to_string(), format!("event: message\ndata: {LIST}\n")] {
+            let (out, o) = run(Format::EventStream, &[stream.as_bytes()], &["chat_rules"]);
+            let text = String::from_utf8_lossy(&out);
+            assert!(text.contains("-32603") && !text.contains("chat_rules") && o.refused, "{text}");
+        }
         let sse = format!("event: message\ndata: {big}\n\nevent: message\ndata: {{\"after\":1}}\n\n");
         let (out, o) = run(Format::EventStream, &[sse.as_bytes()], &[]);
         let text = String::from_utf8_lossy(&out);
