@@ -143,14 +143,11 @@ fn version_of(body: &[u8], result: &Value) -> Option<String> {
 /// event that has data, typed `message` unless an `event` field names
 /// another; an event cut by the end of the bytes is not dispatched.
 pub(crate) fn for_each_message_event(stream: &[u8], mut f: impl FnMut(&[u8]) -> bool) {
-    let mut rest = stream.strip_prefix(super::sse::UTF8_BOM).unwrap_or(stream);
+    let stream = stream.strip_prefix(super::sse::UTF8_BOM).unwrap_or(stream);
     let mut data: Vec<u8> = Vec::new();
     let mut has_data = false;
     let mut is_message = true;
-    while let Some(end) = memchr::memchr2(b'\n', b'\r', rest) {
-        let line = rest.get(..end).unwrap_or_default();
-        let skip = if rest.get(end..end + 2) == Some(b"\r\n") { 2 } else { 1 };
-        rest = rest.get(end + skip..).unwrap_or_default();
+    for line in super::sse::lines(stream) {
         if line.is_empty() {
             if has_data && is_message && !f(&data) {
                 return;

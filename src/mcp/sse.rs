@@ -242,6 +242,19 @@ impl EndpointRewriter {
     }
 }
 
+/// The complete lines of `stream`, in order, without their ends (CRLF, LF
+/// or CR: WHATWG HTML §9.2.6); a last line with no end is not one yet.
+pub(crate) fn lines(stream: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = stream;
+    std::iter::from_fn(move || {
+        let end = memchr::memchr2(b'\n', b'\r', rest)?;
+        let line = rest.get(..end).unwrap_or_default();
+        let skip = if rest.get(end..end + 2) == Some(b"\r\n") { 2 } else { 1 };
+        rest = rest.get(end + skip..).unwrap_or_default();
+        Some(line)
+    })
+}
+
 /// A non-blank line of an event stream split as WHATWG HTML §9.2.6 says:
 /// the field name runs to the first colon and the value starts after it,
 /// one space after the colon dropped; a line without a colon is a name with

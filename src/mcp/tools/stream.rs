@@ -387,11 +387,7 @@ fn event_end_unkept(bytes: &[u8]) -> Option<usize> {
 /// its lines one `data:` line).
 fn write_event_like(event: &[u8], message: &[u8], out: &mut Vec<u8>) {
     let mut wrote = false;
-    let mut rest = event;
-    while let Some(end) = memchr::memchr2(b'\n', b'\r', rest) {
-        let line = rest.get(..end).unwrap_or_default();
-        let skip = if rest.get(end..end + 2) == Some(b"\r\n") { 2 } else { 1 };
-        rest = rest.get(end + skip..).unwrap_or_default();
+    for line in crate::mcp::sse::lines(event) {
         if line.is_empty() {
             break;
         }
