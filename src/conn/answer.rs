@@ -328,6 +328,8 @@ mod tests {
             Answer::BadUpstream,
             Answer::UpstreamTimeout,
             Answer::UpstreamUnavailable,
+            Answer::HiddenTool,
+            Answer::HiddenToolLegacy,
         ];
         for a in all {
             let (mut body, mut out) = (Vec::new(), Vec::new());
@@ -391,6 +393,10 @@ mod tests {
             (Answer::UpstreamTimeout, 504, -32000, false, CloseReason::UpstreamTimeout),
             (Answer::ConnectTimeout, 504, -32000, false, CloseReason::UpstreamTimeout),
             (Answer::UpstreamUnavailable, 502, -32000, false, CloseReason::UpstreamFailed),
+            // A hidden tool is the client's call: MCP's unknown-tool error,
+            // and the connection goes on.
+            (Answer::HiddenTool, 200, -32602, false, CloseReason::BadRequest),
+            (Answer::HiddenToolLegacy, 403, -32602, false, CloseReason::BadRequest),
         ];
         for (a, status, code, closes, reason) in cases {
             assert_eq!(

@@ -10,8 +10,9 @@ use crate::http::head::{self, RequestHead};
 use crate::http::headers::name;
 use crate::io::{slices_after, write_vectored, Outcome};
 use crate::limits::{MAX_REQUEST_HEAD, MAX_STAMP_BODY};
+use crate::mcp::rpc;
+use crate::mcp::stamp::Plan;
 use crate::mcp::tools::{ListHandling, Policy as ToolPolicy};
-use crate::mcp::{json, rpc};
 use log::{debug, warn};
 use std::time::{Duration, Instant};
 
@@ -64,31 +65,20 @@ pub(super) struct Exchange {
     pub(super) reattach: Option<Box<super::reattach::Reattach>>,
 }
 
-/// The first `tools/call` in `body` (a message or a batch) of a tool the
-/// policy hides: the tool's decoded name. A batch is answered whole by the
-/// proxy then (batches left MCP in 2025-06-18; no client sends them).
-fn hidden_call(body: &[u8], policy: &ToolPolicy) -> Option<String> {
-    let mut hidden = None;
-    let _ = json::scan_messages(
-        body,
-        |_| None,
-        |m: &json::Message| -> Result<(), json::ScanError> {
-            let call = m.method.is_some_and(|v| v.is_str(body, rpc::TOOLS_CALL));
-            if hidden.is_none() && call && !policy.allows_call(body, m.name.as_ref()) {
-                // Named in a log line: the first 64 bytes (at a character
-                // boundary) of a name the client chose.
-                let mut name = m.name.and_then(|n| n.decode_str(body)).unwrap_or_default();
-                let mut cut = name.len().min(64);
-                while !name.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                name.truncate(cut);
-                hidden = Some(name);
-            }
-            Ok(())
-        },
-    );
-    hidden
+/// The first `tools/call` of the body (a message or a batch) of a tool the
+/// policy hides, from the calls the stamp scan noted: the tool's decoded
+/// name, its first 64 bytes (at a character boundary: it goes in a log
+/// line, and the client chose it). A batch is answered whole by the proxy
+/// then (batches left MCP in 2025-06-18; no client sends them).
+fn hidden_call(body: &[u8], plan: &Plan, policy: &ToolPolicy) -> Option<String> {
+    let name = plan.called_tools().iter().find(|name| !policy.allows_call(body, name.as_ref()))?;
+    let mut name = name.and_then(|n| n.decode_str(body)).unwrap_or_default();
+    let mut cut = name.len().min(64);
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    name.truncate(cut);
+    Some(name)
 }
 
 /// The id (JSON text) of a body that is one `tools/list` request.
@@ -296,7 +286,7 @@ impl Conn {
             return;
         }
         if !ctx.policy.allows_all() {
-            if let Some(tool) = hidden_call(&self.ex.body, ctx.policy) {
+            if let Some(tool) = hidden_call(&self.ex.body, &self.ex.plan, ctx.policy) {
                 let legacy = is_legacy_post(&self.ex.req.target);
                 warn!(
                     "conn {}: tools/call of {tool:?}, which the tool policy hides: answered by the proxy{}",

@@ -164,12 +164,21 @@ pub struct Plan {
     /// A message of the body is a `tools/list` request (seen by the same
     /// scan, so the tool policy needs no second look at other bodies).
     lists_tools: bool,
+    /// The `params.name` of each `tools/call` in the body, in order (none
+    /// when it has no `params` object): what the tool policy checks,
+    /// without scanning the body again.
+    calls: SmallVec<[Option<Value>; 1]>,
 }
 
 impl Plan {
     /// A message of the body names the method `tools/list`.
     pub fn lists_tools(&self) -> bool {
         self.lists_tools
+    }
+
+    /// The tool name of each `tools/call` of the body (a span of it).
+    pub fn called_tools(&self) -> &[Option<Value>] {
+        &self.calls
     }
 
     /// Nothing to stamp: the body goes out byte for byte.
@@ -320,6 +329,7 @@ fn plan_message(
         plan.lists_tools |= m.method.is_some_and(|v| v.is_str(body, "tools/list"));
         return Ok(());
     }
+    plan.calls.push(m.name);
     // A tools/call without params names no tool; the server refuses it.
     let Some(params) = m.params else {
         return Ok(());
