@@ -65,6 +65,8 @@ pub struct Outcome {
 pub struct ListFilter {
     format: Format,
     request_id: Box<[u8]>,
+    /// `request_id` parsed once (`None`: not JSON, so nothing answers it).
+    request: Option<json::Value>,
     policy: Policy,
     map: StampMap,
     options: ListOptions,
@@ -99,6 +101,7 @@ impl ListFilter {
         ListFilter {
             format,
             request_id: request_id.into(),
+            request: json::parse_value(request_id).ok(),
             policy: policy.clone(),
             map: map.clone(),
             options,
@@ -314,12 +317,11 @@ impl ListFilter {
 
     /// Whether `data` is a response to the request's id.
     fn answers(&self, data: &[u8]) -> bool {
-        let Ok(body) = rpc::parse(data) else { return false };
-        let Ok(req) = json::parse_value(&self.request_id) else { return false };
+        let (Some(req), Ok(body)) = (self.request.as_ref(), rpc::parse(data)) else { return false };
         body.single().is_some_and(|m| {
             m.role() == rpc::Role::Response
                 && json::parse_value(m.id().json())
-                    .is_ok_and(|id| rpc::same_id(m.id().json(), &id, &self.request_id, &req))
+                    .is_ok_and(|id| rpc::same_id(m.id().json(), &id, &self.request_id, req))
         })
     }
 }
