@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::support::agentchattr::{Agentchattr, On409, Wrapper};
-use crate::support::checks::Checks;
+use crate::support::checks::{http, step, Checks};
 use crate::support::realenv::{self, ScriptRun};
 
 /// Bound on one client run, pauses included (the scripts bound themselves at 60 s).
@@ -95,18 +95,6 @@ fn run_client(sdk: Sdk, url: &str, steps: &str, at_pause: impl FnMut(&str)) -> S
 
 // ---------------------------------------------------------------------------------------------------------
 // Reading the client's record and agentchattr's history.
-
-/// The client's record of its step `kind:label` (Null if it never got there).
-fn step<'a>(out: &'a Value, kind: &str, label: &str) -> &'a Value {
-    out["steps"]
-        .as_array()
-        .and_then(|steps| steps.iter().find(|s| s["step"] == kind && s["label"] == label))
-        .unwrap_or(&Value::Null)
-}
-
-fn http(out: &Value) -> Vec<Value> {
-    out["http"].as_array().cloned().unwrap_or_default()
-}
 
 /// The messages agentchattr stored with `text`.
 fn stored<'a>(messages: &'a [Value], text: &str) -> Vec<&'a Value> {

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::checks::Checks;
+use crate::support::checks::{http, step, Checks};
 use crate::support::exchange::{client, host};
 use crate::support::proxy_process::{scratch_dir, ProxyProcess};
 use crate::support::realenv::{self, FastMcp, ScriptRun};
@@ -121,18 +121,6 @@ fn evidence(run: &ScriptRun, proxy: &ProxyProcess, up: &FastMcp) -> Vec<(&'stati
         ("upstream stderr (every generation)", up.stderr_text()),
         ("server records (every generation)", records.join("\n")),
     ]
-}
-
-/// The client's record of its step `kind:label` (Null if it never got there).
-fn step<'a>(out: &'a Value, kind: &str, label: &str) -> &'a Value {
-    out["steps"]
-        .as_array()
-        .and_then(|steps| steps.iter().find(|s| s["step"] == kind && s["label"] == label))
-        .unwrap_or(&Value::Null)
-}
-
-fn http(out: &Value) -> Vec<Value> {
-    out["http"].as_array().cloned().unwrap_or_default()
 }
 
 // ---------------------------------------------------------------------------------------------------------

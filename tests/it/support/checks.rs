@@ -48,3 +48,16 @@ fn tail(text: &str, max: usize) -> &str {
     }
     &text[start..]
 }
+
+/// A step-driven client script's record of its step `kind:label` (Null if it never got there).
+pub fn step<'a>(out: &'a Value, kind: &str, label: &str) -> &'a Value {
+    out["steps"]
+        .as_array()
+        .and_then(|steps| steps.iter().find(|s| s["step"] == kind && s["label"] == label))
+        .unwrap_or(&Value::Null)
+}
+
+/// A client script's record of every HTTP exchange.
+pub fn http(out: &Value) -> Vec<Value> {
+    out["http"].as_array().cloned().unwrap_or_default()
+}
