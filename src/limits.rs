@@ -168,6 +168,20 @@ pub const MAX_AGENT_LEN: usize = 256;
 /// tokens are 32 hex digits).
 pub const MAX_TOKEN_LEN: usize = 4096;
 
+/// Most legacy SSE streams whose session the proxy routes POSTs' answers
+/// to (the tool policy's errors and filtered lists): one or two per agent;
+/// past it the oldest is forgotten and its POSTs are answered as if its
+/// stream were not relayed here.
+pub const MAX_LEGACY_STREAMS: usize = 256;
+
+/// Most `tools/list` answers one legacy stream may owe a filter at once (a
+/// client lists once per session, or once per list-changed notification).
+pub const MAX_PENDING_LISTS: usize = 16;
+
+/// Most bytes of the proxy's own events one legacy stream may owe while
+/// its upstream is inside an event (an error event is about 100 bytes).
+pub const MAX_LEGACY_QUEUED: usize = 64 * 1024;
+
 /// Most MCP sessions the proxy records for transparent re-initialisation
 /// after an upstream restart (a few agents, each with one or two sessions);
 /// past it the least recently used is forgotten, which only means that

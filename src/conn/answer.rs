@@ -92,6 +92,10 @@ pub enum Answer {
     /// connection does not hold, so the POST is refused (403) with the
     /// error in its body; never forwarded.
     HiddenToolLegacy,
+    /// A legacy SSE `tools/list` while the policy hides something, for a
+    /// session whose GET stream this proxy does not relay (so it cannot
+    /// filter the answer): refused (403) with the error; never forwarded.
+    ListUnfiltered,
 }
 
 impl Answer {
@@ -108,7 +112,7 @@ impl Answer {
             | Answer::UpstreamUnavailable => 502,
             Answer::ConnectTimeout | Answer::UpstreamTimeout => 504,
             Answer::HiddenTool => 200,
-            Answer::HiddenToolLegacy => 403,
+            Answer::HiddenToolLegacy | Answer::ListUnfiltered => 403,
         }
     }
 
@@ -127,6 +131,7 @@ impl Answer {
             | Answer::UpstreamTimeout
             | Answer::UpstreamUnavailable => SERVER_ERROR,
             Answer::HiddenTool | Answer::HiddenToolLegacy => rpc::INVALID_PARAMS,
+            Answer::ListUnfiltered => rpc::INTERNAL_ERROR,
         }
     }
 
@@ -170,6 +175,7 @@ impl Answer {
             Answer::UpstreamTimeout => "upstream did not answer in time",
             Answer::UpstreamUnavailable => "upstream unavailable",
             Answer::HiddenTool | Answer::HiddenToolLegacy => "Unknown tool",
+            Answer::ListUnfiltered => "the tool list cannot be filtered: this session's SSE stream is not relayed by this proxy",
         })
     }
 
@@ -330,6 +336,7 @@ mod tests {
             Answer::UpstreamUnavailable,
             Answer::HiddenTool,
             Answer::HiddenToolLegacy,
+            Answer::ListUnfiltered,
         ];
         for a in all {
             let (mut body, mut out) = (Vec::new(), Vec::new());
@@ -397,6 +404,7 @@ mod tests {
             // and the connection goes on.
             (Answer::HiddenTool, 200, -32602, false, CloseReason::BadRequest),
             (Answer::HiddenToolLegacy, 403, -32602, false, CloseReason::BadRequest),
+            (Answer::ListUnfiltered, 403, -32603, false, CloseReason::BadRequest),
         ];
         for (a, status, code, closes, reason) in cases {
             assert_eq!(

@@ -8,16 +8,22 @@
 use crate::http::body::{Decoder, Encoder};
 use crate::http::chunked::{ChunkError, Piece};
 use crate::limits::IO_BUF_SIZE;
+use crate::mcp::legacy::LegacyStream;
 use crate::mcp::sse::EndpointRewriter;
-use crate::mcp::tools::ListFilter;
+use crate::mcp::tools::{BatchAnswer, ListFilter};
 
 /// A rewrite of a response's payload, with the proxy framing what it
-/// emits: the legacy SSE `endpoint` event, or a `tools/list` answer the
-/// tool policy filters.
+/// emits: the legacy SSE `endpoint` event, a `tools/list` answer the tool
+/// policy filters, or a legacy SSE stream under the tool policy (its
+/// endpoint, the lists it carries, and the proxy's own answers to POSTs).
 #[derive(Debug)]
 pub enum BodyRewriter {
     Endpoint(EndpointRewriter),
     List(ListFilter),
+    Legacy(LegacyStream),
+    /// A batch's answer, completed with the proxy's errors for its hidden
+    /// calls.
+    Batch(BatchAnswer),
 }
 
 impl BodyRewriter {
@@ -25,6 +31,8 @@ impl BodyRewriter {
         match self {
             BodyRewriter::Endpoint(r) => r.feed(data, out),
             BodyRewriter::List(f) => f.feed(data, out),
+            BodyRewriter::Legacy(l) => l.feed(data, out),
+            BodyRewriter::Batch(b) => b.feed(data, out),
         }
     }
 
@@ -32,6 +40,8 @@ impl BodyRewriter {
         match self {
             BodyRewriter::Endpoint(r) => r.finish(out),
             BodyRewriter::List(f) => f.finish(out),
+            BodyRewriter::Legacy(l) => l.finish(out),
+            BodyRewriter::Batch(b) => b.finish(out),
         }
     }
 
@@ -39,6 +49,9 @@ impl BodyRewriter {
         match self {
             BodyRewriter::Endpoint(r) => r.is_done(),
             BodyRewriter::List(f) => f.is_done(),
+            // Owed answers may come at any time: never done.
+            BodyRewriter::Legacy(_) => false,
+            BodyRewriter::Batch(b) => b.is_done(),
         }
     }
 }
@@ -230,6 +243,17 @@ impl ClientOut {
         });
         c.error = error;
         c
+    }
+
+    /// No upstream bytes: what a legacy stream owes its client now (the
+    /// proxy's events, between the upstream's), framed; its length.
+    pub fn idle(&mut self, out: Encoder, rewriter: &mut Option<Box<BodyRewriter>>) -> u64 {
+        let Some(BodyRewriter::Legacy(l)) = rewriter.as_deref_mut() else { return 0 };
+        l.idle(&mut self.scratch);
+        if self.scratch.is_empty() {
+            return 0;
+        }
+        self.emit(out)
     }
 
     /// A close-delimited body ended (the upstream closed): what the

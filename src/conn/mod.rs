@@ -87,6 +87,10 @@ pub struct Ctx<'a> {
     /// Stamps a `tools/list` answer taught, for the loop to add after the
     /// round (one thread: never borrowed across a call that borrows it).
     pub learned: &'a std::cell::RefCell<Vec<crate::mcp::tools::Learned>>,
+    /// The legacy SSE streams relayed, by session: what POSTs on other
+    /// connections owe them (one thread: never borrowed across a call that
+    /// borrows it).
+    pub legacy: &'a std::cell::RefCell<crate::mcp::legacy::Routes>,
 }
 
 impl Ctx<'_> {
@@ -341,6 +345,11 @@ impl Conn {
             u.received = true;
         }
         (total, eof)
+    }
+
+    /// The connection's id (its log name), unique for the process.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Why the connection closed, once it has.

@@ -10,9 +10,10 @@ use crate::http::head::{self, RequestHead};
 use crate::http::headers::name;
 use crate::io::{slices_after, write_vectored, Outcome};
 use crate::limits::{MAX_REQUEST_HEAD, MAX_STAMP_BODY};
+use crate::mcp::legacy;
 use crate::mcp::rpc;
 use crate::mcp::stamp::Plan;
-use crate::mcp::tools::{ListHandling, Policy as ToolPolicy};
+use crate::mcp::tools::{split_batch, ListHandling, Policy as ToolPolicy};
 use log::{debug, warn};
 use std::time::{Duration, Instant};
 
@@ -61,6 +62,9 @@ pub(super) struct Exchange {
     /// The id (JSON text) of this exchange's `tools/list` request, when the
     /// tool policy rewrites its answer.
     pub(super) list_request: Option<Box<[u8]>>,
+    /// The proxy's errors for the hidden calls of a batch whose rest went
+    /// upstream: added to the upstream's answer.
+    pub(super) batch_errors: Vec<Vec<u8>>,
     /// A session's GET stream held open while its upstream comes back.
     pub(super) reattach: Option<Box<super::reattach::Reattach>>,
 }
@@ -68,8 +72,7 @@ pub(super) struct Exchange {
 /// The first `tools/call` of the body (a message or a batch) of a tool the
 /// policy hides, from the calls the stamp scan noted: the tool's decoded
 /// name, its first 64 bytes (at a character boundary: it goes in a log
-/// line, and the client chose it). A batch is answered whole by the proxy
-/// then (batches left MCP in 2025-06-18; no client sends them).
+/// line, and the client chose it).
 fn hidden_call(body: &[u8], plan: &Plan, policy: &ToolPolicy) -> Option<String> {
     let name = plan.called_tools().iter().find(|name| !policy.allows_call(body, name.as_ref()))?;
     let mut name = name.and_then(|n| n.decode_str(body)).unwrap_or_default();
@@ -89,15 +92,72 @@ fn tools_list_id(body: &[u8]) -> Option<Box<[u8]>> {
     (!id.is_empty()).then(|| id.into())
 }
 
-/// A legacy SSE transport POST (`/messages/?session_id=...`): its answer
-/// travels on the session's GET stream, not in the POST's response.
-fn is_legacy_post(target: &[u8]) -> bool {
-    let (path, query) = match memchr::memchr(b'?', target) {
-        Some(q) => (target.get(..q).unwrap_or_default(), target.get(q + 1..).unwrap_or_default()),
-        None => (target, &b""[..]),
-    };
-    let path = path.strip_suffix(b"/").unwrap_or(path);
-    path.ends_with(b"/messages") && query.split(|&b| b == b'&').any(|kv| kv.starts_with(b"session_id="))
+
+impl Conn {
+    /// A `tools/call` of a tool the policy hides, answered by the proxy
+    /// (a batch: each of its hidden calls; the rest, if any, goes on):
+    /// on streamable HTTP in the POST's answer (200 with MCP's unknown-tool
+    /// error and the request's id; a batch's errors join the upstream's
+    /// answer). On legacy SSE (`session`) answers travel on the session's
+    /// GET stream: the errors go there as `message` events and the POST
+    /// gets 202 (or the upstream's answer to the rest); when that stream is
+    /// not relayed here, the whole POST gets 403 with the errors. Returns
+    /// whether the request goes on upstream.
+    fn refuse_hidden(&mut self, ctx: &Ctx, tool: &str, session: Option<&[u8]>) -> bool {
+        let code = Answer::HiddenTool.jsonrpc_code();
+        let message = Answer::HiddenTool.message();
+        let split = split_batch(&self.ex.body, ctx.policy, code, &message);
+        let errors = match &split {
+            Some(s) => s.errors.clone(),
+            None => {
+                let mut e = Vec::new();
+                let parsed = rpc::parse(&self.ex.body).ok();
+                Answer::HiddenTool.write_body(parsed.as_ref(), &mut e);
+                vec![e]
+            }
+        };
+        let rest = split.filter(|s| s.kept > 0);
+        if let Some(session) = session {
+            if !ctx.legacy.borrow().has(session) {
+                warn!(
+                    "conn {}: tools/call of {tool:?}, which the tool policy hides: answered by the proxy (403: the legacy SSE stream is not relayed here)",
+                    self.id
+                );
+                self.reply_error(ctx, Answer::HiddenToolLegacy);
+                return false;
+            }
+            let mut routes = ctx.legacy.borrow_mut();
+            let sent = errors.iter().filter(|e| !e.is_empty()).all(|e| routes.send(session, e));
+            drop(routes);
+            if !sent {
+                warn!("conn {}: legacy SSE stream owes too much: the proxy's error for {tool:?} dropped", self.id);
+            }
+        }
+        let Some(rest) = rest else {
+            warn!("conn {}: tools/call of {tool:?}, which the tool policy hides: answered by the proxy", self.id);
+            match session {
+                Some(_) => self.queue_answer(ctx, 202, b"", Answer::HiddenTool),
+                None => self.reply_error(ctx, Answer::HiddenTool),
+            }
+            return false;
+        };
+        warn!(
+            "conn {}: tools/call of {tool:?} in a batch, which the tool policy hides: {} answered by the proxy, {} forwarded",
+            self.id,
+            errors.len(),
+            rest.kept
+        );
+        self.ex.body = rest.forward;
+        if let Err(e) = self.plan_upstream_request(ctx) {
+            warn!("conn {}: request body refused: {e}", self.id);
+            self.reply_error(ctx, Answer::BodyRefused(e));
+            return false;
+        }
+        if session.is_none() {
+            self.ex.batch_errors = errors;
+        }
+        true
+    }
 }
 
 impl Exchange {
@@ -232,6 +292,7 @@ impl Conn {
         ex.version_capture = None;
         ex.event_stream = false;
         ex.list_request = None;
+        ex.batch_errors.clear();
         ex.reattach = None;
         ex.session_id = req
             .headers
@@ -285,26 +346,36 @@ impl Conn {
             self.reply_error(ctx, Answer::BodyRefused(e));
             return;
         }
+        let legacy = legacy::post_session(&self.ex.req.target).map(<[u8]>::to_vec);
         if !ctx.policy.allows_all() {
             if let Some(tool) = hidden_call(&self.ex.body, &self.ex.plan, ctx.policy) {
-                let legacy = is_legacy_post(&self.ex.req.target);
-                warn!(
-                    "conn {}: tools/call of {tool:?}, which the tool policy hides: answered by the proxy{}",
-                    self.id,
-                    if legacy { " (403: a legacy SSE session)" } else { "" }
-                );
-                let answer = if legacy { Answer::HiddenToolLegacy } else { Answer::HiddenTool };
-                self.reply_error(ctx, answer);
-                return;
+                if !self.refuse_hidden(ctx, &tool, legacy.as_deref()) {
+                    return;
+                }
             }
         }
-        self.ex.list_request = if self.ex.plan.lists_tools()
-            && ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room()) != ListHandling::Relay
-        {
+        let handling = ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room());
+        let list = if self.ex.plan.lists_tools() && handling != ListHandling::Relay {
             tools_list_id(&self.ex.body)
         } else {
             None
         };
+        match (list, legacy) {
+            // A legacy session's list arrives on its GET stream, which
+            // filters it; a stream not relayed here cannot, so under a
+            // policy that hides something the list is not asked for.
+            (Some(id), Some(session)) => {
+                if !ctx.legacy.borrow_mut().expect_list(&session, &id) && handling == ListHandling::Rewrite {
+                    warn!(
+                        "conn {}: tools/list of a legacy SSE session whose stream is not relayed here: refused (403)",
+                        self.id
+                    );
+                    self.reply_error(ctx, Answer::ListUnfiltered);
+                    return;
+                }
+            }
+            (list, _) => self.ex.list_request = list,
+        }
         self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
     }
 

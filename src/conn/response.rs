@@ -12,8 +12,9 @@ use crate::http::headers::name;
 use crate::http::write;
 use crate::io::{slices_after, write_vectored, Outcome};
 use crate::mcp::initialize::Format;
+use crate::mcp::legacy::LegacyStream;
 use crate::mcp::sse::EndpointRewriter;
-use crate::mcp::tools::{ListFilter, ListHandling, ListOptions};
+use crate::mcp::tools::{BatchAnswer, ListFilter, ListHandling, ListOptions};
 use log::{debug, warn};
 use std::time::Instant;
 
@@ -165,13 +166,24 @@ impl Conn {
             && resp.framing != Framing::None
             && !self.ex.client_host.is_empty();
         let list = self.list_filter(resp, ctx);
+        let batch = self.batch_answer(resp);
         let input = Decoder::new(resp.framing);
-        let out = Encoder::for_response(resp.framing, http10, rewrite || list.is_some());
-        let rewriter = match list {
-            Some(f) => Some(Box::new(BodyRewriter::List(f))),
-            None => rewrite.then(|| {
+        let out = Encoder::for_response(resp.framing, http10, rewrite || list.is_some() || batch.is_some());
+        let rewriter = match (list, batch) {
+            (Some(f), _) => Some(Box::new(BodyRewriter::List(f))),
+            (None, Some(b)) => Some(Box::new(BodyRewriter::Batch(b))),
+            (None, None) => rewrite.then(|| {
                 let authority = ctx.config.upstream.authority.as_bytes();
-                Box::new(BodyRewriter::Endpoint(EndpointRewriter::new(authority, &self.ex.client_host)))
+                let endpoint = EndpointRewriter::new(authority, &self.ex.client_host);
+                // Under a tool policy a legacy stream carries the answers
+                // to filter (lists) and to add (refused calls) of POSTs
+                // made on other connections.
+                let policy = !ctx.policy.allows_all()
+                    || ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room()) != ListHandling::Relay;
+                Box::new(match policy {
+                    true => BodyRewriter::Legacy(LegacyStream::new(endpoint)),
+                    false => BodyRewriter::Endpoint(endpoint),
+                })
             }),
         };
         self.upstream_reusable = resp.keep_alive;
@@ -231,11 +243,76 @@ impl Conn {
         Some(ListFilter::new(format, id, ctx.policy, ctx.stamps, options, handling == ListHandling::Rewrite))
     }
 
+    /// The completion of a batch's answer with the proxy's errors for its
+    /// hidden calls: added to a 200's JSON array or event stream; a 202
+    /// (the upstream owed the rest no answer) becomes a 200 whose body is
+    /// the errors. Any other status is relayed as it came: the errors are
+    /// not sent (said at warn).
+    fn batch_answer(&mut self, resp: &mut ResponseHead) -> Option<BatchAnswer> {
+        if self.ex.batch_errors.is_empty() {
+            return None;
+        }
+        let errors = std::mem::take(&mut self.ex.batch_errors);
+        let format = resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type);
+        match resp.status {
+            200 if resp.framing != Framing::None => {
+                Some(BatchAnswer::new(format.unwrap_or(Format::Json), errors, false))
+            }
+            202 if resp.framing != Framing::None => {
+                resp.status = 200;
+                resp.reason = smallvec::SmallVec::from_slice(b"OK");
+                // A constant, valid field: `set` cannot fail here.
+                let _ = resp.headers.set_name(name::CONTENT_TYPE, b"application/json");
+                Some(BatchAnswer::new(Format::Json, errors, true))
+            }
+            status => {
+                warn!(
+                    "conn {}: the upstream answered a batch's forwarded part with {status}: the proxy's {} errors for its hidden calls are not sent",
+                    self.id,
+                    errors.len()
+                );
+                None
+            }
+        }
+    }
+
     /// A rewriter is done: a `tools/list` filter's learned stamps go to the
     /// loop, and what it could not rewrite is said at warn.
     pub(super) fn rewriter_finished(&mut self, finished: Option<Box<BodyRewriter>>, ctx: &Ctx) {
-        let Some(BodyRewriter::List(mut f)) = finished.map(|b| *b) else { return };
-        let o = f.take_outcome();
+        match finished.map(|b| *b) {
+            Some(BodyRewriter::List(mut f)) => self.list_outcome(f.take_outcome(), ctx),
+            Some(BodyRewriter::Legacy(mut l)) => {
+                ctx.legacy.borrow_mut().close(self.id);
+                for o in l.take_outcomes() {
+                    self.list_outcome(o, ctx);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A legacy stream's turn, with no socket touched: it registers the
+    /// session its endpoint event named, takes what POSTs owe it (lists to
+    /// filter, events to add) and reports the lists it finished.
+    fn legacy_turn(&mut self, rewriter: &mut Option<Box<BodyRewriter>>, ctx: &Ctx) {
+        let Some(BodyRewriter::Legacy(l)) = rewriter.as_deref_mut() else { return };
+        let mut routes = ctx.legacy.borrow_mut();
+        if let Some(session) = l.take_new_session() {
+            debug!("conn {}: legacy SSE stream of session {:?}", self.id, String::from_utf8_lossy(&session));
+            routes.open(session, self.id);
+        }
+        if let Some(owed) = routes.take(self.id) {
+            let options = ListOptions { learn_room: ctx.stamps.learn_room(), insert_cache_scope: false };
+            let enforce = ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room()) == ListHandling::Rewrite;
+            l.owe(owed, ctx.policy, ctx.stamps, options, enforce);
+        }
+        drop(routes);
+        for o in l.take_outcomes() {
+            self.list_outcome(o, ctx);
+        }
+    }
+
+    fn list_outcome(&mut self, o: crate::mcp::tools::ListOutcome, ctx: &Ctx) {
         if let Some(why) = o.failed {
             if o.refused {
                 warn!(
@@ -272,6 +349,9 @@ impl Conn {
         // Classify the unread bytes: pass them, copy them re-framed, or drop
         // them (`ClientOut::classify`, the step the tests and the fuzz
         // target drive).
+        // What POSTs owe a legacy stream is taken before its bytes are
+        // read: a list's id is noted before the list can arrive.
+        self.legacy_turn(&mut rewriter, ctx);
         let id = self.id;
         let capture = &mut self.ex.version_capture;
         let c = self.out.classify(self.upstream_buf.data(), &mut input, out, &mut rewriter, |data| {
@@ -284,6 +364,12 @@ impl Conn {
         self.ex.bytes_out += c.own_payload;
         self.rewriter_finished(c.finished, ctx);
         progressed |= c.progressed;
+        if rewriter.is_some() {
+            self.legacy_turn(&mut rewriter, ctx);
+            let n = self.out.idle(out, &mut rewriter);
+            self.ex.bytes_out += n;
+            progressed |= n > 0;
+        }
         if let Some(e) = c.error {
             warn!("conn {}: invalid chunked body from upstream: {e}", self.id);
             cut = Some("invalid chunked body from upstream");

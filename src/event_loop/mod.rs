@@ -17,6 +17,7 @@ use crate::limits::{
 };
 use crate::mcp::session::SessionTable;
 use crate::mcp::stamp::StampMap;
+use crate::mcp::legacy::Routes;
 use crate::mcp::tools::Learned;
 use crate::sys::{self, Signals};
 use identity::{ControlStdin, IdentityWatch, Live};
@@ -69,6 +70,8 @@ pub struct Proxy {
     /// answers taught (`learned`, applied after each round).
     stamps: StampMap,
     learned: RefCell<Vec<Learned>>,
+    /// The legacy SSE streams relayed, by session (`mcp::legacy`).
+    legacy: RefCell<Routes>,
     slab: Slab,
     /// Every connection's deadline.
     timers: Timers,
@@ -198,6 +201,7 @@ impl Proxy {
             response_head: Default::default(),
             stamps,
             learned: Default::default(),
+            legacy: Default::default(),
             slab: Slab::default(),
             pool: Pool::default(),
             touched: Vec::new(),
@@ -453,6 +457,7 @@ impl Proxy {
             policy: &self.live.policy,
             stamps: &self.stamps,
             learned: &self.learned,
+            legacy: &self.legacy,
         };
         for &slot in &self.touched {
             drive_slot(&self.poll, &mut self.slab, &mut self.pool, &mut self.again, slot, &ctx);
@@ -464,6 +469,14 @@ impl Proxy {
             }
         }
         self.slab.end_batch();
+        // Legacy streams owed an answer of the proxy's are driven next round.
+        let wakes = self.legacy.borrow_mut().take_wakes();
+        for id in wakes {
+            let slot = self.slab.entries.iter().position(|c| c.as_ref().is_some_and(|c| c.id() == id));
+            if let Some(slot) = slot {
+                self.again.push(slot);
+            }
+        }
         for l in self.learned.take() {
             if self.stamps.learn(&l.tool, &l.param) {
                 info!(
@@ -518,6 +531,7 @@ fn drive_slot(poll: &Poll, slab: &mut Slab, pool: &mut Pool, again: &mut Vec<usi
                 return;
             }
             Verdict::Close => {
+                ctx.legacy.borrow_mut().close(conn.id());
                 if let Some(mut conn) = slab.remove(slot) {
                     debug_assert!(conn.close_reason().is_some(), "closed with a reason");
                     let _ = poll.registry().deregister(conn.client());

@@ -6,6 +6,7 @@
 pub mod identity;
 pub mod initialize;
 pub mod json;
+pub mod legacy;
 pub mod rpc;
 pub mod session;
 pub mod sse;

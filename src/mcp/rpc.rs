@@ -315,6 +315,18 @@ pub fn write_error(out: &mut Vec<u8>, answered: Option<&Body<'_>>, code: i32, me
     n
 }
 
+/// One JSON-RPC 2.0 §5 error Response object answering the request whose
+/// id is `id` (JSON text: see `answer_id`).
+pub fn write_error_for(out: &mut Vec<u8>, id: &[u8], code: i32, message: &str) {
+    write_one(out, id, code, message);
+}
+
+/// The id text an answer to a request whose `id` member is `v` carries: the
+/// id as sent, or `null` (see `Id`).
+pub fn answer_id(body: &[u8], v: json::Value) -> &[u8] {
+    echo_id(body, v).json()
+}
+
 /// One JSON-RPC 2.0 §5 error Response object.
 fn write_one(out: &mut Vec<u8>, id: &[u8], code: i32, message: &str) {
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");

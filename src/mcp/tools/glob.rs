@@ -216,6 +216,8 @@ mod tests {
         ] {
             assert_eq!(Glob::new(&pattern).matches(&name), want, "{}", &pattern[..20]);
         }
-        assert!(t.elapsed() < std::time::Duration::from_secs(2), "{:?}", t.elapsed());
+        // A gross bound: a backtracking matcher takes years, and a loaded CI
+        // machine runs a debug build of this in seconds.
+        assert!(t.elapsed() < std::time::Duration::from_secs(20), "{:?}", t.elapsed());
     }
 }

@@ -4,6 +4,7 @@
 //! new identity parameters from the server's schemas (`list`). Pure: no
 //! I/O.
 
+pub mod batch;
 pub mod glob;
 pub mod list;
 pub mod policy;
@@ -11,5 +12,6 @@ pub mod stream;
 
 pub use glob::Glob;
 pub use list::{rewrite_list, Edit, Learned, ListEdit, ListError, ListKey, ListOptions};
+pub use batch::{split_batch, BatchAnswer, BatchSplit};
 pub use policy::{ListHandling, Policy, ToolFlags};
 pub use stream::{ListFilter, Outcome as ListOutcome, MAX_LIST_ANSWER};
