@@ -1,11 +1,12 @@
 //! The tool policy in both directions against the real agentchattr: with
 //! `--deny-tool chat_rules --deny-tool chat_decision`, each real client (the
-//! Python SDK 1.x and 2.x, the TypeScript SDK) over streamable HTTP lists the
-//! other tools only, none with a `sender` property; `chat_send` without
-//! `sender` is stored under the agent's name; a call of `chat_rules` gets the
-//! proxy's error (-32602) with its id and agentchattr never hears of it. A
-//! stand-in server covers what agentchattr cannot be made to do (a list it
-//! answers as JSON, one that is not JSON, a list the policy may not pass).
+//! Python SDK 1.x and 2.x, the TypeScript SDK), over streamable HTTP and over
+//! legacy SSE, lists the other tools only, none with a `sender` property;
+//! `chat_send` without `sender` is stored under the agent's name; a call of
+//! `chat_rules` gets the proxy's error (-32602) with its id and agentchattr
+//! never hears of it. A stand-in server covers what agentchattr cannot be
+//! made to do (a list it answers as JSON, one that is not JSON, a list the
+//! policy may not pass).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -41,12 +42,16 @@ enum Sdk {
 enum Transport {
     /// `POST /mcp` on its MCP port; answers come in the POST's response.
     StreamableHttp,
+    /// `GET /sse` and `POST /messages/?session_id=..` on its SSE port; every answer comes as a `message`
+    /// event on the GET stream, the POST getting only 202 Accepted.
+    LegacySse,
 }
 
 impl Transport {
     fn path(self) -> &'static str {
         match self {
             Transport::StreamableHttp => "/mcp",
+            Transport::LegacySse => "/sse",
         }
     }
 
@@ -54,12 +59,14 @@ impl Transport {
     fn arg(self) -> &'static str {
         match self {
             Transport::StreamableHttp => "http",
+            Transport::LegacySse => "sse",
         }
     }
 
     fn upstream(self, ac: &Agentchattr) -> String {
         let base = match self {
             Transport::StreamableHttp => ac.mcp_base(),
+            Transport::LegacySse => ac.sse_base(),
         };
         base + self.path()
     }
@@ -185,6 +192,11 @@ policy_twins! {
     policy_holds_against_agentchattr_for_python_sdk_1x_over_streamable_http => Sdk::Py1, Transport::StreamableHttp;
     policy_holds_against_agentchattr_for_python_sdk_2x_over_streamable_http => Sdk::Py2, Transport::StreamableHttp;
     policy_holds_against_agentchattr_for_typescript_sdk_over_streamable_http => Sdk::Ts, Transport::StreamableHttp;
+    // Over legacy SSE every answer, the proxy's own included, must come as a `message` event on the session's
+    // GET /sse stream (the POST getting 202): a refused POST leaves the Python SDK's call unanswered (its
+    // timeout, 408) and fails the TypeScript SDK's without a JSON-RPC code.
+    policy_holds_against_agentchattr_for_python_sdk_1x_over_legacy_sse => Sdk::Py1, Transport::LegacySse;
+    policy_holds_against_agentchattr_for_typescript_sdk_over_legacy_sse => Sdk::Ts, Transport::LegacySse;
 }
 
 /// How a stand-in frames its JSON answers.
