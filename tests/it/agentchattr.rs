@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::agentchattr::{Agentchattr, On409, Wrapper};
+use crate::support::agentchattr::{Agentchattr, On409, Wrapper, TOOLS};
 use crate::support::checks::{http, step, Checks};
 use crate::support::realenv::{self, ScriptRun};
 
@@ -37,21 +37,6 @@ use crate::support::realenv::{self, ScriptRun};
 const SCRIPT_LIMIT: Duration = Duration::from_secs(90);
 /// What the client claims to be; the proxy stamps the agent's name instead (agentchattr uses the token's).
 const SPOOF_SENDER: &str = "mallory";
-/// agentchattr's twelve tools.
-const TOOLS: [&str; 12] = [
-    "chat_send",
-    "chat_read",
-    "chat_resync",
-    "chat_join",
-    "chat_who",
-    "chat_rules",
-    "chat_decision",
-    "chat_channels",
-    "chat_set_hat",
-    "chat_claim",
-    "chat_summary",
-    "chat_propose_job",
-];
 /// The proxy's `--restart-grace` default (the drop-in passes none).
 const GRACE: Duration = Duration::from_secs(5);
 /// How long the wrapper may take to see the restarted server (heartbeat every 0.5 s) and act on it.

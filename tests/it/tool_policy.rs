@@ -1,33 +1,87 @@
 //! The tool policy in both directions against the real agentchattr: with
-//! `--deny-tool chat_rules --deny-tool chat_decision`, the Python SDK lists
-//! the other tools only, none with a `sender` property; `chat_send` without
-//! `sender` is stored under the agent's name; a call of `chat_rules` gets
-//! the proxy's error with its id and agentchattr never hears of it. A
-//! stand-in server covers what agentchattr cannot be made to do (a list it
-//! answers as JSON, one that is not JSON, a list the policy may not pass).
+//! `--deny-tool chat_rules --deny-tool chat_decision`, each real client (the
+//! Python SDK 1.x and 2.x, the TypeScript SDK), over streamable HTTP and over
+//! legacy SSE, lists the other tools only, none with a `sender` property;
+//! `chat_send` without `sender` is stored under the agent's name; a call of
+//! `chat_rules` gets the proxy's error (-32602) with its id and agentchattr
+//! never hears of it. A stand-in server covers what agentchattr cannot be
+//! made to do (a list it answers as JSON, one that is not JSON, a list the
+//! policy may not pass).
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::agentchattr::Agentchattr;
+use crate::support::agentchattr::{Agentchattr, TOOLS};
+use crate::support::checks::Checks;
 use crate::support::proxy_process::ProxyProcess;
-use crate::support::realenv::{self, python_script};
+use crate::support::realenv::{self, ScriptRun};
 use crate::support::wire::{request, Next, Req, StubUpstream};
 
-/// Runs `policy_client.py` with agentchattr's venv (mcp 1.x); its JSON.
-fn policy_client(url: &str, transport: &str, message: &str, denied: &str) -> Value {
-    let mut cmd: Command =
-        python_script(realenv::agentchattr_py(), "policy_client.py", &[url, transport, message, denied]);
-    let out = cmd.output().expect("run policy_client.py");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let last = stdout.lines().last().unwrap_or("");
-    serde_json::from_str(last).unwrap_or_else(|e| {
-        panic!(
-            "policy_client.py {transport}: {e}\nstdout: {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+/// The tools the policy hides: `chat_rules` is the one called.
+const DENIED: [&str; 2] = ["chat_rules", "chat_decision"];
+/// What agentchattr's SDK (mcp 1.x `lowlevel.server`) logs at INFO for each `tools/call` it processes.
+const AC_CALL_LOGGED: &str = "Processing request of type CallToolRequest";
+/// Bound on one client run (the scripts bound themselves at 40 s).
+const SCRIPT_LIMIT: Duration = Duration::from_secs(60);
+
+/// The real client of a policy session.
+#[derive(Clone, Copy, Debug)]
+enum Sdk {
+    /// Python SDK 1.x (agentchattr's venv): `ClientSession`.
+    Py1,
+    /// Python SDK 2.x: `mcp.Client`, mode "auto" (falls back to a session against FastMCP 1.x).
+    Py2,
+    /// TypeScript SDK (`tests/support/package.json`): `Client` on Node's fetch.
+    Ts,
+}
+
+/// Which of agentchattr's MCP ports the proxy stands in front of.
+#[derive(Clone, Copy, Debug)]
+enum Transport {
+    /// `POST /mcp` on its MCP port; answers come in the POST's response.
+    StreamableHttp,
+    /// `GET /sse` and `POST /messages/?session_id=..` on its SSE port; every answer comes as a `message`
+    /// event on the GET stream, the POST getting only 202 Accepted.
+    LegacySse,
+}
+
+impl Transport {
+    fn path(self) -> &'static str {
+        match self {
+            Transport::StreamableHttp => "/mcp",
+            Transport::LegacySse => "/sse",
+        }
+    }
+
+    /// The scripts' name for it.
+    fn arg(self) -> &'static str {
+        match self {
+            Transport::StreamableHttp => "http",
+            Transport::LegacySse => "sse",
+        }
+    }
+
+    fn upstream(self, ac: &Agentchattr) -> String {
+        let base = match self {
+            Transport::StreamableHttp => ac.mcp_base(),
+            Transport::LegacySse => ac.sse_base(),
+        };
+        base + self.path()
+    }
+}
+
+/// `policy_client.py` (`.cjs` for the TypeScript SDK) against `url`; its JSON.
+#[track_caller]
+fn policy_client(sdk: Sdk, transport: Transport, url: &str, message: &str) -> ScriptRun {
+    let args = [url, transport.arg(), message, DENIED[0]];
+    let cmd: Command = match sdk {
+        Sdk::Py1 => realenv::python_script(realenv::agentchattr_py(), "policy_client.py", &args),
+        Sdk::Py2 => realenv::python_script(realenv::py2(), "policy_client.py", &args),
+        Sdk::Ts => realenv::node_script("policy_client.cjs", &args),
+    };
+    realenv::run_json(&format!("{sdk:?} policy client over {transport:?}"), cmd, SCRIPT_LIMIT)
 }
 
 /// Registers an agent with agentchattr as its wrapper does: (name, token).
@@ -39,34 +93,110 @@ fn register(ac: &Agentchattr) -> (String, String) {
     (v["name"].as_str().unwrap().to_string(), v["token"].as_str().unwrap().to_string())
 }
 
-#[test]
-fn denied_tools_are_hidden_and_refused_and_sender_is_hidden_and_stamped_against_agentchattr() {
+/// What one policy session must show, whatever the client and transport: the client (`out`, the policy
+/// script's JSON) listed agentchattr's tools but the denied ones, no schema with `sender`, not even in
+/// `chat_send`'s `required`; its `chat_send` of `message` without a sender succeeded and agentchattr stored it
+/// once, under the agent's registered `name`; its call of `chat_rules` was answered with the JSON-RPC error
+/// -32602 (the SDK raised it as an MCP error: the answer carried the request's id), and agentchattr's log
+/// (`ac_log`) never mentions the tool and shows one tool call only; the proxy logged the refusal.
+fn check_policy_session(
+    c: &mut Checks,
+    out: &Value,
+    messages: &[Value],
+    (name, message): (&str, &str),
+    (ac_log, proxy_log): (&str, &str),
+) {
+    c.check(out["error"].is_null(), format!("the client failed: {}", out["error"]));
+    let listed: Vec<&str> = out["tools"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    let mut want: Vec<&str> = TOOLS.iter().copied().filter(|t| !DENIED.contains(t)).collect();
+    want.sort_unstable();
+    c.check(
+        listed == want,
+        format!("tools listed {listed:?}, want agentchattr's without {DENIED:?}: {want:?}"),
+    );
+    c.eq("tools whose schema shows `sender`", &out["with_sender"], &json!([]));
+    let required = &out["required_of_send"];
+    c.check(
+        required.as_array().is_some_and(|r| !r.contains(&json!("sender"))),
+        format!("chat_send's required: {required}, want a list without sender"),
+    );
+    c.eq("chat_send without sender: is_error", &out["send"]["is_error"], &json!(false));
+    c.check(
+        out["send"]["text"].as_str().is_some_and(|t| t.starts_with("Sent (id=")),
+        format!("chat_send without sender: agentchattr answered {}", out["send"]["text"]),
+    );
+    let stored: Vec<&Value> = messages.iter().filter(|m| m["text"] == message).collect();
+    match stored.as_slice() {
+        [m] => {
+            c.eq(&format!("message {message:?}: sender as agentchattr stored it"), &m["sender"], &json!(name))
+        }
+        _ => c.failures.push(format!("agentchattr stored {} messages {message:?}, want 1", stored.len())),
+    }
+    c.eq(&format!("the call of {}: error code", DENIED[0]), &out["denied"]["code"], &json!(-32602));
+    c.check(!ac_log.contains(DENIED[0]), format!("agentchattr's log mentions {}", DENIED[0]));
+    // agentchattr does not log tool names; its SDK logs each call it processes, and chat_send is the only one.
+    let calls = ac_log.matches(AC_CALL_LOGGED).count();
+    c.check(calls == 1, format!("agentchattr processed {calls} tool calls, want 1 (chat_send)"));
+    c.check(
+        proxy_log.contains("which the tool policy hides"),
+        "the proxy did not log the hidden tool's call",
+    );
+}
+
+/// One policy session of `sdk` over `transport` through the proxy in front of a fresh agentchattr, checked
+/// by [`check_policy_session`].
+fn policy_holds_against_agentchattr(test: &str, sdk: Sdk, transport: Transport) {
+    let started = Instant::now();
     let ac = Agentchattr::start();
     let (name, token) = register(&ac);
-    let p = ProxyProcess::builder(format!("{}/mcp", ac.mcp_base()))
-        .agent(&name)
-        .token(&token)
-        .arg("--deny-tool", "chat_rules")
-        .arg("--deny-tool", "chat_decision")
-        .env("RUST_LOG", "info")
-        .start();
-    let out = policy_client(&p.url("/mcp"), "http", "policy-http", "chat_rules");
-    let tools: Vec<&str> = out["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
-    assert!(tools.contains(&"chat_send") && tools.contains(&"chat_read"), "{out}");
-    assert!(
-        !tools.contains(&"chat_rules") && !tools.contains(&"chat_decision"),
-        "denied tools listed: {out}"
-    );
-    assert_eq!(out["with_sender"], json!([]), "a sender parameter is still shown: {out}");
-    assert!(!out["required_of_send"].to_string().contains("sender"), "{out}");
-    assert_eq!(out["send"]["is_error"], false, "{out}");
-    assert_eq!(out["denied"]["code"], -32602, "the denied call: {out}\n{}", p.stderr_text());
+    let mut proxy = ProxyProcess::builder(transport.upstream(&ac)).agent(&name).token(&token);
+    for tool in DENIED {
+        proxy = proxy.arg("--deny-tool", tool);
+    }
+    let p = proxy.env("RUST_LOG", "info").start();
+    let message = format!("policy-{sdk:?}-{}", transport.arg());
+    let run = policy_client(sdk, transport, &p.url(transport.path()), &message);
     let messages = ac.messages();
-    let stored: Vec<&Value> = messages.iter().filter(|m| m["text"] == "policy-http").collect();
-    assert_eq!(stored.len(), 1, "{messages:?}");
-    assert_eq!(stored[0]["sender"], name.as_str(), "stored under the agent's name: {:?}", stored[0]);
-    assert!(!ac.log_text().contains("chat_rules"), "agentchattr heard of the denied call: {}", ac.log_text());
-    assert!(p.stderr_text().contains("which the tool policy hides"), "{}", p.stderr_text());
+    let (ac_log, proxy_log) = (ac.log_text(), p.stderr_text());
+    eprintln!(
+        "{test}: {} {}: client {:.2}s, test {:.2}s wall",
+        run.json["sdk"],
+        transport.arg(),
+        run.elapsed.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    let mut c = Checks::default();
+    check_policy_session(&mut c, &run.json, &messages, (&name, &message), (&ac_log, &proxy_log));
+    c.finish(
+        test,
+        &[
+            ("client JSON", run.json.to_string()),
+            ("client stderr", run.stderr),
+            ("proxy log", proxy_log),
+            ("agentchattr's log", ac_log),
+        ],
+    );
+}
+
+/// `policy_twins! { test => Sdk, Transport; ... }`: [`policy_holds_against_agentchattr`] for each.
+macro_rules! policy_twins {
+    ($($name:ident => $sdk:expr, $transport:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            policy_holds_against_agentchattr(stringify!($name), $sdk, $transport);
+        }
+    )*};
+}
+
+policy_twins! {
+    policy_holds_against_agentchattr_for_python_sdk_1x_over_streamable_http => Sdk::Py1, Transport::StreamableHttp;
+    policy_holds_against_agentchattr_for_python_sdk_2x_over_streamable_http => Sdk::Py2, Transport::StreamableHttp;
+    policy_holds_against_agentchattr_for_typescript_sdk_over_streamable_http => Sdk::Ts, Transport::StreamableHttp;
+    // Over legacy SSE every answer, the proxy's own included, must come as a `message` event on the session's
+    // GET /sse stream (the POST getting 202): a refused POST leaves the Python SDK's call unanswered (its
+    // timeout, 408) and fails the TypeScript SDK's without a JSON-RPC code.
+    policy_holds_against_agentchattr_for_python_sdk_1x_over_legacy_sse => Sdk::Py1, Transport::LegacySse;
+    policy_holds_against_agentchattr_for_typescript_sdk_over_legacy_sse => Sdk::Ts, Transport::LegacySse;
 }
 
 /// How a stand-in frames its JSON answers.

@@ -30,6 +30,22 @@ use crate::support::wire::{request, RawClient};
 pub const SNAPSHOT: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/agentchattr/agentchattr-maxlamagna-a813e38.tar.gz");
 
+/// agentchattr's twelve tools (`mcp_bridge.py`), as its `tools/list` names them.
+pub const TOOLS: [&str; 12] = [
+    "chat_send",
+    "chat_read",
+    "chat_resync",
+    "chat_join",
+    "chat_who",
+    "chat_rules",
+    "chat_decision",
+    "chat_channels",
+    "chat_set_hat",
+    "chat_claim",
+    "chat_summary",
+    "chat_propose_job",
+];
+
 /// Bound on one start of `run.py` (it takes about 1.5 s idle, a few seconds on a loaded 2-core machine).
 const START_LIMIT: Duration = Duration::from_secs(45);
 
