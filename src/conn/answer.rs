@@ -175,7 +175,9 @@ impl Answer {
             Answer::UpstreamTimeout => "upstream did not answer in time",
             Answer::UpstreamUnavailable => "upstream unavailable",
             Answer::HiddenTool | Answer::HiddenToolLegacy => "Unknown tool",
-            Answer::ListUnfiltered => "the tool list cannot be filtered: this session's SSE stream is not relayed by this proxy",
+            Answer::ListUnfiltered => {
+                "the tool list cannot be filtered: this session's SSE stream is not relayed by this proxy"
+            }
         })
     }
 

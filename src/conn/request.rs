@@ -92,7 +92,6 @@ fn tools_list_id(body: &[u8]) -> Option<Box<[u8]>> {
     (!id.is_empty()).then(|| id.into())
 }
 
-
 impl Conn {
     /// A `tools/call` of a tool the policy hides, answered by the proxy
     /// (a batch: each of its hidden calls; the rest, if any, goes on):
@@ -130,11 +129,17 @@ impl Conn {
             let sent = errors.iter().filter(|e| !e.is_empty()).all(|e| routes.send(session, e));
             drop(routes);
             if !sent {
-                warn!("conn {}: legacy SSE stream owes too much: the proxy's error for {tool:?} dropped", self.id);
+                warn!(
+                    "conn {}: legacy SSE stream owes too much: the proxy's error for {tool:?} dropped",
+                    self.id
+                );
             }
         }
         let Some(rest) = rest else {
-            warn!("conn {}: tools/call of {tool:?}, which the tool policy hides: answered by the proxy", self.id);
+            warn!(
+                "conn {}: tools/call of {tool:?}, which the tool policy hides: answered by the proxy",
+                self.id
+            );
             match session {
                 Some(_) => self.queue_answer(ctx, 202, b"", Answer::HiddenTool),
                 None => self.reply_error(ctx, Answer::HiddenTool),

@@ -303,7 +303,8 @@ impl Conn {
         }
         if let Some(owed) = routes.take(self.id) {
             let options = ListOptions { learn_room: ctx.stamps.learn_room(), insert_cache_scope: false };
-            let enforce = ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room()) == ListHandling::Rewrite;
+            let enforce =
+                ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room()) == ListHandling::Rewrite;
             l.owe(owed, ctx.policy, ctx.stamps, options, enforce);
         }
         drop(routes);

@@ -15,9 +15,9 @@ use crate::limits::{
     ACCEPT_BACKOFF, EVENT_CAPACITY, FALLBACK_CONNECTIONS, MAX_CONNECTIONS, MAX_UPSTREAM_ROUNDS, RESERVED_FDS,
     SHUTDOWN_GRACE,
 };
+use crate::mcp::legacy::Routes;
 use crate::mcp::session::SessionTable;
 use crate::mcp::stamp::StampMap;
-use crate::mcp::legacy::Routes;
 use crate::mcp::tools::Learned;
 use crate::sys::{self, Signals};
 use identity::{ControlStdin, IdentityWatch, Live};

@@ -416,7 +416,10 @@ mod tests {
         assert!(r.expect_list(b"s2", b"3"));
         assert_eq!(r.take_wakes(), vec![7]);
         let owed = r.take(7).unwrap();
-        assert_eq!(owed.events, b"event: message\r\ndata: {\"a\":1}\r\n\r\nevent: message\r\ndata: {\"a\":2}\r\n\r\n");
+        assert_eq!(
+            owed.events,
+            b"event: message\r\ndata: {\"a\":1}\r\n\r\nevent: message\r\ndata: {\"a\":2}\r\n\r\n"
+        );
         assert!(owed.lists.is_empty());
         assert!(r.take(7).is_none(), "taken once");
         assert_eq!(&*r.take(8).unwrap().lists[0], b"3");
@@ -462,7 +465,8 @@ mod tests {
                 session = s.take_new_session();
             }
             if i == owe_after {
-                let owed = Owed { lists: lists.iter().map(|l| (*l).into()).collect(), events: events.to_vec() };
+                let owed =
+                    Owed { lists: lists.iter().map(|l| (*l).into()).collect(), events: events.to_vec() };
                 s.owe(owed, &policy, &map, ListOptions { learn_room: 8, insert_cache_scope: false }, true);
                 s.idle(&mut out);
             }

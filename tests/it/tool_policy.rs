@@ -367,3 +367,124 @@ fn with_no_policy_and_identity_params_shown_the_list_is_relayed_byte_for_byte() 
     assert_eq!(resp.body, LIST.replace("\"ID\"", "4").as_bytes(), "{}", resp.raw_text());
     assert_eq!(resp.one("content-length"), LIST.replace("\"ID\"", "4").len().to_string());
 }
+
+/// How the batch stand-in answers the part of a batch that reaches it.
+#[derive(Clone, Copy, Debug)]
+enum BatchFrame {
+    Json,
+    JsonChunked,
+    Events,
+}
+
+/// A stand-in answering a batch's requests with an echo of their ids, as
+/// one JSON array or one event per answer; 202 when the batch holds no
+/// request.
+fn batch_server(frame: BatchFrame) -> StubUpstream {
+    StubUpstream::start(move |req: &Req, s: &mut std::net::TcpStream| {
+        let v: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        let answers: Vec<Value> = v
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter(|m| m.get("id").is_some())
+            .map(|m| json!({"jsonrpc":"2.0","id":m["id"],"result":{"echo":m["params"]}}))
+            .collect();
+        let bytes = if answers.is_empty() {
+            "HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n".to_string()
+        } else {
+            match frame {
+                BatchFrame::Json => {
+                    let body = Value::Array(answers).to_string();
+                    format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+                }
+                BatchFrame::JsonChunked => {
+                    let body = format!(" \n{}", Value::Array(answers));
+                    let mut out = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".to_string();
+                    for piece in body.as_bytes().chunks(1) {
+                        out.push_str(&format!("{:x}\r\n{}\r\n", piece.len(), String::from_utf8_lossy(piece)));
+                    }
+                    out + "0\r\n\r\n"
+                }
+                BatchFrame::Events => {
+                    let body: String =
+                        answers.iter().map(|a| format!("event: message\r\ndata: {a}\r\n\r\n")).collect();
+                    format!("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+                }
+            }
+        };
+        match std::io::Write::write_all(s, bytes.as_bytes()) {
+            Ok(()) => Next::KeepAlive,
+            Err(_) => Next::Close,
+        }
+    })
+}
+
+/// POSTs `body`: the status and the JSON-RPC messages of the answer (a
+/// JSON array, or the `data` of each event).
+fn post_batch(p: &ProxyProcess, body: &Value) -> (u16, Vec<Value>) {
+    let mut c = crate::support::exchange::client(p);
+    let fields = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+    let host = crate::support::exchange::host(p);
+    c.send(&request("POST", "/mcp", &host, &fields, body.to_string().as_bytes()));
+    let resp = c.read_response("POST");
+    let text = resp.text();
+    let messages = match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Array(a)) => a,
+        Ok(v) => vec![v],
+        Err(_) => text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d:?} in {text:?}")))
+            .collect(),
+    };
+    (resp.status, messages)
+}
+
+fn call(id: i64, tool: &str) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":{"message":"m"}}})
+}
+
+#[test]
+fn a_batchs_hidden_calls_get_their_errors_in_place_and_the_rest_is_forwarded() {
+    let note = json!({"jsonrpc":"2.0","method":"notifications/progress","params":{}});
+    for frame in [BatchFrame::Json, BatchFrame::JsonChunked, BatchFrame::Events] {
+        let up = batch_server(frame);
+        let p =
+            ProxyProcess::builder(up.url()).agent("alice").token("t0k").arg("--deny-tool", "chat_r*").start();
+
+        // Mixed: the hidden call is answered by the proxy, the rest by the upstream.
+        let (status, got) = post_batch(&p, &json!([call(1, "chat_rules"), call(2, "chat_send"), note]));
+        assert_eq!(status, 200, "{frame:?}: {got:?}\n{}", p.stderr_text());
+        let by_id = |id: i64| got.iter().find(|m| m["id"] == id).cloned().unwrap_or(Value::Null);
+        assert_eq!(got.len(), 2, "{frame:?}: one answer per request: {got:?}");
+        assert_eq!(by_id(1)["error"]["code"], -32602, "{frame:?}: {got:?}");
+        assert_eq!(by_id(2)["result"]["echo"]["arguments"]["sender"], "alice", "{frame:?}: stamped: {got:?}");
+        let reached: Value = serde_json::from_slice(&up.requests().last().unwrap().body).unwrap();
+        assert_eq!(
+            reached,
+            json!([{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"chat_send","arguments":{"message":"m","sender":"alice"}}}, note]),
+            "{frame:?}"
+        );
+
+        // The rest holds no request: the upstream's 202 becomes the proxy's errors.
+        let before = up.request_count();
+        let (status, got) = post_batch(&p, &json!([call(3, "chat_rules"), note]));
+        assert_eq!((status, got.len()), (200, 1), "{frame:?}: {got:?}");
+        assert_eq!(
+            (got[0]["id"].clone(), got[0]["error"]["code"].clone()),
+            (json!(3), json!(-32602)),
+            "{frame:?}"
+        );
+        assert_eq!(up.request_count(), before + 1, "{frame:?}: the notification went on");
+
+        // Every element hidden: nothing reaches the upstream.
+        let before = up.request_count();
+        let (status, got) = post_batch(&p, &json!([call(4, "chat_rules"), call(5, "chat_read_all")]));
+        assert_eq!(status, 200, "{frame:?}");
+        let ids: Vec<&Value> = got.iter().map(|m| &m["id"]).collect();
+        assert_eq!(ids, [&json!(4), &json!(5)], "{frame:?}: {got:?}");
+        assert_eq!(up.request_count(), before, "{frame:?}: forwarded a batch of hidden calls");
+        assert!(p.stderr_text().contains("in a batch, which the tool policy hides"), "{}", p.stderr_text());
+    }
+}

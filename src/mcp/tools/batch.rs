@@ -100,7 +100,6 @@ fn hidden_request<'b>(
     Ok(Some(id.map(|id| rpc::answer_id(body, id))))
 }
 
-
 /// How the upstream's answer to the rest of a batch is completed.
 #[derive(Debug)]
 pub struct BatchAnswer {
@@ -307,7 +306,12 @@ mod tests {
         for cut in 0..=body.len() {
             let out = answer(Format::EventStream, false, body, cut);
             let text = String::from_utf8(out).unwrap();
-            assert!(text.starts_with("event: message\r\ndata: {\"id\":7}\r\n\r\nevent: message\r\ndata: {\"id\":8}\r\n\r\n"), "{text}");
+            assert!(
+                text.starts_with(
+                    "event: message\r\ndata: {\"id\":7}\r\n\r\nevent: message\r\ndata: {\"id\":8}\r\n\r\n"
+                ),
+                "{text}"
+            );
             assert!(text.ends_with(std::str::from_utf8(body).unwrap()), "{text}");
         }
         assert_eq!(answer(Format::Json, true, b"Accepted", 3), br#"[{"id":7},{"id":8}]"#);

@@ -10,8 +10,8 @@ pub mod list;
 pub mod policy;
 pub mod stream;
 
+pub use batch::{split_batch, BatchAnswer, BatchSplit};
 pub use glob::Glob;
 pub use list::{rewrite_list, Edit, Learned, ListEdit, ListError, ListKey, ListOptions};
-pub use batch::{split_batch, BatchAnswer, BatchSplit};
 pub use policy::{ListHandling, Policy, ToolFlags};
 pub use stream::{ListFilter, Outcome as ListOutcome, MAX_LIST_ANSWER};
