@@ -7,6 +7,9 @@
 //! - `agentchattr`: a venv with `tests/support/requirements-agentchattr.txt` (agentchattr's server: FastAPI,
 //!   uvicorn, mcp 1.x).
 //! - `node`: `npm ci` of `tests/support/package.json` + `package-lock.json` (@modelcontextprotocol/sdk 1.32.x).
+//! - `codex`: `npm ci` of `tests/support/codex/package.json` + `package-lock.json` (@openai/codex, the Codex CLI:
+//!   a launcher script and, as an optional dependency, a native binary per platform, e.g.
+//!   `@openai/codex-linux-x64`), a project of its own so that the SDK install never downloads it.
 //! - `rmcp-client`: `cargo build --locked` of `tests/rmcp_client/` (rmcp 3.11.0, pinned by its Cargo.lock), a
 //!   crate of its own so that the root package links none of rmcp, tokio and reqwest.
 //!
@@ -71,7 +74,43 @@ pub fn agentchattr_py() -> &'static Path {
 /// Scripts are CommonJS and find it through `NODE_PATH`.
 pub fn node_modules() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(install_node)
+    P.get_or_init(|| install_npm("node", &support_dir()))
+}
+
+/// The Codex CLI's launcher (`node_modules/@openai/codex/bin/codex.js`, what the `codex` command runs),
+/// installed on first use and checked to start its native binary (see [`install_codex`]).
+pub fn codex() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(install_codex)
+}
+
+/// Install (once) `tests/support/codex/` with `npm ci`, then run `codex --version`: the launcher must find the
+/// native binary of this platform (an optional dependency, which npm leaves out without a word when the
+/// platform has none) and that binary must be the pinned version.
+fn install_codex() -> PathBuf {
+    let modules = install_npm("codex", &support_dir().join("codex"));
+    let launcher = modules.join("@openai").join("codex").join("bin").join("codex.js");
+    let manifest = modules.join("@openai").join("codex").join("package.json");
+    let text = fs::read_to_string(&manifest)
+        .unwrap_or_else(|e| panic!("realenv: read {} after npm ci: {e}", manifest.display()));
+    let manifest: serde_json::Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("realenv: {} is not JSON: {e}", manifest.display()));
+    let pinned = manifest["version"].as_str().unwrap_or("?").to_string();
+    // Its own CODEX_HOME: `--version` must not create `~/.codex`.
+    let home = modules.parent().unwrap_or(&modules).join("version-check-home");
+    fs::create_dir_all(&home).unwrap_or_else(|e| panic!("realenv: mkdir {}: {e}", home.display()));
+    let out = run_step(
+        "codex --version",
+        Command::new("node").arg(&launcher).arg("--version").env("CODEX_HOME", &home),
+    );
+    assert!(
+        out.lines().any(|l| l.trim() == format!("codex-cli {pinned}")),
+        "realenv: `codex --version` does not print `codex-cli {pinned}` (the pinned @openai/codex); \
+         did npm install this platform's native package ({}-{})?\n{out}",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    );
+    launcher
 }
 
 /// An exclusive advisory lock on `path`, released when the file is dropped.
@@ -164,29 +203,31 @@ fn install_venv(name: &str, requirements: &str) -> PathBuf {
     python
 }
 
-/// Install (once) the Node project with `npm ci`; return its node_modules.
-fn install_node() -> PathBuf {
+/// Install (once) the Node project in `project` (its `package.json` and `package-lock.json`) with `npm ci` into
+/// `<realenv>/<name>`; return its node_modules.
+fn install_npm(name: &str, project: &Path) -> PathBuf {
     let root = root();
     fs::create_dir_all(&root).unwrap_or_else(|e| panic!("realenv: mkdir {}: {e}", root.display()));
-    let _lock = lock_file(&root.join("node.lock"));
-    let dir = root.join("node");
+    let _lock = lock_file(&root.join(format!("{name}.lock")));
+    let dir = root.join(name);
     let modules = dir.join("node_modules");
-    let pkg =
-        fs::read_to_string(support_dir().join("package.json")).expect("read tests/support/package.json");
-    let lock = fs::read_to_string(support_dir().join("package-lock.json"))
-        .expect("read tests/support/package-lock.json");
+    let read = |file: &str| {
+        let path = project.join(file);
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("realenv: read {}: {e}", path.display()))
+    };
+    let (pkg, lock) = (read("package.json"), read("package-lock.json"));
     let expected = format!("node {}\n{pkg}\n{lock}", tool_version("node", "--version"));
     let marker = dir.join(".installed");
     if modules.is_dir() && fs::read_to_string(&marker).ok().as_deref() == Some(expected.as_str()) {
         return modules;
     }
-    eprintln!("realenv: installing the Node project (npm ci) into {}", dir.display());
+    eprintln!("realenv: installing {name} ({}, npm ci) into {}", project.display(), dir.display());
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("realenv: mkdir {}: {e}", dir.display()));
     fs::write(dir.join("package.json"), &pkg).expect("copy package.json");
     fs::write(dir.join("package-lock.json"), &lock).expect("copy package-lock.json");
     run_step(
-        "npm ci",
+        &format!("npm ci ({name})"),
         Command::new("npm")
             .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--fetch-timeout=30000"])
             .current_dir(&dir),
