@@ -319,6 +319,19 @@ impl Agentchattr {
         body.as_array().cloned().unwrap_or_else(|| panic!("GET /api/messages: not a list: {body}"))
     }
 
+    /// Register an agent of `base` (`claude`, `codex`, ...) as `wrapper.py:_register_instance` does: its
+    /// (name, token).
+    #[track_caller]
+    pub fn register(&self, base: &str) -> (String, String) {
+        let body = json!({"base": base, "label": null, "ready_gate": false}).to_string();
+        let (status, v) =
+            self.api("POST", "/api/register", &[("Content-Type", "application/json")], body.as_bytes());
+        assert_eq!(status, 200, "POST /api/register: {v}");
+        let field =
+            |k: &str| v[k].as_str().unwrap_or_else(|| panic!("POST /api/register: no {k}: {v}")).to_string();
+        (field("name"), field("token"))
+    }
+
     /// The web UI's rename (`POST /api/label/<name> {"label": ...}` with the session token): its JSON answer
     /// (`{"ok": true, "new_name": ...}` for a new id).
     #[track_caller]
