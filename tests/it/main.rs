@@ -18,6 +18,10 @@ mod cli;
 /// interpreter the test does not install.
 #[cfg(unix)]
 mod clients;
+/// A real Codex CLI turn (`codex exec`, a scripted Responses-API model) through the tool policy to the real
+/// agentchattr. Unix only: the agentchattr venv, and Codex in a process group of its own.
+#[cfg(unix)]
+mod codex;
 /// Slow clients cut off by the request and keep-alive deadlines.
 mod deadlines;
 /// The quickstart demo's session, in-process through the library.

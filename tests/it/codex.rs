@@ -1,0 +1,474 @@
+//! A real Codex CLI turn through the proxy: `codex exec` (@openai/codex, pinned in `tests/support/codex/`)
+//! with the real agentchattr behind `--deny-tool chat_rules --deny-tool chat_decision` as its MCP server
+//! (streamable HTTP), and a scripted stand-in for the model on the Responses API. Codex offers its model what
+//! the proxy let through: agentchattr's tools less the denied ones, none with a `sender` parameter. The
+//! model's `chat_send` without `sender` is stamped on its way (agentchattr's `chat_send` requires `sender`:
+//! unstamped, it fails validation) and stored once under the agent's registered name.
+//!
+//! Codex reaches nothing but loopback: its config turns off what phones home (the plugin marketplace's git
+//! and HTTPS syncs, analytics, the update check), and every proxy variable points at a trap that records and
+//! refuses whatever would have left the machine; the test fails if the trap saw a connection.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::agentchattr::Agentchattr;
+use crate::support::checks::Checks;
+use crate::support::proxy_process::{drain, scratch_dir, ProxyProcess};
+use crate::support::realenv;
+use crate::support::wire::{request, response, Next, RawClient, Req, Resp, StubUpstream};
+
+/// The tools the proxy hides.
+const DENIED: [&str; 2] = ["chat_rules", "chat_decision"];
+/// What the model posts.
+const MESSAGE: &str = "codex turn: posted without a sender";
+/// The model's one tool call.
+const CALL_ID: &str = "call_chat_send_1";
+/// The model's last words.
+const FINAL: &str = "Posted to #general.";
+/// The provider's key variable (a dummy key: the stand-in checks nothing).
+const KEY_VAR: &str = "CODEX_TURN_TEST_KEY";
+/// Bound on the whole `codex exec` run (about 1 s on an idle machine).
+const TURN_LIMIT: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------------------------------------
+// The stand-in model.
+
+/// `POST /v1/responses` (Codex appends `/responses` to the provider's base URL), answered with an event
+/// stream: a turn with no tool output yet calls `chat_send` (or, when Codex offered none, just ends); the
+/// turn that carries the call's output ends with a message. Anything else is a 404.
+fn model() -> StubUpstream {
+    StubUpstream::start(|req: &Req, s: &mut TcpStream| {
+        let bytes = if req.method == "POST" && req.target == "/v1/responses" {
+            let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+            let chat_send = namespace_of(&body["tools"], "chat_send");
+            let (id, item) = match (call_output(&body), chat_send) {
+                (None, Some(namespace)) => ("resp_call", function_call(&namespace)),
+                (None, None) => ("resp_none", message("chat_send was not offered")),
+                (Some(_), _) => ("resp_final", message(FINAL)),
+            };
+            response("200 OK", &[("Content-Type", "text/event-stream")], events(id, item).as_bytes())
+        } else {
+            response(
+                "404 Not Found",
+                &[("Content-Type", "text/plain")],
+                b"the stand-in model has no such path",
+            )
+        };
+        let _ = s.write_all(&bytes);
+        Next::KeepAlive
+    })
+}
+
+/// One output item as a Responses API event stream: the response created, the item done, the response
+/// completed. Codex 0.171 acts on the item at `response.output_item.done` and needs `response.completed`
+/// (without it the turn fails: "stream closed before response.completed"); `response.created` it can do
+/// without, but the real API sends it first.
+fn events(id: &str, item: Value) -> String {
+    let usage = json!({"input_tokens": 1, "input_tokens_details": null, "output_tokens": 1,
+                       "output_tokens_details": null, "total_tokens": 2});
+    [
+        json!({"type": "response.created", "response": {"id": id}}),
+        json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+        json!({"type": "response.completed", "response": {"id": id, "usage": usage}}),
+    ]
+    .iter()
+    .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+    .collect()
+}
+
+/// A call of `chat_send` in `namespace`, with a message and a channel and no `sender`.
+fn function_call(namespace: &str) -> Value {
+    let arguments = json!({"message": MESSAGE, "channel": "general"}).to_string();
+    json!({"type": "function_call", "call_id": CALL_ID, "name": "chat_send", "namespace": namespace,
+           "arguments": arguments})
+}
+
+fn message(text: &str) -> Value {
+    json!({"type": "message", "role": "assistant", "id": "msg_1",
+           "content": [{"type": "output_text", "text": text}]})
+}
+
+/// Every function a Responses `tools` array offers, as (namespace, function): Codex 0.171 puts an MCP
+/// server's tools in one `{"type": "namespace", "name": "mcp__<server>", "tools": [...]}` entry; its own
+/// tools are top-level functions (namespace "").
+fn offered(tools: &Value) -> Vec<(String, &Value)> {
+    let mut out = Vec::new();
+    for tool in tools.as_array().into_iter().flatten() {
+        match tool["type"].as_str() {
+            Some("namespace") => {
+                let ns = tool["name"].as_str().unwrap_or("").to_string();
+                out.extend(tool["tools"].as_array().into_iter().flatten().map(|t| (ns.clone(), t)));
+            }
+            _ => out.push((String::new(), tool)),
+        }
+    }
+    out
+}
+
+/// The namespace of the function called `name`, when one namespace offers it.
+fn namespace_of(tools: &Value, name: &str) -> Option<String> {
+    offered(tools).into_iter().find(|(ns, t)| !ns.is_empty() && t["name"] == name).map(|(ns, _)| ns)
+}
+
+/// The text of the output of [`CALL_ID`] in a request's input (a string, or a list of text parts).
+fn call_output(body: &Value) -> Option<String> {
+    let item = body["input"]
+        .as_array()?
+        .iter()
+        .find(|i| i["type"] == "function_call_output" && i["call_id"] == CALL_ID)?;
+    Some(match &item["output"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n"),
+        other => other.to_string(),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// agentchattr's own list, and Codex.
+
+/// agentchattr's `tools/list`, asked directly (no proxy) on one connection: initialize, initialized, list.
+fn upstream_tools(ac: &Agentchattr) -> Vec<Value> {
+    let stream = TcpStream::connect(("127.0.0.1", ac.http)).expect("connect to agentchattr's MCP port");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut c = RawClient::new(stream);
+    let host = format!("127.0.0.1:{}", ac.http);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "codex-test", "version": "0"}}});
+    let resp = rpc(&mut c, &host, None, &init);
+    let session = resp.one("mcp-session-id").to_string();
+    let resp =
+        rpc(&mut c, &host, Some(&session), &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    assert_eq!(resp.status, 202, "notifications/initialized: {}", resp.raw_text());
+    let resp =
+        rpc(&mut c, &host, Some(&session), &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let answer = answer_of(&resp);
+    answer["result"]["tools"]
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| panic!("agentchattr's tools/list: no tools in {answer}"))
+}
+
+fn rpc(c: &mut RawClient, host: &str, session: Option<&str>, body: &Value) -> Resp {
+    let mut fields =
+        vec![("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+    if let Some(s) = session {
+        fields.push(("Mcp-Session-Id", s));
+    }
+    c.send(&request("POST", "/mcp", host, &fields, body.to_string().as_bytes()));
+    c.read_response("POST")
+}
+
+/// The JSON-RPC answer in a JSON body or in an event stream's `data:` line.
+fn answer_of(resp: &Resp) -> Value {
+    let text = resp.text();
+    let data = text.lines().find_map(|l| l.strip_prefix("data:")).unwrap_or(&text);
+    serde_json::from_str(data.trim())
+        .unwrap_or_else(|e| panic!("not a JSON-RPC answer ({e}): {}", resp.raw_text()))
+}
+
+/// `$CODEX_HOME/config.toml`: the stand-in as the model provider, agentchattr through the proxy as the MCP
+/// server, no prompts, nothing that phones home.
+fn config(model: &StubUpstream, mcp_url: &str) -> String {
+    format!(
+        r#"model = "stand-in"
+model_provider = "stand-in"
+# MCP calls run without asking (with default_tools_approval_mode below); shell commands never leave read-only.
+approval_policy = "never"
+sandbox_mode = "read-only"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[features]
+# On by default: `git ls-remote https://github.com/openai/plugins.git` and requests to api.github.com and
+# chatgpt.com at every start.
+plugins = false
+# Runs `bash -lc` with the user's startup files to snapshot the shell.
+shell_snapshot = false
+
+[model_providers.stand-in]
+name = "stand-in"
+base_url = "http://127.0.0.1:{port}/v1"
+env_key = "{KEY_VAR}"
+wire_api = "responses"
+# A stand-in that answers wrong should fail the turn at once, not after retries with back-off.
+request_max_retries = 0
+stream_max_retries = 0
+
+[mcp_servers.agentchattr]
+url = "{mcp_url}"
+# Under approval_policy "never" an MCP call is refused ("MCP tool call requires approval, but approval policy
+# is never") unless its server's tools are approved here.
+default_tools_approval_mode = "approve"
+"#,
+        port = model.port
+    )
+}
+
+/// What one `codex exec` run left.
+struct Run {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+/// `codex exec --json` with `prompt` in `work`, `home` as its `CODEX_HOME` and `HOME`, an environment of
+/// its own (PATH only from ours) with every proxy variable on `trap`, bounded by [`TURN_LIMIT`]. It runs in a
+/// process group of its own (the launcher spawns the native binary, which spawns helpers), killed whole on
+/// the way out.
+fn codex_exec(home: &Path, work: &Path, trap: &StubUpstream, prompt: &str) -> Run {
+    let trap_url = format!("http://{}", trap.authority());
+    let mut cmd = Command::new("node");
+    cmd.arg(realenv::codex())
+        .args([
+            "exec",
+            "--json",
+            "--ephemeral",
+            "--strict-config",
+            "--skip-git-repo-check",
+            "--color",
+            "never",
+        ])
+        .arg("-C")
+        .arg(work)
+        .arg(prompt)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("CODEX_HOME", home)
+        .env(KEY_VAR, "dummy-key")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost")
+        .current_dir(work)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
+        cmd.env(var, &trap_url);
+    }
+    let started = Instant::now();
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start `node codex.js exec`: {e}"));
+    let out = drain(child.stdout.take().unwrap());
+    let err = drain(child.stderr.take().unwrap());
+    let mut timed_out = false;
+    while !exited(&child) {
+        if started.elapsed() > TURN_LIMIT {
+            timed_out = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) on the process group this test created, its leader not reaped yet (so the group's id is
+    // still ours); what Codex started and left running goes with it.
+    unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+    let status = child.wait().expect("reap codex");
+    let elapsed = started.elapsed();
+    std::thread::sleep(Duration::from_millis(50));
+    let text = |b: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>| {
+        String::from_utf8_lossy(&b.lock().unwrap()).into_owned()
+    };
+    let run = Run { status, stdout: text(&out), stderr: text(&err), elapsed };
+    assert!(
+        !timed_out,
+        "codex exec ran past {TURN_LIMIT:?} and was killed\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        run.stdout, run.stderr
+    );
+    run
+}
+
+/// Whether `child` has exited, left unreaped (`WNOWAIT`): until `Child::wait` its pid, and so the id of the
+/// process group it leads, cannot be taken by another process.
+fn exited(child: &std::process::Child) -> bool {
+    // SAFETY: zeroed is a valid siginfo_t; waitid(2) on our own child writes it on success.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let options = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+    let rc = unsafe { libc::waitid(libc::P_PID, child.id() as libc::id_t, &mut info, options) };
+    // With WNOHANG and nothing to report, waitid returns 0 and leaves si_pid 0.
+    rc == 0 && unsafe { info.si_pid() } != 0
+}
+
+/// The `mcp_tool_call` items Codex reported complete on its `--json` stdout.
+fn tool_calls(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "item.completed" && e["item"]["type"] == "mcp_tool_call")
+        .map(|e| e["item"].clone())
+        .collect()
+}
+
+/// `Sent (id=N)`, agentchattr's answer to a `chat_send`, somewhere in `text`: N.
+fn sent_id(text: &str) -> Option<u64> {
+    let rest = &text[text.find("Sent (id=")? + "Sent (id=".len()..];
+    rest[..rest.find(')')?].parse().ok()
+}
+
+#[test]
+fn a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stamped() {
+    let started = Instant::now();
+    let ac = Agentchattr::start();
+    let (name, token) = ac.register("codex");
+    let upstream = upstream_tools(&ac);
+    let upstream_names: Vec<&str> = upstream.iter().filter_map(|t| t["name"].as_str()).collect();
+    // The premise: agentchattr has the denied tools, and its chat_send asks for a sender.
+    for denied in DENIED {
+        assert!(upstream_names.contains(&denied), "agentchattr lists no {denied}: {upstream_names:?}");
+    }
+    let send = upstream.iter().find(|t| t["name"] == "chat_send").expect("agentchattr lists chat_send");
+    assert!(
+        send["inputSchema"]["required"].as_array().is_some_and(|r| r.contains(&json!("sender"))),
+        "{send}"
+    );
+    let mut want: Vec<&str> = upstream_names.iter().copied().filter(|n| !DENIED.contains(n)).collect();
+    want.sort_unstable();
+
+    let mut p = ProxyProcess::builder(format!("{}/mcp", ac.mcp_base()))
+        .agent(&name)
+        .token(&token)
+        .arg("--deny-tool", DENIED[0])
+        .arg("--deny-tool", DENIED[1])
+        .env("RUST_LOG", "info")
+        .start();
+    let model = model();
+    let trap = StubUpstream::start(|_, s| {
+        let _ = s.write_all(&response("403 Forbidden", &[], b"this test reaches nothing but loopback"));
+        Next::Close
+    });
+    let scratch = scratch_dir("codex-turn");
+    let (home, work) = (scratch.join("home"), scratch.join("work"));
+    for dir in [&home, &work] {
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+    }
+    std::fs::write(home.join("config.toml"), config(&model, &p.url("/mcp"))).expect("write config.toml");
+    let setup = started.elapsed();
+
+    let run = codex_exec(&home, &work, &trap, "Post a short hello to #general with chat_send.");
+    p.stop();
+
+    let mut c = Checks::default();
+    c.check(run.status.success(), format!("codex exec exited with {}", run.status));
+    let reqs = model.requests();
+    let turns: Vec<Value> = reqs
+        .iter()
+        .filter(|r| r.method == "POST" && r.target == "/v1/responses")
+        .map(|r| serde_json::from_slice(&r.body).unwrap_or(Value::Null))
+        .collect();
+    let others: Vec<String> = reqs.iter().map(|r| format!("{} {}", r.method, r.target)).collect();
+    c.check(
+        turns.len() == 2,
+        format!("the model was asked {} times, want 2 (the call, then its output): {others:?}", turns.len()),
+    );
+    c.check(
+        turns.len() == reqs.len(),
+        format!("the model got requests other than POST /v1/responses: {others:?}"),
+    );
+    c.check(
+        turns.iter().all(|t| t["stream"] == true),
+        "a model request without \"stream\": true".to_string(),
+    );
+
+    // What Codex offered its model on the first turn.
+    let first = turns.first().cloned().unwrap_or(Value::Null);
+    let tools = offered(&first["tools"]);
+    let namespace = namespace_of(&first["tools"], "chat_send");
+    c.check(namespace.is_some(), "no namespace of the offered tools holds chat_send".to_string());
+    let ns = namespace.clone().unwrap_or_default();
+    let mut got: Vec<&str> =
+        tools.iter().filter(|(n, _)| *n == ns).filter_map(|(_, t)| t["name"].as_str()).collect();
+    got.sort_unstable();
+    c.check(
+        got == want,
+        format!("Codex offered agentchattr's tools {got:?} (namespace {ns:?}), want {want:?}"),
+    );
+    let anywhere: Vec<&str> = tools.iter().filter_map(|(_, t)| t["name"].as_str()).collect();
+    for denied in DENIED {
+        c.check(!anywhere.contains(&denied), format!("{denied} offered to the model: {anywhere:?}"));
+    }
+    let with_sender: Vec<String> = tools
+        .iter()
+        .filter(|(_, t)| {
+            t["parameters"]["properties"].get("sender").is_some()
+                || t["parameters"]["required"].as_array().is_some_and(|r| r.contains(&json!("sender")))
+        })
+        .map(|(n, t)| format!("{n}/{}", t["name"].as_str().unwrap_or("?")))
+        .collect();
+    c.check(with_sender.is_empty(), format!("offered with a sender parameter: {with_sender:?}"));
+
+    // The call's output, as the model saw it on the second turn, and as Codex reported it.
+    let output = turns.get(1).and_then(call_output);
+    c.check(output.is_some(), format!("no function_call_output for {CALL_ID} on the second turn"));
+    let output = output.unwrap_or_default();
+    let output_id = sent_id(&output);
+    c.check(
+        output_id.is_some(),
+        format!("the call's output is not agentchattr's \"Sent (id=N)\": {output:?}"),
+    );
+    let calls = tool_calls(&run.stdout);
+    c.check(calls.len() == 1, format!("Codex reported {} MCP tool calls, want 1", calls.len()));
+    if let Some(call) = calls.first() {
+        c.eq(
+            "the reported call's tool",
+            &json!([call["server"], call["tool"], call["status"]]),
+            &json!(["agentchattr", "chat_send", "completed"]),
+        );
+        c.eq(
+            "the reported call's arguments",
+            &call["arguments"],
+            &json!({"message": MESSAGE, "channel": "general"}),
+        );
+        c.check(call["error"].is_null(), format!("the reported call failed: {call}"));
+        c.check(
+            sent_id(&call["result"].to_string()) == output_id,
+            format!("the reported result {} is not the model's {output:?}", call["result"]),
+        );
+    }
+    c.check(run.stdout.contains(FINAL), format!("Codex did not end with the model's {FINAL:?}"));
+
+    // Stored once, under the agent's name, with the id the call answered.
+    let messages = ac.messages();
+    let stored: Vec<&Value> = messages.iter().filter(|m| m["text"] == MESSAGE).collect();
+    c.check(stored.len() == 1, format!("stored {} times, want once: {stored:?}", stored.len()));
+    if let Some(m) = stored.first() {
+        c.eq("the stored sender", &m["sender"], &json!(name));
+        c.eq("the stored channel", &m["channel"], &json!("general"));
+        c.check(
+            m["id"].as_u64() == output_id,
+            format!("stored as {}, the call answered {output_id:?}", m["id"]),
+        );
+    }
+    c.check(
+        trap.connections() == 0,
+        format!(
+            "Codex tried to leave loopback: {:?}",
+            trap.requests().iter().map(|r| r.head.start.clone()).collect::<Vec<_>>()
+        ),
+    );
+    let tools_json = serde_json::to_string_pretty(&first["tools"]).unwrap_or_default();
+    let evidence = [
+        ("codex stdout (--json events)", run.stdout.clone()),
+        ("codex stderr", run.stderr.clone()),
+        ("model requests", others.join("\n")),
+        ("tools offered on the first turn", tools_json),
+        ("second turn's call output", output.clone()),
+        ("the proxy's log", p.stderr_text()),
+        ("agentchattr's output", ac.log_text()),
+    ];
+    c.finish("a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stamped", &evidence);
+    eprintln!(
+        "codex turn: codex exec {:.1} s (setup {:.1} s, whole test {:.1} s); agent {name}, message id {:?}",
+        run.elapsed.as_secs_f64(),
+        setup.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        output_id
+    );
+}
