@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::agentchattr::Agentchattr;
+use crate::support::agentchattr::{Agentchattr, TOOLS};
 use crate::support::checks::Checks;
 use crate::support::proxy_process::{drain, scratch_dir, ProxyProcess};
 use crate::support::realenv;
@@ -320,7 +320,13 @@ fn a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stam
     let (name, token) = ac.register("codex");
     let upstream = upstream_tools(&ac);
     let upstream_names: Vec<&str> = upstream.iter().filter_map(|t| t["name"].as_str()).collect();
-    // The premise: agentchattr has the denied tools, and its chat_send asks for a sender.
+    // The premise: agentchattr lists its twelve tools, the denied ones among them, and its chat_send asks
+    // for a sender.
+    let mut sorted = upstream_names.clone();
+    sorted.sort_unstable();
+    let mut known = TOOLS.to_vec();
+    known.sort_unstable();
+    assert_eq!(sorted, known, "agentchattr's own tools/list is not its known tool set");
     for denied in DENIED {
         assert!(upstream_names.contains(&denied), "agentchattr lists no {denied}: {upstream_names:?}");
     }
