@@ -64,6 +64,20 @@ pub struct Config {
     /// Secret clients must present as `Authorization: Bearer` (required
     /// when listening on a non-loopback address). Never logged.
     pub client_token: Option<String>,
+    /// `--audit-log PATH` (`-`: stderr): one JSON line per request and
+    /// session event.
+    pub audit_log: Option<AuditLog>,
+    /// `--metrics-listen ADDR:PORT`: `/metrics` and `/healthz`.
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+/// Where the audit log goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditLog {
+    /// `None`: stderr.
+    pub path: Option<PathBuf>,
+    /// `--audit-max-bytes`: past this the file is rotated to `PATH.1`.
+    pub max_bytes: Option<u64>,
 }
 
 impl fmt::Debug for Config {
@@ -103,6 +117,8 @@ pub enum ConfigError {
     TokenFile(PathBuf, std::io::ErrorKind),
     /// A non-loopback `--listen` without `--client-token-file`.
     ExposedWithoutClientToken,
+    /// A non-loopback `--metrics-listen` without `--client-token-file`.
+    MetricsExposedWithoutClientToken,
     EmptyToken,
     InvalidToken,
     /// `--agent` refused.
@@ -133,6 +149,9 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::ExposedWithoutClientToken => f.write_str(
                 "--listen on a non-loopback address needs --client-token-file: anything that reaches the port could act as the agent",
+            ),
+            ConfigError::MetricsExposedWithoutClientToken => f.write_str(
+                "--metrics-listen on a non-loopback address needs --client-token-file, as --listen does",
             ),
             ConfigError::EmptyToken => f.write_str("the token is empty"),
             ConfigError::InvalidToken => {
@@ -265,6 +284,24 @@ LISTENER AND LIMITS:
                             id, 202 for notifications, 502 for GET and
                             DELETE [default: 5]
                             (every SECS may have a fraction: 0.5)
+
+AUDIT AND HEALTH:
+    --audit-log PATH        one JSON line per JSON-RPC request and per
+                            session or identity event (README lists the
+                            keys); - for stderr. Never a token or an
+                            argument value other than a claimed identity.
+                            SIGUSR1 reopens PATH (after logrotate moves it)
+    --audit-max-bytes N     rotate PATH to PATH.1 before it would pass N
+                            bytes (at least 4096)
+    --metrics-listen ADDR:PORT
+                            a second listener answering only GET /metrics
+                            (Prometheus text) and GET /healthz (200 while
+                            the upstream answers, 503 once unreachable for
+                            longer than --restart-grace); a non-loopback
+                            address needs --client-token-file, which its
+                            clients must then send. Prints
+                            '  metrics: port N' after the MCP port line
+
     -h, --help              print this help
     -V, --version           print the version
 
@@ -331,6 +368,9 @@ pub struct Flags {
     /// `--identity-param NAME`s as given (the default is decided by
     /// `Config::from_flags`).
     pub identity_params: Vec<String>,
+    pub audit_log: Option<String>,
+    pub audit_max_bytes: Option<u64>,
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for Flags {
@@ -356,6 +396,9 @@ impl Default for Flags {
             deny_tools: Vec::new(),
             show_identity_params: false,
             identity_params: Vec::new(),
+            audit_log: None,
+            audit_max_bytes: None,
+            metrics_listen: None,
         }
     }
 }
@@ -442,6 +485,30 @@ impl Flags {
                     }
                     f.identity_params.push(name);
                 }
+                "--audit-log" => {
+                    let path = value("--audit-log")?;
+                    if path.is_empty() {
+                        return Err(ConfigError::Invalid {
+                            flag: "--audit-log",
+                            why: "expected a path, or - for stderr",
+                        });
+                    }
+                    f.audit_log = Some(path);
+                }
+                "--audit-max-bytes" => {
+                    let n = value("--audit-max-bytes")?.parse::<u64>().ok().filter(|&n| n >= 4096);
+                    let why = "expected a size in bytes, at least 4096";
+                    f.audit_max_bytes =
+                        Some(n.ok_or(ConfigError::Invalid { flag: "--audit-max-bytes", why })?);
+                }
+                "--metrics-listen" => {
+                    let addr =
+                        parse_listen(&value("--metrics-listen")?).map_err(|_| ConfigError::Invalid {
+                            flag: "--metrics-listen",
+                            why: "expected ADDR:PORT, e.g. 127.0.0.1:9464",
+                        })?;
+                    f.metrics_listen = Some(addr);
+                }
                 _ => return Err(ConfigError::UnknownFlag(arg)),
             }
         }
@@ -485,6 +552,9 @@ impl Config {
             deny_tools,
             show_identity_params,
             identity_params,
+            audit_log,
+            audit_max_bytes,
+            metrics_listen,
         } = flags;
         let upstream = parse_upstream(&upstream.ok_or(ConfigError::Missing("--upstream"))?)?;
         let identity = start_identity(agent, token_file, env_token, identity_file.as_deref())?;
@@ -509,6 +579,24 @@ impl Config {
         if !listen.ip().is_loopback() && client_token.is_none() {
             return Err(ConfigError::ExposedWithoutClientToken);
         }
+        // The same rule as --listen: what /healthz says (the agent's name)
+        // is not for any host that can reach the port.
+        if metrics_listen.is_some_and(|a| !a.ip().is_loopback()) && client_token.is_none() {
+            return Err(ConfigError::MetricsExposedWithoutClientToken);
+        }
+        let audit_log = match (audit_log, audit_max_bytes) {
+            (None, Some(_)) => {
+                return Err(ConfigError::Invalid { flag: "--audit-max-bytes", why: "needs --audit-log PATH" })
+            }
+            (Some(p), Some(_)) if p == "-" => {
+                return Err(ConfigError::Invalid {
+                    flag: "--audit-max-bytes",
+                    why: "stderr (-) is not rotated",
+                })
+            }
+            (None, None) => None,
+            (Some(p), max_bytes) => Some(AuditLog { path: (p != "-").then(|| PathBuf::from(p)), max_bytes }),
+        };
         Ok(Config {
             upstream,
             listen,
@@ -525,6 +613,8 @@ impl Config {
             restart_grace,
             allow_origins,
             client_token,
+            audit_log,
+            metrics_listen,
         })
     }
 }

@@ -26,6 +26,7 @@ pub mod http;
 pub(crate) mod io;
 pub(crate) mod limits;
 pub mod mcp;
+pub mod obs;
 #[cfg(test)]
 mod test_rng;
 // The OS layer: the one place allowed `unsafe`.

@@ -168,6 +168,19 @@ pub const MAX_AGENT_LEN: usize = 256;
 /// tokens are 32 hex digits).
 pub const MAX_TOKEN_LEN: usize = 4096;
 
+/// Most connections the metrics listener serves at once (a scraper and a
+/// health check or two); more wait in the listen queue.
+pub const MAX_METRICS_CONNS: usize = 16;
+
+/// A metrics listener's client must send its request within this, and then
+/// has as long again to read the answer.
+pub const METRICS_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest a stale `/healthz` waits for its probe connect (or
+/// `--connect-timeout`, if shorter): container health checks time out
+/// after a few seconds.
+pub const HEALTH_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Most legacy SSE streams whose session the proxy routes POSTs' answers
 /// to (the tool policy's errors and filtered lists): one or two per agent;
 /// past it the oldest is forgotten and its POSTs are answered as if its

@@ -41,7 +41,11 @@ fn main() -> ExitCode {
             eprintln!("mcp-identity-proxy: {e}");
             return ExitCode::from(3);
         }
-        Err(e @ BindError::ControlStdin(_)) => {
+        Err(e @ BindError::Metrics(_)) => {
+            eprintln!("mcp-identity-proxy: {e}");
+            return ExitCode::from(3);
+        }
+        Err(e @ (BindError::ControlStdin(_) | BindError::AuditLog(_))) => {
             eprintln!("mcp-identity-proxy: {e}");
             return ExitCode::from(2);
         }
@@ -51,6 +55,9 @@ fn main() -> ExitCode {
         }
     };
     println!("  MCP proxy: port {}", proxy.local_addr().port());
+    if let Some(addr) = proxy.metrics_addr() {
+        println!("  metrics: port {}", addr.port());
+    }
     let _ = std::io::stdout().flush();
     match proxy.run() {
         Ok(()) => ExitCode::SUCCESS,

@@ -149,6 +149,18 @@ impl Answer {
         )
     }
 
+    /// The upstream failure this answer reports, for the metrics.
+    pub fn failure(self) -> Option<crate::obs::metrics::Failure> {
+        use crate::obs::metrics::Failure;
+        Some(match self {
+            Answer::UpstreamUnreachable | Answer::UpstreamUnavailable => Failure::ConnectRefused,
+            Answer::ConnectTimeout => Failure::ConnectTimeout,
+            Answer::UpstreamTimeout => Failure::ResponseTimeout,
+            Answer::BadUpstream | Answer::UpstreamClosed => Failure::BadAnswer,
+            _ => return None,
+        })
+    }
+
     /// Logged when the connection closes after this answer.
     pub fn close_reason(self) -> CloseReason {
         match self.status() {
@@ -301,6 +313,13 @@ impl Conn {
             return;
         }
         let now = ctx.now;
+        if let Some(kind) = answer.failure() {
+            let mut obs = ctx.obs.borrow_mut();
+            obs.metrics.upstream_failure(kind);
+            if kind == crate::obs::metrics::Failure::ConnectTimeout {
+                obs.health.unreachable(now);
+            }
+        }
         self.release_upstream(now);
         let close = answer.closes() || self.close_after || self.ex.req.http10;
         write_response(status, body, close, self.out.own());
@@ -309,7 +328,7 @@ impl Conn {
         if self.ex.start.is_none() {
             self.ex.start = Some(now);
         }
-        self.log_exchange(now, &answer);
+        self.log_exchange(now, &answer, super::audit::End::Proxy(answer));
         self.out.drop_upstream_bytes();
         self.upstream_buf.clear();
         self.set_phase(Phase::Reply { close, reason: answer.close_reason() });

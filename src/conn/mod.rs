@@ -25,6 +25,7 @@
 //! and `editor` decide without a socket.
 
 mod answer;
+mod audit;
 pub use answer::CloseReason;
 pub mod client_out;
 pub mod editor;
@@ -87,6 +88,11 @@ pub struct Ctx<'a> {
     /// Stamps a `tools/list` answer taught, for the loop to add after the
     /// round (one thread: never borrowed across a call that borrows it).
     pub learned: &'a std::cell::RefCell<Vec<crate::mcp::tools::Learned>>,
+    /// The audit log and the metrics are on: exchanges keep records.
+    pub observing: bool,
+    /// The counters and the upstream's health (one thread: never borrowed
+    /// across a call that borrows it).
+    pub obs: &'a std::cell::RefCell<crate::obs::Observer>,
     /// The legacy SSE streams relayed, by session: what POSTs on other
     /// connections owe them (one thread: never borrowed across a call that
     /// borrows it).
@@ -94,6 +100,11 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Exchanges keep audit records (the audit log or the metrics are on).
+    pub fn observing(&self) -> bool {
+        self.observing
+    }
+
     /// The identity in force now (a live identity change applies to the
     /// next request planned, a replay included).
     fn credentials(&self) -> editor::Credentials<'_> {
@@ -234,6 +245,11 @@ pub struct Conn {
     /// The upstream socket is kept, idle, for this client's next request
     /// (since when): no trip through the pool, no epoll_ctl, no probe.
     upstream_idle_since: Option<Instant>,
+    /// Audit records waiting for the loop (`audit`).
+    records: Vec<crate::obs::audit::Record>,
+    /// Bytes read from the client and written to it by finished exchanges,
+    /// not yet counted by the loop.
+    traffic: (u64, u64),
 }
 
 impl Conn {
@@ -257,6 +273,8 @@ impl Conn {
             scanned: 0,
             upstream_reusable: false,
             upstream_idle_since: None,
+            records: Vec::new(),
+            traffic: (0, 0),
         }
     }
 
@@ -347,6 +365,11 @@ impl Conn {
         (total, eof)
     }
 
+    /// An event stream is being relayed (or held) on this connection.
+    pub fn is_streaming(&self) -> bool {
+        self.ex.event_stream && matches!(self.phase, Phase::Relay { .. } | Phase::Hold { .. })
+    }
+
     /// The connection's id (its log name), unique for the process.
     pub fn id(&self) -> u64 {
         self.id
@@ -409,8 +432,11 @@ impl Conn {
     }
 
     /// The exchange's one `info` line, saying how it ended.
-    fn log_exchange(&mut self, now: Instant, ending: &dyn fmt::Display) {
+    fn log_exchange(&mut self, now: Instant, ending: &dyn fmt::Display, end: audit::End) {
+        self.audit_end(now, end);
         if let Some(start) = self.ex.start.take() {
+            self.traffic.0 += (self.ex.req.len + self.ex.body.len()) as u64;
+            self.traffic.1 += self.ex.bytes_out;
             info!(
                 "{} {} -> {} {}B {}ms {ending}",
                 String::from_utf8_lossy(&self.ex.req.method),
@@ -500,7 +526,7 @@ impl Conn {
                 self.await_reopen(ctx);
             }
             Phase::Relay { .. } => {
-                self.log_exchange(now, &CloseReason::IdleTimeout);
+                self.log_exchange(now, &CloseReason::IdleTimeout, audit::End::Cut);
                 self.close(CloseReason::IdleTimeout);
             }
             Phase::Reply { .. } => self.close(CloseReason::ClientError),

@@ -137,7 +137,7 @@ impl Conn {
         self.drop_upstream();
         self.out.drop_upstream_bytes();
         self.upstream_buf.clear();
-        self.log_exchange(ctx.now, &"upstream closed mid-body, not reattached");
+        self.log_exchange(ctx.now, &"upstream closed mid-body, not reattached", super::audit::End::Cut);
         self.set_phase(Phase::Reply { close: true, reason: CloseReason::UpstreamTruncated });
     }
 

@@ -553,6 +553,9 @@ impl Conn {
                     let outcome = ctx.sessions.borrow_mut().finish_reopen(&id, Ok(&new_id), ctx.now);
                     if outcome.is_ok() {
                         info!("conn {}: MCP session re-initialised on the upstream", self.id);
+                        if ctx.observing() {
+                            self.audit_reinit(true);
+                        }
                     }
                     self.ex.reopen.as_deref_mut().map(|r| r.on_finished(outcome))
                 }
@@ -582,6 +585,11 @@ impl Conn {
                         let mut table = ctx.sessions.borrow_mut();
                         if release_lead {
                             let _ = table.finish_reopen(&id, Err(crate::mcp::session::ReplayFailed), ctx.now);
+                        }
+                        if release_lead && why.is_some() && ctx.observing() {
+                            drop(table);
+                            self.audit_reinit(false);
+                            table = ctx.sessions.borrow_mut();
                         }
                         if forget {
                             table.forget(&id);

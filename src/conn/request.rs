@@ -2,6 +2,7 @@
 //! the client, admit, scan and stamp it, and write it to the upstream.
 
 use super::answer::Answer;
+use super::audit::End;
 use super::{fill_from, CloseReason, Conn, Ctx, Phase};
 use crate::http::body::{BodyError, Decoder};
 use crate::http::framing::Framing;
@@ -65,6 +66,9 @@ pub(super) struct Exchange {
     /// The proxy's errors for the hidden calls of a batch whose rest went
     /// upstream: added to the upstream's answer.
     pub(super) batch_errors: Vec<Vec<u8>>,
+    /// The body's requests, for the audit log and the metrics (none when
+    /// neither is on).
+    pub(super) audit: Option<Box<super::audit::ExchangeAudit>>,
     /// A session's GET stream held open while its upstream comes back.
     pub(super) reattach: Option<Box<super::reattach::Reattach>>,
 }
@@ -214,7 +218,7 @@ impl Conn {
         if gone {
             debug!("conn {}: client went away mid-exchange", self.id);
             self.ex.status = 499;
-            self.log_exchange(Instant::now(), &CloseReason::ClientClosed);
+            self.log_exchange(Instant::now(), &CloseReason::ClientClosed, End::Cut);
             self.close(CloseReason::ClientClosed);
             return true;
         }
@@ -298,6 +302,7 @@ impl Conn {
         ex.event_stream = false;
         ex.list_request = None;
         ex.batch_errors.clear();
+        ex.audit = None;
         ex.reattach = None;
         ex.session_id = req
             .headers
@@ -351,6 +356,7 @@ impl Conn {
             self.reply_error(ctx, Answer::BodyRefused(e));
             return;
         }
+        self.audit_request(ctx.observing(), ctx.agent, ctx.policy);
         let legacy = legacy::post_session(&self.ex.req.target).map(<[u8]>::to_vec);
         if !ctx.policy.allows_all() {
             if let Some(tool) = hidden_call(&self.ex.body, &self.ex.plan, ctx.policy) {
@@ -422,7 +428,7 @@ impl Conn {
         }
         if gone && n == 0 {
             self.ex.status = 499;
-            self.log_exchange(ctx.now, &CloseReason::ClientClosed);
+            self.log_exchange(ctx.now, &CloseReason::ClientClosed, End::Cut);
             self.close(CloseReason::ClientClosed);
             return true;
         }

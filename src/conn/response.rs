@@ -2,6 +2,7 @@
 //! body (re-framed when it must be), and write the client output queue.
 
 use super::answer::Answer;
+use super::audit::End;
 use super::client_out::BodyRewriter;
 use super::{editor, CloseReason, Conn, Ctx, Phase};
 use crate::buf::Buf;
@@ -63,7 +64,7 @@ impl Conn {
                 Outcome::Open => {}
                 Outcome::WouldBlock => self.client_ready.writable = false,
                 Outcome::Closed | Outcome::Error(_) => {
-                    self.log_exchange(now, &CloseReason::ClientClosed);
+                    self.log_exchange(now, &CloseReason::ClientClosed, End::Cut);
                     self.close(CloseReason::ClientClosed);
                     return true;
                 }
@@ -108,6 +109,7 @@ impl Conn {
                     progressed = true;
                 }
                 Ok(true) => {
+                    ctx.obs.borrow_mut().health.answered(ctx.now);
                     if self.reopen_takes(&resp, ctx) {
                         return true;
                     }
@@ -151,6 +153,9 @@ impl Conn {
         // before a DELETE's answer forgets the session.
         super::session::map_response_session(&mut resp.headers, &ctx.sessions.borrow());
         self.ex.version_capture = self.note_session(resp, ctx).map(Box::new);
+        if ctx.observing() {
+            self.audit_session(resp);
+        }
         let http10 = self.ex.req.http10;
         let sse = editor::is_event_stream(&resp.headers);
         self.ex.event_stream = sse;
@@ -165,6 +170,10 @@ impl Conn {
             && resp.status == 200
             && resp.framing != Framing::None
             && !self.ex.client_host.is_empty();
+        if let Some(a) = self.ex.audit.as_mut() {
+            let format = resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type);
+            a.answer_format(format.unwrap_or(Format::Json));
+        }
         let list = self.list_filter(resp, ctx);
         let batch = self.batch_answer(resp);
         let input = Decoder::new(resp.framing);
@@ -355,9 +364,13 @@ impl Conn {
         self.legacy_turn(&mut rewriter, ctx);
         let id = self.id;
         let capture = &mut self.ex.version_capture;
+        let audit = &mut self.ex.audit;
         let c = self.out.classify(self.upstream_buf.data(), &mut input, out, &mut rewriter, |data| {
             // Copied (never altered): a recorded initialize's answer.
             super::session::feed_capture(capture, Some(data), ctx.sessions, id);
+            if let Some(a) = audit.as_mut() {
+                a.feed(data);
+            }
         });
         if c.consumed > 0 {
             self.upstream_buf.consume(c.consumed);
@@ -411,7 +424,7 @@ impl Conn {
             // complete).
             self.upstream_reusable = false;
             self.drop_upstream();
-            self.log_exchange(ctx.now, &ending);
+            self.log_exchange(ctx.now, &ending, End::Cut);
             self.put_back(Phase::Relay { input, out, input_done, rewriter });
             self.set_phase(Phase::Reply { close: true, reason: CloseReason::UpstreamTruncated });
             return true;
@@ -439,7 +452,7 @@ impl Conn {
 
     #[inline]
     pub(super) fn finish_exchange(&mut self, ctx: &Ctx) {
-        self.log_exchange(ctx.now, &"complete");
+        self.log_exchange(ctx.now, &"complete", End::Relayed);
         let reusable = self.upstream_reusable && self.upstream_buf.is_empty() && !ctx.shutting_down;
         match self.upstream.as_mut() {
             Some(u) if reusable && !self.close_after => {

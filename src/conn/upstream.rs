@@ -114,7 +114,10 @@ impl Conn {
                 return true;
             }
             match u.stream.peer_addr() {
-                Ok(_) => u.connected = true,
+                Ok(_) => {
+                    u.connected = true;
+                    ctx.obs.borrow_mut().health.reached(ctx.now);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::NotConnected => {
                     u.ready = Ready::default();
                     return false;
@@ -134,6 +137,7 @@ impl Conn {
     /// retrying is safe for every method), then 502.
     pub(super) fn upstream_connect_error(&mut self, ctx: &Ctx) {
         self.drop_upstream();
+        ctx.obs.borrow_mut().health.unreachable(ctx.now);
         let Phase::Connect { attempt, since, .. } = self.phase else {
             return;
         };

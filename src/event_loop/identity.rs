@@ -32,10 +32,11 @@ impl Live {
         Live { identity, bearer, policy }
     }
 
-    pub(super) fn update(&mut self, identity: Identity, source: &str, tools: &ToolFlags) {
+    /// Applies a new identity; the name it replaces when it changed.
+    pub(super) fn update(&mut self, identity: Identity, source: &str, tools: &ToolFlags) -> Option<String> {
         if identity == self.identity {
             debug!("identity from {source} unchanged");
-            return;
+            return None;
         }
         let token_changed = identity.token != self.identity.token;
         let lists_changed = identity.allow_tools != self.identity.allow_tools
@@ -46,7 +47,8 @@ impl Live {
             if token_changed { ", new token" } else { "" },
             if lists_changed { ", new tool lists" } else { "" }
         );
-        *self = Live::new(identity, tools);
+        let previous = std::mem::replace(self, Live::new(identity, tools));
+        Some(previous.identity.agent)
     }
 }
 

@@ -5,6 +5,7 @@
 //! steps; the state they share lives in `Proxy`.
 
 mod identity;
+mod observe;
 mod pool;
 mod slab;
 mod timers;
@@ -19,11 +20,15 @@ use crate::mcp::legacy::Routes;
 use crate::mcp::session::SessionTable;
 use crate::mcp::stamp::StampMap;
 use crate::mcp::tools::Learned;
+use crate::obs::audit::Record;
+use crate::obs::metrics::Gauges;
+use crate::obs::Observer;
 use crate::sys::{self, Signals};
 use identity::{ControlStdin, IdentityWatch, Live};
 use log::{debug, error, info, warn};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
+use observe::{AuditFile, MetricsServer, View};
 use pool::Pool;
 use slab::Slab;
 use std::cell::RefCell;
@@ -38,6 +43,10 @@ const SIGNALS: Token = Token(usize::MAX - 1);
 const STDIN: Token = Token(usize::MAX - 2);
 const WAKER: Token = Token(usize::MAX - 3);
 const IDENTITY_FILE: Token = Token(usize::MAX - 4);
+const METRICS_LISTENER: Token = Token(usize::MAX - 5);
+const HEALTH_PROBE: Token = Token(usize::MAX - 6);
+/// The metrics listener's connection `slot` has token `METRICS_CONNS - slot`.
+const METRICS_CONNS: usize = usize::MAX - 7;
 
 /// Token of a connection's client (`side` 0) or upstream (`side` 1) socket.
 fn token(slot: usize, side: usize) -> Token {
@@ -72,6 +81,10 @@ pub struct Proxy {
     learned: RefCell<Vec<Learned>>,
     /// The legacy SSE streams relayed, by session (`mcp::legacy`).
     legacy: RefCell<Routes>,
+    /// Counters, health, and audit records not yet written.
+    obs: RefCell<Observer>,
+    audit: Option<AuditFile>,
+    metrics: Option<MetricsServer>,
     slab: Slab,
     /// Every connection's deadline.
     timers: Timers,
@@ -91,6 +104,9 @@ pub struct Proxy {
 #[derive(Default)]
 struct Woken {
     accept: bool,
+    metrics_accept: bool,
+    probe: bool,
+    metrics_slots: Vec<usize>,
     stdin: bool,
     signals: bool,
     stop: bool,
@@ -135,6 +151,10 @@ pub enum BindError {
     ControlStdin(io::Error),
     /// The poll instance or the signal pipe could not be set up.
     Setup(io::Error),
+    /// `--audit-log` cannot be opened for appending.
+    AuditLog(io::Error),
+    /// `--metrics-listen` cannot be bound.
+    Metrics(io::Error),
 }
 
 impl std::fmt::Display for BindError {
@@ -146,6 +166,8 @@ impl std::fmt::Display for BindError {
                 write!(f, "--control-stdin: stdin must be {kinds} ({e})")
             }
             BindError::Setup(e) => write!(f, "cannot set up the event loop: {e}"),
+            BindError::AuditLog(e) => write!(f, "cannot open --audit-log: {e}"),
+            BindError::Metrics(e) => write!(f, "cannot listen on --metrics-listen: {e}"),
         }
     }
 }
@@ -155,7 +177,11 @@ impl std::error::Error for BindError {}
 impl From<BindError> for io::Error {
     fn from(e: BindError) -> io::Error {
         match e {
-            BindError::Listen(e) | BindError::ControlStdin(e) | BindError::Setup(e) => e,
+            BindError::Listen(e)
+            | BindError::ControlStdin(e)
+            | BindError::Setup(e)
+            | BindError::AuditLog(e)
+            | BindError::Metrics(e) => e,
         }
     }
 }
@@ -181,6 +207,15 @@ impl Proxy {
         } else {
             None
         };
+        let audit =
+            config.audit_log.as_ref().map(AuditFile::open).transpose().map_err(BindError::AuditLog)?;
+        let metrics = match config.metrics_listen {
+            Some(addr) => Some(
+                MetricsServer::bind(addr, poll.registry(), METRICS_LISTENER).map_err(BindError::Metrics)?,
+            ),
+            None => None,
+        };
+        let obs = RefCell::new(Observer::new(audit.is_some()));
         let stop = ShutdownHandle { waker, requested: Default::default() };
         let max_conns = connection_cap();
         debug!("accepting at most {max_conns} connections");
@@ -202,6 +237,9 @@ impl Proxy {
             stamps,
             learned: Default::default(),
             legacy: Default::default(),
+            obs,
+            audit,
+            metrics,
             slab: Slab::default(),
             pool: Pool::default(),
             touched: Vec::new(),
@@ -216,6 +254,11 @@ impl Proxy {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The metrics listener's address (`--metrics-listen`).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|m| m.addr)
     }
 
     /// A handle that stops `run` gracefully from another thread.
@@ -247,7 +290,9 @@ impl Proxy {
             self.accept(woken.accept, now);
             self.timers.expired(now, &mut self.touched);
             self.drive_touched(now);
+            self.serve_metrics(&mut woken, now);
             self.pool.expire(now);
+            self.write_audit();
             if self.shutdown_finished(now) {
                 return Ok(());
             }
@@ -264,6 +309,7 @@ impl Proxy {
         }
         [
             conn_deadline,
+            self.metrics.as_ref().and_then(MetricsServer::deadline),
             self.pool.next_expiry(),
             self.accept_paused_until,
             self.watch.as_ref().and_then(IdentityWatch::wake_at),
@@ -284,6 +330,11 @@ impl Proxy {
         for event in events.iter() {
             match event.token() {
                 LISTENER => woken.accept = true,
+                METRICS_LISTENER => woken.metrics_accept = true,
+                HEALTH_PROBE => woken.probe = true,
+                Token(t) if t <= METRICS_CONNS && t > METRICS_CONNS - crate::limits::MAX_METRICS_CONNS => {
+                    woken.metrics_slots.push(METRICS_CONNS - t);
+                }
                 WAKER => {
                     woken.stop |= self.stop.requested.load(Ordering::SeqCst);
                     // Windows delivers console events and stdin through the
@@ -324,13 +375,13 @@ impl Proxy {
             return false;
         };
         let (identities, eof) = control.read();
-        for identity in identities {
-            self.live.update(identity, "control stdin", &self.config.tools);
-        }
         if eof {
             info!("control stdin closed");
             control.channel.close(self.poll.registry());
             self.control = None;
+        }
+        for identity in identities {
+            self.set_identity(identity, "control stdin");
         }
         eof
     }
@@ -341,17 +392,68 @@ impl Proxy {
             return false;
         }
         let seen = self.signals.drain();
+        if seen.reopen {
+            match self.audit.as_mut() {
+                Some(a) => a.on_reopen_signal(),
+                None => info!("SIGUSR1 ignored: no --audit-log"),
+            }
+        }
+        let mut identity_seen = None;
         if seen.hangup {
             match self.watch.as_mut() {
                 Some(w) => {
                     if let Some(identity) = w.check(now, true) {
-                        self.live.update(identity, "identity file (SIGHUP)", &self.config.tools);
+                        identity_seen = Some(identity);
                     }
                 }
                 None => info!("SIGHUP ignored: no --identity-file"),
             }
         }
+        if let Some(identity) = identity_seen {
+            self.set_identity(identity, "identity file (SIGHUP)");
+        }
         seen.terminate
+    }
+
+    /// A new identity: in force for the next request, and in the audit log.
+    fn set_identity(&mut self, identity: crate::mcp::identity::Identity, source: &str) {
+        if let Some(previous) = self.live.update(identity, source, &self.config.tools) {
+            let record = Record::IdentityChanged { previous: previous.into() };
+            self.obs.borrow_mut().record(epoch_now(), &self.live.identity.agent, &record);
+        }
+    }
+
+    /// The metrics listener's turn: new clients, ready ones, the probe,
+    /// deadlines.
+    fn serve_metrics(&mut self, woken: &mut Woken, now: Instant) {
+        let Some(m) = self.metrics.as_mut() else { return };
+        let streams = self.slab.entries.iter().flatten().filter(|c| c.is_streaming()).count();
+        let gauges =
+            Gauges { sessions: self.sessions.borrow().len(), client_connections: self.slab.live, streams };
+        let view = View { config: &self.config, agent: &self.live.identity.agent, gauges, now };
+        let registry = self.poll.registry();
+        let mut obs = self.obs.borrow_mut();
+        if woken.metrics_accept {
+            m.accept(registry, METRICS_CONNS);
+        }
+        if woken.probe {
+            m.probe_event(registry, &mut obs, &view);
+        }
+        for slot in woken.metrics_slots.drain(..) {
+            m.drive(slot, registry, &mut obs, &view);
+        }
+        if m.deadline().is_some_and(|d| now >= d) {
+            m.expire(registry, &mut obs, &view);
+        }
+    }
+
+    /// The records of this turn, in one write (none while idle).
+    fn write_audit(&mut self) {
+        let Some(audit) = self.audit.as_mut() else { return };
+        let mut obs = self.obs.borrow_mut();
+        let Some((buf, records)) = obs.take_pending() else { return };
+        audit.write(&buf, records, &mut obs.metrics);
+        obs.give_back(buf);
     }
 
     /// Stop accepting; every open connection finishes its exchange.
@@ -370,7 +472,7 @@ impl Proxy {
 
     fn check_identity_file(&mut self, now: Instant) {
         if let Some(identity) = self.watch.as_mut().and_then(|w| w.check(now, false)) {
-            self.live.update(identity, "identity file", &self.config.tools);
+            self.set_identity(identity, "identity file");
         }
     }
 
@@ -458,6 +560,8 @@ impl Proxy {
             stamps: &self.stamps,
             learned: &self.learned,
             legacy: &self.legacy,
+            observing: self.audit.is_some() || self.metrics.is_some(),
+            obs: &self.obs,
         };
         for &slot in &self.touched {
             drive_slot(&self.poll, &mut self.slab, &mut self.pool, &mut self.again, slot, &ctx);
@@ -514,6 +618,18 @@ fn drive_slot(poll: &Poll, slab: &mut Slab, pool: &mut Pool, again: &mut Vec<usi
             return;
         };
         let verdict = conn.drive(ctx);
+        if ctx.observing {
+            let mut obs = ctx.obs.borrow_mut();
+            let (bytes_in, bytes_out) = conn.take_traffic();
+            obs.metrics.bytes(bytes_in, bytes_out);
+            let records = conn.take_records();
+            if records.len() > 0 {
+                let ts = epoch_now();
+                for r in records {
+                    obs.record(ts, ctx.agent, &r);
+                }
+            }
+        }
         match conn.take_released() {
             Some(Released::Reusable(mut stream)) => {
                 let _ = poll.registry().deregister(&mut stream);
@@ -565,4 +681,10 @@ fn drive_slot(poll: &Poll, slab: &mut Slab, pool: &mut Pool, again: &mut Vec<usi
         }
     }
     again.push(slot);
+}
+
+/// The time since the Unix epoch (for audit records; the loop's deadlines
+/// use `Instant`).
+fn epoch_now() -> Duration {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default()
 }

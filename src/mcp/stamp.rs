@@ -168,6 +168,10 @@ pub struct Plan {
     /// when it has no `params` object): what the tool policy checks,
     /// without scanning the body again.
     calls: SmallVec<[Option<Value>; 1]>,
+    /// (index in `calls`, value) of each stamped call that already had an
+    /// identity argument: what the client claimed (the audit log's
+    /// impersonation check reads it).
+    claims: SmallVec<[(usize, Value); 1]>,
 }
 
 impl Plan {
@@ -179,6 +183,12 @@ impl Plan {
     /// The tool name of each `tools/call` of the body (a span of it).
     pub fn called_tools(&self) -> &[Option<Value>] {
         &self.calls
+    }
+
+    /// The identity argument the client sent with the `index`th
+    /// `tools/call` (a span of the body), if it sent one.
+    pub fn claim(&self, index: usize) -> Option<Value> {
+        self.claims.iter().find(|(i, _)| *i == index).map(|&(_, v)| v)
     }
 
     /// Nothing to stamp: the body goes out byte for byte.
@@ -372,6 +382,7 @@ fn plan_message(
                 }
                 match found.value {
                     Some(v) => {
+                        plan.claims.push((plan.calls.len() - 1, v));
                         let insert = from_parts(&[b"\"", a, b"\""]);
                         Splice { start: v.start, end: v.end, insert }
                     }

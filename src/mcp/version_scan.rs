@@ -29,6 +29,8 @@ const MAX_KEY: usize = 32;
 const MAX_ID: usize = 1024;
 /// Raw `protocolVersion` text kept (versions are dates: 12 bytes).
 const MAX_VERSION: usize = 256;
+/// Raw `error.code` and `isError` text kept (an integer, a literal).
+const MAX_CODE: usize = 24;
 /// SSE field-name bytes kept: `data` and `event` are the only ones read.
 const MAX_FIELD_NAME: usize = 8;
 /// SSE `event` value bytes kept: only `message` (or empty) matters.
@@ -43,6 +45,17 @@ pub enum Scan {
     Version(String),
     /// The scan is over without a version.
     Missing(Why),
+}
+
+/// What an answer says (read from the same pass as the version).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A `result` that is not a tool error.
+    Ok,
+    /// An `error`, with its `code` when that is an integer.
+    Error(Option<i64>),
+    /// A `result` with `isError: true` (a tool's own failure).
+    ToolError,
 }
 
 /// Why no version was found.
@@ -110,6 +123,12 @@ impl VersionScan {
     /// Where the scan stands.
     pub fn state(&self) -> &Scan {
         &self.state
+    }
+
+    /// What the answer said, once it was read (any request's answer, not
+    /// only an `initialize`'s: the audit log reads outcomes this way).
+    pub fn outcome(&self) -> Option<Outcome> {
+        self.json.outcome
     }
 
     /// Reads the next payload bytes; returns the state after them. Once not
@@ -240,6 +259,8 @@ enum Role {
     Message,
     /// The `result` object of a message.
     Result,
+    /// The `error` object of a message.
+    Error,
 }
 
 /// A key the scan acts on, in the container it belongs to.
@@ -250,6 +271,9 @@ enum Field {
     Method,
     Result,
     ProtocolVersion,
+    Error,
+    IsError,
+    Code,
 }
 
 /// Which captured text a value in progress goes to.
@@ -258,6 +282,8 @@ enum Target {
     None,
     Id,
     Version,
+    Code,
+    IsError,
 }
 
 /// One JSON value (a message or a batch) read byte by byte.
@@ -280,8 +306,15 @@ struct JsonScan {
     result: bool,
     version: Capped,
     has_version: bool,
+    /// The message has an `error` member; its `code` text; the result's
+    /// `isError` text.
+    error: bool,
+    code: Capped,
+    is_error: Capped,
     /// The first answer to the request's id in this value.
     answer: Option<Scan>,
+    /// What that answer says.
+    outcome: Option<Outcome>,
 }
 
 impl JsonScan {
@@ -301,7 +334,11 @@ impl JsonScan {
             result: false,
             version: Capped::default(),
             has_version: false,
+            error: false,
+            code: Capped::default(),
+            is_error: Capped::default(),
             answer: None,
+            outcome: None,
         }
     }
 
@@ -312,6 +349,7 @@ impl JsonScan {
         self.stack.clear();
         self.target = Target::None;
         self.answer = None;
+        self.outcome = None;
     }
 
     fn role(&self) -> Option<Role> {
@@ -323,6 +361,8 @@ impl JsonScan {
             Target::None => {}
             Target::Id => self.id.push(b, MAX_ID),
             Target::Version => self.version.push(b, MAX_VERSION),
+            Target::Code => self.code.push(b, MAX_CODE),
+            Target::IsError => self.is_error.push(b, MAX_CODE),
         }
     }
 
@@ -424,6 +464,9 @@ impl JsonScan {
             Some(Role::Message) if is("method") => Field::Method,
             Some(Role::Message) if is("result") => Field::Result,
             Some(Role::Result) if is("protocolVersion") => Field::ProtocolVersion,
+            Some(Role::Message) if is("error") => Field::Error,
+            Some(Role::Result) if is("isError") => Field::IsError,
+            Some(Role::Error) if is("code") => Field::Code,
             _ => Field::Other,
         };
         self.lex = Lex::Colon;
@@ -446,6 +489,19 @@ impl JsonScan {
                 self.result = true;
                 self.has_version = false;
                 self.version.clear();
+                self.is_error.clear();
+            }
+            Field::Error => {
+                self.error = true;
+                self.code.clear();
+            }
+            Field::Code => {
+                self.code.clear();
+                self.target = Target::Code;
+            }
+            Field::IsError => {
+                self.is_error.clear();
+                self.target = Target::IsError;
             }
             Field::ProtocolVersion => {
                 self.version.clear();
@@ -467,6 +523,7 @@ impl JsonScan {
                     (None, true, _) | (Some(Role::Batch), true, _) => Role::Message,
                     (None, false, _) => Role::Batch,
                     (Some(Role::Message), true, Field::Result) => Role::Result,
+                    (Some(Role::Message), true, Field::Error) => Role::Error,
                     _ => Role::Other,
                 };
                 if self.stack.len() >= MAX_JSON_DEPTH {
@@ -479,6 +536,9 @@ impl JsonScan {
                     self.method = false;
                     self.result = false;
                     self.has_version = false;
+                    self.error = false;
+                    self.code.clear();
+                    self.is_error.clear();
                 }
                 self.stack.push((obj, role));
                 self.lex = if obj { Lex::KeyOrClose } else { Lex::ValueOrClose };
@@ -501,7 +561,7 @@ impl JsonScan {
             let kept = match self.target {
                 Target::Id => Some(&self.id),
                 Target::Version => Some(&self.version),
-                Target::None => None,
+                Target::Code | Target::IsError | Target::None => None,
             };
             // A captured scalar is checked in full; others by their bytes.
             if let Some(raw) = kept.and_then(Capped::whole) {
@@ -529,6 +589,14 @@ impl JsonScan {
             self.answer = Some(match self.version_text() {
                 Some(v) => Scan::Version(v),
                 None => Scan::Missing(Why::NoVersion),
+            });
+            self.outcome = Some(if self.error {
+                let code = self.code.whole().and_then(|c| std::str::from_utf8(c).ok()?.parse().ok());
+                Outcome::Error(code)
+            } else if self.result && self.is_error.whole() == Some(b"true") {
+                Outcome::ToolError
+            } else {
+                Outcome::Ok
             });
         }
         self.after_value();

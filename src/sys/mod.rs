@@ -57,6 +57,8 @@ pub struct SignalsSeen {
     pub terminate: bool,
     /// SIGHUP: re-read the identity file now (Unix only).
     pub hangup: bool,
+    /// SIGUSR1: reopen the audit log (Unix only).
+    pub reopen: bool,
 }
 
 /// What one read of the control channel gave.

@@ -53,7 +53,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
     }
 }
 
-/// SIGINT, SIGTERM and SIGHUP, delivered as readiness of a pipe.
+/// SIGINT, SIGTERM, SIGHUP and SIGUSR1, delivered as readiness of a pipe.
 pub struct Signals {
     receiver: mio::unix::pipe::Receiver,
     _sender: mio::unix::pipe::Sender,
@@ -65,7 +65,7 @@ impl Signals {
     pub fn install(registry: &Registry, token: Token, _waker: &Arc<Waker>) -> io::Result<Signals> {
         let (sender, mut receiver) = mio::unix::pipe::new()?;
         SIGNAL_FD.store(sender.as_raw_fd(), Ordering::Relaxed);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1] {
             // SAFETY: a zeroed sigaction with a valid handler and an empty
             // mask is a valid argument; the handler only calls write(2).
             let rc = unsafe {
@@ -94,6 +94,7 @@ impl Signals {
                     for &s in &buf[..n] {
                         match libc::c_int::from(s) {
                             libc::SIGHUP => seen.hangup = true,
+                            libc::SIGUSR1 => seen.reopen = true,
                             _ => seen.terminate = true,
                         }
                     }

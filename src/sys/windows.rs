@@ -82,7 +82,7 @@ impl Signals {
     /// Which events arrived since the last drain (never a hangup: Windows
     /// has no SIGHUP).
     pub fn drain(&mut self) -> SignalsSeen {
-        SignalsSeen { terminate: TERMINATE.swap(false, Ordering::SeqCst), hangup: false }
+        SignalsSeen { terminate: TERMINATE.swap(false, Ordering::SeqCst), hangup: false, reopen: false }
     }
 }
 

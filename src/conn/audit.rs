@@ -1,0 +1,230 @@
+//! The audit records of one exchange: each JSON-RPC request of its body
+//! (what it is, read once when the body is whole), its answer's outcome
+//! (read as the answer streams past, by the same reader as an
+//! `initialize`'s version), and the session events it caused. Records are
+//! queued on the connection; the loop hands them to the `Observer` (which
+//! stamps the time and the agent) after each drive. Nothing is built when
+//! neither the audit log nor the metrics listener is on.
+
+use super::answer::Answer;
+use super::Conn;
+use crate::mcp::initialize::Format;
+use crate::mcp::rpc::{self, Role};
+use crate::mcp::version_scan::{Outcome as Answered, VersionScan};
+use crate::obs::audit::{cut, Outcome, Record, Request, MAX_CLAIMED, MAX_NAME};
+use log::warn;
+use smallvec::SmallVec;
+use std::time::Instant;
+
+/// Most requests of one batch given a record each (a batch may be large;
+/// the rest are counted in the log line).
+const MAX_AUDITED: usize = 64;
+
+/// How an exchange ended, for its records.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum End {
+    /// The upstream's answer was relayed whole.
+    Relayed,
+    /// The answer was cut short (the upstream or the client went away).
+    Cut,
+    /// The proxy answered.
+    Proxy(Answer),
+}
+
+/// One request of the body.
+#[derive(Debug)]
+struct Audited {
+    id: Box<[u8]>,
+    method: Box<str>,
+    tool: Option<Box<str>>,
+    claimed: Option<Box<str>>,
+    /// Answered by the proxy in the upstream's place (a hidden tool).
+    hidden: bool,
+    scan: Option<VersionScan>,
+}
+
+/// The requests of the exchange's body.
+#[derive(Debug, Default)]
+pub(super) struct ExchangeAudit {
+    requests: SmallVec<[Audited; 1]>,
+    bytes_in: u64,
+}
+
+impl ExchangeAudit {
+    /// The requests of `body` (nothing for notifications and responses),
+    /// with each `tools/call`'s tool, and the identity it claimed when that
+    /// is not `agent` (`plan` has the spans the stamp scan found).
+    pub(super) fn read(
+        body: &[u8],
+        plan: &crate::mcp::stamp::Plan,
+        agent: &str,
+        policy: &crate::mcp::tools::Policy,
+        bytes_in: u64,
+    ) -> ExchangeAudit {
+        let mut a = ExchangeAudit { requests: SmallVec::new(), bytes_in };
+        let Ok(parsed) = rpc::parse(body) else { return a };
+        let mut call = 0;
+        let mut skipped = 0;
+        for m in parsed.messages() {
+            let is_call = m.is_method(rpc::TOOLS_CALL);
+            let index = call;
+            call += usize::from(is_call);
+            if m.role() != Role::Request {
+                continue;
+            }
+            if a.requests.len() >= MAX_AUDITED {
+                skipped += 1;
+                continue;
+            }
+            let method = m.method().map(|s| cut(&s, MAX_NAME).into()).unwrap_or_default();
+            let name = is_call.then(|| plan.called_tools().get(index).copied().flatten()).flatten();
+            let tool = name.and_then(|n| n.decode_str(body)).map(|t| cut(&t, MAX_NAME).into());
+            let claimed = plan.claim(index).filter(|_| is_call).and_then(|v| {
+                let text =
+                    v.decode_str(body).unwrap_or_else(|| String::from_utf8_lossy(v.bytes(body)).into_owned());
+                (text != agent).then(|| cut(&text, MAX_CLAIMED).into())
+            });
+            let hidden = is_call && !policy.allows_call(body, name.as_ref());
+            a.requests.push(Audited { id: m.id().json().into(), method, tool, claimed, hidden, scan: None });
+        }
+        if skipped > 0 {
+            warn!("audit: a batch of more than {MAX_AUDITED} requests: {skipped} of them get no record");
+        }
+        a
+    }
+
+    /// The answer is `format`: read each request's outcome from it.
+    pub(super) fn answer_format(&mut self, format: Format) {
+        for r in self.requests.iter_mut().filter(|r| !r.hidden) {
+            r.scan = VersionScan::new(format, &r.id);
+        }
+    }
+
+    /// Payload bytes of the answer.
+    pub(super) fn feed(&mut self, data: &[u8]) {
+        for r in &mut self.requests {
+            if let Some(s) = r.scan.as_mut() {
+                s.feed(data);
+            }
+        }
+    }
+
+    fn records(
+        &mut self,
+        session: &[u8],
+        status: u16,
+        ms: u64,
+        bytes_out: u64,
+        end: End,
+        out: &mut Vec<Record>,
+    ) {
+        for r in self.requests.drain(..) {
+            let mut rec = Request {
+                session: (!session.is_empty()).then(|| session.into()),
+                id: r.id,
+                method: r.method,
+                tool: r.tool,
+                status,
+                duration_ms: ms,
+                bytes_in: self.bytes_in,
+                bytes_out,
+                claimed: r.claimed,
+                ..Request::default()
+            };
+            let answered = r.scan.as_ref().and_then(VersionScan::outcome);
+            let (outcome, error_type, reason) = match (end, r.hidden) {
+                (End::Proxy(a), _) => proxy_outcome(a),
+                // The rest of a batch went on; this call the proxy answered.
+                (_, true) => (Outcome::Refused, Some(rpc::INVALID_PARAMS.to_string()), Some("hidden_tool")),
+                (End::Cut, false) if answered.is_none() => (Outcome::Cut, None, None),
+                (_, false) => match answered {
+                    Some(Answered::Ok) => (Outcome::Ok, None, None),
+                    Some(Answered::ToolError) => (Outcome::ToolError, None, None),
+                    Some(Answered::Error(code)) => {
+                        (Outcome::Error, Some(code.map_or("error".to_string(), |c| c.to_string())), None)
+                    }
+                    // A legacy SSE POST: its answer travels on the stream.
+                    None if status == 202 => (Outcome::Ok, None, None),
+                    None if status >= 400 => (Outcome::Error, Some(status.to_string()), None),
+                    None => (Outcome::Error, Some("no_answer".to_string()), None),
+                },
+            };
+            rec.by_proxy = matches!(end, End::Proxy(_)) || r.hidden;
+            rec.outcome = Some(outcome);
+            rec.error_type = error_type.map(Into::into);
+            rec.reason = reason;
+            out.push(Record::Request(rec));
+        }
+    }
+}
+
+/// A proxy answer's outcome, `error.type` and reason.
+fn proxy_outcome(a: Answer) -> (Outcome, Option<String>, Option<&'static str>) {
+    let code = Some(a.jsonrpc_code().to_string());
+    match a {
+        Answer::HiddenTool | Answer::HiddenToolLegacy => (Outcome::Refused, code, Some("hidden_tool")),
+        Answer::UpstreamUnavailable | Answer::UpstreamUnreachable | Answer::ConnectTimeout => {
+            (Outcome::Error, Some("upstream_unavailable".into()), Some("upstream_unavailable"))
+        }
+        Answer::UpstreamTimeout => (Outcome::Error, Some("timeout".into()), Some("timeout")),
+        Answer::BadUpstream | Answer::UpstreamClosed => {
+            (Outcome::Error, Some("bad_upstream".into()), Some("bad_upstream"))
+        }
+        _ => (Outcome::Refused, code, Some("refused_body")),
+    }
+}
+
+impl Conn {
+    /// The body is whole: note its requests when someone observes.
+    pub(super) fn audit_request(&mut self, observing: bool, agent: &str, policy: &crate::mcp::tools::Policy) {
+        if !observing {
+            return;
+        }
+        let bytes_in = (self.ex.req.len + self.ex.body.len()) as u64;
+        let a = ExchangeAudit::read(&self.ex.body, &self.ex.plan, agent, policy, bytes_in);
+        self.ex.audit = (!a.requests.is_empty()).then(|| Box::new(a));
+    }
+
+    /// The exchange is over: its requests' records.
+    pub(super) fn audit_end(&mut self, now: Instant, end: End) {
+        let Some(mut a) = self.ex.audit.take() else { return };
+        let ms = self.ex.start.map_or(0, |s| now.saturating_duration_since(s).as_millis() as u64);
+        a.records(&self.ex.session_id, self.ex.status, ms, self.ex.bytes_out, end, &mut self.records);
+    }
+
+    /// The session events a response head tells of: an `initialize`
+    /// answered with a session id, a DELETE of the session that passed.
+    pub(super) fn audit_session(&mut self, resp: &crate::http::head::ResponseHead) {
+        let method = self.ex.req.method.as_slice();
+        let ok = (200..300).contains(&resp.status);
+        if method == b"DELETE" && ok && !self.ex.session_id.is_empty() {
+            self.records.push(Record::SessionDeleted { session: self.ex.session_id.as_slice().into() });
+        } else if method == b"POST" && ok && self.ex.session_id.is_empty() {
+            let init = self
+                .ex
+                .audit
+                .as_ref()
+                .is_some_and(|a| a.requests.iter().any(|r| &*r.method == rpc::INITIALIZE));
+            if let Some(id) =
+                resp.headers.get_name(crate::http::headers::name::MCP_SESSION_ID).filter(|_| init)
+            {
+                self.records.push(Record::SessionCreated { session: id.into() });
+            }
+        }
+    }
+
+    /// A recorded session's re-initialisation ended (`ok`: it succeeded).
+    pub(super) fn audit_reinit(&mut self, ok: bool) {
+        self.records.push(Record::SessionReinitialised { session: self.ex.session_id.as_slice().into(), ok });
+    }
+
+    /// Bytes read from the client and written to it since the last call.
+    pub fn take_traffic(&mut self) -> (u64, u64) {
+        std::mem::take(&mut self.traffic)
+    }
+
+    /// Records for the loop's `Observer`.
+    pub fn take_records(&mut self) -> std::vec::Drain<'_, Record> {
+        self.records.drain(..)
+    }
+}

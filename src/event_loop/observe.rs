@@ -1,0 +1,461 @@
+//! The audit log's file and the metrics listener: the I/O around
+//! `obs::Observer`.
+//!
+//! - `AuditFile` appends the buffered records with one write per loop turn
+//!   (none while idle), rotates to `PATH.1` before the file would pass
+//!   `--audit-max-bytes`, and reopens on SIGUSR1. A failed write is said
+//!   once at warn; its records are dropped and counted, relaying goes on.
+//! - `MetricsServer` answers `GET /metrics` and `GET /healthz` on its own
+//!   listener and never forwards anything. A `/healthz` whose knowledge is
+//!   stale waits for a connect to the upstream (no request is sent).
+
+use crate::config::{AuditLog, Config};
+use crate::http::guard::bearer_matches;
+use crate::limits::{HEALTH_PROBE_TIMEOUT, MAX_METRICS_CONNS, METRICS_REQUEST_TIMEOUT};
+use crate::obs::metrics::{Gauges, Metrics};
+use crate::obs::Observer;
+use crate::sys;
+use log::{debug, info, warn};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Interest, Registry, Token};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Where the audit records go.
+pub(super) struct AuditFile {
+    /// `None`: stderr.
+    path: Option<PathBuf>,
+    file: Option<File>,
+    /// Bytes in the current file (for `--audit-max-bytes`).
+    size: u64,
+    max_bytes: Option<u64>,
+    /// A failure was said at warn; said again only after a success.
+    failing: bool,
+}
+
+impl AuditFile {
+    /// Opens the log (appending); an error here stops the start.
+    pub(super) fn open(cfg: &AuditLog) -> io::Result<AuditFile> {
+        let mut a = AuditFile {
+            path: cfg.path.clone(),
+            file: None,
+            size: 0,
+            max_bytes: cfg.max_bytes,
+            failing: false,
+        };
+        if a.path.is_some() {
+            a.reopen()?;
+        }
+        Ok(a)
+    }
+
+    fn reopen(&mut self) -> io::Result<()> {
+        let Some(path) = &self.path else { return Ok(()) };
+        self.file = None;
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        self.size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        self.file = Some(file);
+        Ok(())
+    }
+
+    /// SIGUSR1: the file was moved away (logrotate); start a new one.
+    pub(super) fn on_reopen_signal(&mut self) {
+        if self.path.is_none() {
+            return;
+        }
+        match self.reopen() {
+            Ok(()) => info!("audit log reopened"),
+            Err(e) => self.fail(&e, 0, None),
+        }
+    }
+
+    /// Writes `buf` (`records` records): one write. Rotation first when
+    /// the file would pass the bound.
+    pub(super) fn write(&mut self, buf: &[u8], records: u64, metrics: &mut Metrics) {
+        if self.path.is_none() {
+            let mut err = io::stderr().lock();
+            if let Err(e) = err.write_all(buf) {
+                self.fail(&e, records, Some(metrics));
+            }
+            return;
+        }
+        if let Some(max) = self.max_bytes {
+            if self.size > 0 && self.size + buf.len() as u64 > max {
+                if let Err(e) = self.rotate() {
+                    self.fail(&e, 0, None);
+                }
+            }
+        }
+        if self.file.is_none() {
+            // A reopen that failed: try again, as a write would.
+            if let Err(e) = self.reopen() {
+                self.fail(&e, records, Some(metrics));
+                return;
+            }
+        }
+        let Some(file) = self.file.as_mut() else { return };
+        match file.write_all(buf) {
+            Ok(()) => {
+                self.size += buf.len() as u64;
+                if std::mem::take(&mut self.failing) {
+                    info!("audit log writable again");
+                }
+            }
+            Err(e) => self.fail(&e, records, Some(metrics)),
+        }
+    }
+
+    fn rotate(&mut self) -> io::Result<()> {
+        let Some(path) = self.path.clone() else { return Ok(()) };
+        let mut to = path.clone().into_os_string();
+        to.push(".1");
+        self.file = None;
+        std::fs::rename(&path, PathBuf::from(to))?;
+        self.reopen()?;
+        debug!("audit log rotated");
+        Ok(())
+    }
+
+    fn fail(&mut self, e: &io::Error, records: u64, metrics: Option<&mut Metrics>) {
+        if let Some(m) = metrics {
+            m.audit_dropped(records);
+        }
+        if !std::mem::replace(&mut self.failing, true) {
+            warn!("audit log: {}: records are dropped (and counted) until it works again", e.kind());
+        }
+    }
+}
+
+/// One client of the metrics listener.
+struct MetricsConn {
+    stream: TcpStream,
+    loopback: bool,
+    head: Vec<u8>,
+    out: Vec<u8>,
+    written: usize,
+    deadline: Instant,
+    /// A `/healthz` waiting for the probe connect.
+    awaits_probe: bool,
+}
+
+/// The probe connect of a stale `/healthz`.
+struct Probe {
+    stream: TcpStream,
+    deadline: Instant,
+}
+
+/// The `--metrics-listen` listener and its connections.
+pub(super) struct MetricsServer {
+    listener: TcpListener,
+    pub(super) addr: SocketAddr,
+    conns: Vec<Option<MetricsConn>>,
+    probe: Option<Probe>,
+}
+
+/// What the metrics listener needs from the loop to answer.
+pub(super) struct View<'a> {
+    pub config: &'a Config,
+    pub agent: &'a str,
+    pub gauges: Gauges,
+    pub now: Instant,
+}
+
+impl MetricsServer {
+    pub(super) fn bind(addr: SocketAddr, registry: &Registry, token: Token) -> io::Result<MetricsServer> {
+        let mut listener = sys::listen(addr)?;
+        let addr = listener.local_addr()?;
+        registry.register(&mut listener, token, Interest::READABLE)?;
+        Ok(MetricsServer { listener, addr, conns: Vec::new(), probe: None })
+    }
+
+    /// The earliest deadline (a slow client, the probe).
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        let conns = self.conns.iter().flatten().map(|c| c.deadline);
+        conns.chain(self.probe.as_ref().map(|p| p.deadline)).min()
+    }
+
+    pub(super) fn accept(&mut self, registry: &Registry, base: usize) {
+        loop {
+            let (mut stream, peer) = match self.listener.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    debug!("metrics listener: accept: {e}");
+                    return;
+                }
+            };
+            let Some(slot) = (0..MAX_METRICS_CONNS).find(|&i| self.conns.get(i).is_none_or(Option::is_none))
+            else {
+                debug!("metrics listener: {MAX_METRICS_CONNS} connections open: one refused");
+                continue;
+            };
+            if registry
+                .register(&mut stream, Token(base - slot), Interest::READABLE | Interest::WRITABLE)
+                .is_err()
+            {
+                continue;
+            }
+            if self.conns.len() <= slot {
+                self.conns.resize_with(slot + 1, || None);
+            }
+            self.conns[slot] = Some(MetricsConn {
+                stream,
+                loopback: peer.ip().is_loopback(),
+                head: Vec::new(),
+                out: Vec::new(),
+                written: 0,
+                deadline: Instant::now() + METRICS_REQUEST_TIMEOUT,
+                awaits_probe: false,
+            });
+        }
+    }
+
+    /// A connection's socket is ready (or a deadline passed): read its
+    /// request, answer it, write, close.
+    pub(super) fn drive(&mut self, slot: usize, registry: &Registry, obs: &mut Observer, view: &View) {
+        let Some(Some(c)) = self.conns.get_mut(slot) else { return };
+        let mut done = false;
+        if c.out.is_empty() && !c.awaits_probe {
+            let mut buf = [0u8; 2048];
+            loop {
+                match c.stream.read(&mut buf) {
+                    Ok(0) => {
+                        done = true;
+                        break;
+                    }
+                    Ok(n) => c.head.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        done = true;
+                        break;
+                    }
+                }
+                if c.head.len() > 8192 {
+                    break;
+                }
+            }
+            match route(&c.head, c.loopback, view.config) {
+                Route::Incomplete if c.head.len() > 8192 => {
+                    c.out = response(431, "text/plain", b"head too large\n")
+                }
+                Route::Incomplete if done || view.now >= c.deadline => {
+                    c.out = response(408, "text/plain", b"request not received in time\n")
+                }
+                Route::Incomplete => {}
+                Route::Answer(status, body) => c.out = response(status, "text/plain", body.as_bytes()),
+                Route::Metrics => {
+                    let mut text = String::new();
+                    obs.metrics.render(view.gauges, &mut text);
+                    c.out = response(200, "text/plain; version=0.0.4; charset=utf-8", text.as_bytes());
+                }
+                Route::Health if obs.health.stale(view.now) => {
+                    c.awaits_probe = true;
+                }
+                Route::Health => c.out = health(obs, view),
+            }
+        }
+        if c.awaits_probe {
+            if self.probe.is_none() {
+                self.start_probe(registry, obs, view);
+            }
+            return;
+        }
+        self.flush(slot, registry, view.now);
+    }
+
+    fn flush(&mut self, slot: usize, registry: &Registry, now: Instant) {
+        let Some(Some(c)) = self.conns.get_mut(slot) else { return };
+        let mut close = false;
+        while c.written < c.out.len() {
+            match c.stream.write(&c.out[c.written..]) {
+                Ok(0) => {
+                    close = true;
+                    break;
+                }
+                Ok(n) => c.written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    close = true;
+                    break;
+                }
+            }
+        }
+        if (!c.out.is_empty() && c.written >= c.out.len()) || now >= c.deadline + METRICS_REQUEST_TIMEOUT {
+            close = true;
+        }
+        if close {
+            if let Some(Some(mut c)) = self.conns.get_mut(slot).map(Option::take) {
+                let _ = c.stream.shutdown(std::net::Shutdown::Write);
+                let _ = registry.deregister(&mut c.stream);
+            }
+        }
+    }
+
+    fn start_probe(&mut self, registry: &Registry, obs: &mut Observer, view: &View) {
+        let addrs = &view.config.upstream.addrs;
+        let Some(&addr) = addrs.first() else { return };
+        match sys::connect(addr) {
+            Ok(mut stream) => {
+                if registry.register(&mut stream, super::HEALTH_PROBE, Interest::WRITABLE).is_ok() {
+                    let timeout = view.config.connect_timeout.min(HEALTH_PROBE_TIMEOUT);
+                    self.probe = Some(Probe { stream, deadline: view.now + timeout });
+                    return;
+                }
+                obs.health.unreachable(view.now);
+            }
+            Err(_) => obs.health.unreachable(view.now),
+        }
+        self.answer_waiting(registry, obs, view);
+    }
+
+    /// The probe's socket is ready, or its deadline passed.
+    pub(super) fn probe_event(&mut self, registry: &Registry, obs: &mut Observer, view: &View) {
+        let Some(p) = self.probe.as_mut() else { return };
+        let reached = match p.stream.take_error() {
+            Ok(None) => match p.stream.peer_addr() {
+                Ok(_) => Some(true),
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => None,
+                Err(_) => Some(false),
+            },
+            _ => Some(false),
+        };
+        let reached = match reached {
+            Some(r) => r,
+            None if view.now >= p.deadline => false,
+            None => return,
+        };
+        if let Some(mut p) = self.probe.take() {
+            let _ = registry.deregister(&mut p.stream);
+        }
+        if reached {
+            obs.health.reached(view.now);
+        } else {
+            obs.health.unreachable(view.now);
+        }
+        self.answer_waiting(registry, obs, view);
+    }
+
+    fn answer_waiting(&mut self, registry: &Registry, obs: &mut Observer, view: &View) {
+        for slot in 0..self.conns.len() {
+            if let Some(Some(c)) = self.conns.get_mut(slot) {
+                if c.awaits_probe {
+                    c.awaits_probe = false;
+                    c.out = health(obs, view);
+                    self.flush(slot, registry, view.now);
+                }
+            }
+        }
+    }
+
+    /// Deadlines: slow clients are cut off, a probe with no answer is a failure.
+    pub(super) fn expire(&mut self, registry: &Registry, obs: &mut Observer, view: &View) {
+        if self.probe.as_ref().is_some_and(|p| view.now >= p.deadline) {
+            self.probe_event(registry, obs, view);
+        }
+        for slot in 0..self.conns.len() {
+            let due = self.conns.get(slot).and_then(Option::as_ref).is_some_and(|c| view.now >= c.deadline);
+            if due {
+                self.drive(slot, registry, obs, view);
+                if let Some(Some(c)) = self.conns.get_mut(slot) {
+                    if c.out.is_empty() && !c.awaits_probe {
+                        c.out = response(408, "text/plain", b"request not received in time\n");
+                    }
+                    // One more timeout to write what it is owed, then it closes.
+                    if view.now >= c.deadline + METRICS_REQUEST_TIMEOUT {
+                        if let Some(Some(mut c)) = self.conns.get_mut(slot).map(Option::take) {
+                            let _ = registry.deregister(&mut c.stream);
+                        }
+                        continue;
+                    }
+                }
+                self.flush(slot, registry, view.now);
+            }
+        }
+    }
+}
+
+enum Route {
+    Incomplete,
+    Metrics,
+    Health,
+    Answer(u16, &'static str),
+}
+
+/// What a request head asks for.
+fn route(head: &[u8], loopback: bool, config: &Config) -> Route {
+    let mut fields = [httparse::EMPTY_HEADER; 32];
+    let mut req = httparse::Request::new(&mut fields);
+    match req.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Route::Incomplete,
+        Err(_) => return Route::Answer(400, "bad request\n"),
+    }
+    // Off loopback, the client token is required, as on the MCP listener.
+    if let (false, Some(secret)) = (loopback, config.client_token.as_deref()) {
+        let auth = req.headers.iter().find(|h| h.name.eq_ignore_ascii_case("authorization"));
+        if !auth.is_some_and(|h| bearer_matches(h.value, secret.as_bytes())) {
+            return Route::Answer(401, "client token required\n");
+        }
+    }
+    let path = req.path.unwrap_or("");
+    let path = path.split('?').next().unwrap_or("");
+    match (req.method.unwrap_or(""), path) {
+        ("GET", "/metrics") => Route::Metrics,
+        ("GET", "/healthz") => Route::Health,
+        (_, "/metrics" | "/healthz") => Route::Answer(405, "only GET\n"),
+        _ => Route::Answer(404, "only /metrics and /healthz here\n"),
+    }
+}
+
+fn response(status: u16, content_type: &str, body: &[u8]) -> Vec<u8> {
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "Error",
+    };
+    let mut out = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// `/healthz`: 200 while the upstream answers, 503 once it has been
+/// unreachable for longer than the restart grace.
+fn health(obs: &Observer, view: &View) -> Vec<u8> {
+    let r = obs.health.report(view.now, view.config.restart_grace);
+    let mut body = Vec::new();
+    body.extend_from_slice(b"{\"status\":");
+    body.extend_from_slice(if r.healthy { b"\"ok\"" } else { b"\"unavailable\"" });
+    body.extend_from_slice(b",\"agent\":");
+    crate::mcp::json::write_json_string(view.agent, &mut body);
+    body.extend_from_slice(b",\"upstream_reachable\":");
+    body.extend_from_slice(match r.reachable {
+        Some(true) => b"true",
+        Some(false) => b"false",
+        None => b"null",
+    });
+    let _ = write!(body, ",\"sessions\":{}", view.gauges.sessions);
+    body.extend_from_slice(b",\"seconds_since_last_answer\":");
+    match r.since_answer {
+        Some(d) => {
+            let _ = write!(body, "{:.3}", d.as_secs_f64());
+        }
+        None => body.extend_from_slice(b"null"),
+    }
+    body.extend_from_slice(b"}\n");
+    response(if r.healthy { 200 } else { 503 }, "application/json", &body)
+}

@@ -1,0 +1,293 @@
+//! The audit log's records: JSON Lines, one object per line, its keys in a
+//! fixed order (README "Audit log" lists them). Keys follow OpenTelemetry's
+//! semantic conventions for MCP where they have one (`mcp.session.id`,
+//! `jsonrpc.request.id`, `mcp.method.name`, `gen_ai.tool.name`,
+//! `http.response.status_code`, `error.type`). A record never holds an
+//! argument value other than `claimed`, a token or a header value (the
+//! session id is the one header the operator needs to follow a session).
+
+use super::clock::write_rfc3339_millis;
+use crate::mcp::json::write_json_string;
+use std::time::Duration;
+
+/// Longest method or tool name written (a client may send any length).
+pub const MAX_NAME: usize = 128;
+/// Longest id text written as sent; a longer one is written as `null`.
+pub const MAX_ID: usize = 256;
+/// Bytes of a claimed identity kept (cut at a character boundary).
+pub const MAX_CLAIMED: usize = 64;
+
+/// How a request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Outcome {
+    /// A result (not a tool error), or a legacy POST the upstream accepted.
+    Ok,
+    /// A JSON-RPC error, or an HTTP error status without one.
+    Error,
+    /// A `tools/call` result with `isError: true`.
+    ToolError,
+    /// Answered by the proxy without asking the upstream (the policy, a
+    /// body it cannot vouch for).
+    Refused,
+    /// The answer was cut short (the upstream or the client went away).
+    Cut,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 5] =
+        [Outcome::Ok, Outcome::Error, Outcome::ToolError, Outcome::Refused, Outcome::Cut];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error => "error",
+            Outcome::ToolError => "tool_error",
+            Outcome::Refused => "refused",
+            Outcome::Cut => "cut",
+        }
+    }
+}
+
+/// One JSON-RPC request, as relayed or answered.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    /// The session id the client holds (none outside a session).
+    pub session: Option<Box<[u8]>>,
+    /// The request's id, its JSON text as sent.
+    pub id: Box<[u8]>,
+    pub method: Box<str>,
+    /// `params.name` of a `tools/call`.
+    pub tool: Option<Box<str>>,
+    pub status: u16,
+    pub outcome: Option<Outcome>,
+    /// The JSON-RPC error code as a string, the HTTP status, or the
+    /// proxy's reason.
+    pub error_type: Option<Box<str>>,
+    pub by_proxy: bool,
+    /// Why the proxy answered (`refused_body`, `hidden_tool`,
+    /// `upstream_unavailable`, `timeout`, `bad_upstream`).
+    pub reason: Option<&'static str>,
+    pub duration_ms: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// The identity argument the client sent, when it is not the agent's
+    /// name: its first `MAX_CLAIMED` bytes.
+    pub claimed: Option<Box<str>>,
+}
+
+/// One audit record's event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    Request(Request),
+    /// An `initialize` answered with a session id.
+    SessionCreated {
+        session: Box<[u8]>,
+    },
+    /// A recorded session re-initialised after an upstream restart.
+    SessionReinitialised {
+        session: Box<[u8]>,
+        ok: bool,
+    },
+    /// The client's DELETE of its session passed.
+    SessionDeleted {
+        session: Box<[u8]>,
+    },
+    /// The identity in force changed (its name, or only its token).
+    IdentityChanged {
+        previous: Box<str>,
+    },
+}
+
+/// `text`'s first `max` bytes, cut at a character boundary.
+pub fn cut(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.get(..end).unwrap_or_default()
+}
+
+fn key(out: &mut Vec<u8>, k: &str) {
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(k.as_bytes());
+    out.extend_from_slice(b"\":");
+}
+
+fn string(out: &mut Vec<u8>, k: &str, v: &str) {
+    key(out, k);
+    write_json_string(v, out);
+}
+
+fn bytes(out: &mut Vec<u8>, k: &str, v: &[u8]) {
+    string(out, k, &String::from_utf8_lossy(v));
+}
+
+fn number(out: &mut Vec<u8>, k: &str, v: u64) {
+    key(out, k);
+    let mut b = itoa(v);
+    out.append(&mut b);
+}
+
+fn itoa(mut v: u64) -> Vec<u8> {
+    let mut digits = Vec::with_capacity(20);
+    loop {
+        digits.push(b'0' + (v % 10) as u8);
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    digits.reverse();
+    digits
+}
+
+/// Appends `record` as one line: `ts` (since the epoch), `event`, `agent`
+/// (the name in force), then the event's keys.
+pub fn write_record(ts: Duration, agent: &str, record: &Record, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"{\"ts\":\"");
+    write_rfc3339_millis(ts, out);
+    out.push(b'"');
+    let event = match record {
+        Record::Request(_) => "request",
+        Record::SessionCreated { .. } => "session.created",
+        Record::SessionReinitialised { .. } => "session.reinitialised",
+        Record::SessionDeleted { .. } => "session.deleted",
+        Record::IdentityChanged { .. } => "identity.changed",
+    };
+    string(out, "event", event);
+    string(out, "agent", agent);
+    match record {
+        Record::Request(r) => write_request(r, out),
+        Record::SessionCreated { session } | Record::SessionDeleted { session } => {
+            bytes(out, "mcp.session.id", session);
+        }
+        Record::SessionReinitialised { session, ok } => {
+            bytes(out, "mcp.session.id", session);
+            string(out, "result", if *ok { "ok" } else { "failed" });
+        }
+        Record::IdentityChanged { previous } => string(out, "previous_agent", previous),
+    }
+    out.extend_from_slice(b"}\n");
+}
+
+fn write_request(r: &Request, out: &mut Vec<u8>) {
+    if let Some(s) = &r.session {
+        bytes(out, "mcp.session.id", s);
+    }
+    key(out, "jsonrpc.request.id");
+    // The id's own JSON text (a number or a string, as the strict scanner
+    // read it: no raw line break can be in it).
+    if r.id.is_empty() || r.id.len() > MAX_ID {
+        out.extend_from_slice(b"null");
+    } else {
+        out.extend_from_slice(&r.id);
+    }
+    string(out, "mcp.method.name", cut(&r.method, MAX_NAME));
+    if let Some(t) = &r.tool {
+        string(out, "gen_ai.tool.name", cut(t, MAX_NAME));
+    }
+    number(out, "http.response.status_code", u64::from(r.status));
+    string(out, "outcome", r.outcome.unwrap_or(Outcome::Ok).as_str());
+    if let Some(e) = &r.error_type {
+        string(out, "error.type", e);
+    }
+    string(out, "answered_by", if r.by_proxy { "proxy" } else { "upstream" });
+    if let Some(why) = r.reason {
+        string(out, "reason", why);
+    }
+    number(out, "duration_ms", r.duration_ms);
+    number(out, "bytes_in", r.bytes_in);
+    number(out, "bytes_out", r.bytes_out);
+    if let Some(c) = &r.claimed {
+        string(out, "claimed", cut(c, MAX_CLAIMED));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn line(record: &Record) -> (String, Value) {
+        let mut out = Vec::new();
+        write_record(Duration::from_millis(1_796_168_405_123), "alice \"the\" agent", record, &mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.ends_with('\n') && text.matches('\n').count() == 1, "{text:?}");
+        let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        (text, v)
+    }
+
+    #[test]
+    fn a_request_record_has_its_keys_in_order() {
+        let r = Request {
+            session: Some(b"abc".as_slice().into()),
+            id: b"\"x\\\"1\"".as_slice().into(),
+            method: "tools/call".into(),
+            tool: Some("chat_send".into()),
+            status: 200,
+            outcome: Some(Outcome::ToolError),
+            error_type: None,
+            by_proxy: false,
+            reason: None,
+            duration_ms: 12,
+            bytes_in: 100,
+            bytes_out: 2000,
+            claimed: Some("bob\u{e9}".repeat(20).into()),
+        };
+        let (text, v) = line(&Record::Request(r));
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        let _ = keys; // serde_json sorts keys: the order is checked on the text.
+        let order = [
+            "ts",
+            "event",
+            "agent",
+            "mcp.session.id",
+            "jsonrpc.request.id",
+            "mcp.method.name",
+            "gen_ai.tool.name",
+            "http.response.status_code",
+            "outcome",
+            "answered_by",
+            "duration_ms",
+            "bytes_in",
+            "bytes_out",
+            "claimed",
+        ];
+        let at: Vec<usize> = order.iter().map(|k| text.find(&format!("\"{k}\":")).unwrap()).collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{text}");
+        assert_eq!(v["ts"], "2026-12-01T23:40:05.123Z");
+        assert_eq!(v["agent"], "alice \"the\" agent");
+        assert_eq!(v["jsonrpc.request.id"], "x\"1");
+        assert_eq!(v["outcome"], "tool_error");
+        let claimed = v["claimed"].as_str().unwrap();
+        assert!(claimed.len() <= MAX_CLAIMED && "bob\u{e9}".repeat(20).starts_with(claimed), "{claimed}");
+        assert_eq!(claimed.len(), 63, "cut at the character boundary before byte 64");
+    }
+
+    #[test]
+    fn a_proxy_answer_and_the_session_events() {
+        let r = Request {
+            id: b"7".as_slice().into(),
+            method: "tools/call".into(),
+            status: 200,
+            outcome: Some(Outcome::Refused),
+            error_type: Some("-32602".into()),
+            by_proxy: true,
+            reason: Some("hidden_tool"),
+            ..Request::default()
+        };
+        let (_, v) = line(&Record::Request(r));
+        assert_eq!((v["answered_by"].as_str(), v["reason"].as_str()), (Some("proxy"), Some("hidden_tool")));
+        assert_eq!(v["jsonrpc.request.id"], 7);
+        assert!(v.get("mcp.session.id").is_none() && v.get("claimed").is_none());
+        let long_id = Request { id: vec![b'1'; MAX_ID + 1].into(), ..Request::default() };
+        assert_eq!(line(&Record::Request(long_id)).1["jsonrpc.request.id"], Value::Null);
+        let (_, v) = line(&Record::SessionReinitialised { session: b"s\xff".as_slice().into(), ok: false });
+        assert_eq!(
+            (v["event"].as_str(), v["result"].as_str()),
+            (Some("session.reinitialised"), Some("failed"))
+        );
+        let (_, v) = line(&Record::IdentityChanged { previous: "old".into() });
+        assert_eq!(v["previous_agent"], "old");
+    }
+}

@@ -1,0 +1,91 @@
+//! RFC 3339 time stamps in UTC with milliseconds (`2026-12-01T23:40:05.123Z`)
+//! from a time since the Unix epoch; no time zone database, no clock read.
+
+use std::time::Duration;
+
+/// Appends `since_epoch` as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC).
+pub fn write_rfc3339_millis(since_epoch: Duration, out: &mut Vec<u8>) {
+    let secs = since_epoch.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days);
+    let fields = [
+        (y, 4, b'-'),
+        (m, 2, b'-'),
+        (d, 2, b'T'),
+        (rem / 3600, 2, b':'),
+        (rem % 3600 / 60, 2, b':'),
+        (rem % 60, 2, b'.'),
+        (u64::from(since_epoch.subsec_millis()), 3, b'Z'),
+    ];
+    for (value, width, sep) in fields {
+        push_padded(value, width, out);
+        out.push(sep);
+    }
+}
+
+fn push_padded(value: u64, width: u32, out: &mut Vec<u8>) {
+    let mut div = 10u64.pow(width.saturating_sub(1));
+    // Years past 9999 keep all their digits.
+    while value / div >= 10 {
+        div *= 10;
+    }
+    while div > 0 {
+        out.push(b'0' + (value / div % 10) as u8);
+        div /= 10;
+    }
+}
+
+/// The proleptic Gregorian (year, month, day) of a count of days since
+/// 1970-01-01: the days are counted in 400-year eras of 146,097 days, each
+/// starting on 1 March so that the leap day ends a year.
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468; // days from 0000-03-01
+    let era = z / 146_097;
+    let doe = z % 146_097; // day of era, 0..=146096
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // 0..=399
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // day of the March-based year
+    let mp = (5 * doy + 2) / 153; // March = 0
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(secs: u64, millis: u32) -> String {
+        let mut out = Vec::new();
+        write_rfc3339_millis(Duration::new(secs, millis * 1_000_000), &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn known_instants() {
+        assert_eq!(text(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(text(951_782_400, 7), "2000-02-29T00:00:00.007Z");
+        assert_eq!(text(1_796_168_405, 123), "2026-12-01T23:40:05.123Z");
+        assert_eq!(text(4_102_444_799, 999), "2099-12-31T23:59:59.999Z");
+        assert_eq!(text(253_402_300_800, 0), "10000-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn every_day_follows_the_one_before() {
+        // Day by day over 1970-2400, against a counter of the calendar.
+        let (mut y, mut m, mut d) = (1970, 1, 1);
+        for days in 0..157_000u64 {
+            assert_eq!(civil_from_days(days), (y, m, d), "day {days}");
+            let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+            let len =
+                [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][m as usize - 1];
+            d += 1;
+            if d > len {
+                (d, m) = (1, m + 1);
+                if m > 12 {
+                    (m, y) = (1, y + 1);
+                }
+            }
+        }
+    }
+}
