@@ -8,6 +8,7 @@ use crate::limits;
 use crate::mcp::identity::{self, Identity, IdentityError};
 use crate::mcp::stamp::{parse_stamp_arg, StampMap};
 use crate::mcp::tools::ToolFlags;
+use crate::probe;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -133,6 +134,8 @@ pub enum ConfigError {
     },
     Https,
     Resolve(String),
+    /// `--probe` with another argument (named, never its value).
+    ProbeNotAlone(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -168,6 +171,10 @@ impl fmt::Display for ConfigError {
                  until the file exists (or give --identity-file alone)"
             ),
             ConfigError::Resolve(host) => write!(f, "--upstream: cannot resolve host '{host}'"),
+            ConfigError::ProbeNotAlone(flag) => write!(
+                f,
+                "--probe URL takes no other argument (got {flag}): it probes the URL and exits"
+            ),
         }
     }
 }
@@ -187,6 +194,7 @@ USAGE (the identity comes from the flags, an identity file, or both):
     mcp-identity-proxy --upstream URL --identity-file PATH [OPTIONS]
     mcp-identity-proxy --upstream URL --agent NAME --token-file PATH \
         --identity-file PATH [OPTIONS]
+    mcp-identity-proxy --probe http://127.0.0.1:PORT/healthz
 
     Point the client at http://127.0.0.1:PORT plus the upstream's path
     (e.g. /mcp). Everything but the port line goes to stderr.
@@ -305,6 +313,18 @@ AUDIT AND HEALTH:
     -h, --help              print this help
     -V, --version           print the version
 
+HEALTH PROBE (for a HEALTHCHECK in an image without curl):
+    --probe URL             GET URL, http://HOST[:PORT][/PATH] (https is
+                            refused: no TLS), and exit: 0 on a 200, 1 on
+                            anything else (another status, a refused or
+                            closed connection, garbage, no status line
+                            within 3 s, a host name that does not
+                            resolve), 2 for a bad URL. Prints nothing on
+                            a 200, else one line on stderr saying why.
+                            Nothing else starts: any other argument with
+                            it is refused (exit 2); MCP_PROXY_TOKEN and
+                            RUST_LOG are ignored.
+
 OUTPUT:
     Once listening, prints exactly '  MCP proxy: port N' on stdout.
 
@@ -326,6 +346,7 @@ EXIT STATUS:
        or NUL)
     3  cannot bind the listen address (a fixed port in use prints
        '  MCP proxy: port N in use (shared with another instance)')
+    With --probe: 0 a 200, 1 anything else, 2 a bad URL or argument.
 
 EXAMPLE:
     $ mcp-identity-proxy --upstream http://127.0.0.1:8200/mcp \
@@ -371,6 +392,9 @@ pub struct Flags {
     pub audit_log: Option<String>,
     pub audit_max_bytes: Option<u64>,
     pub metrics_listen: Option<SocketAddr>,
+    /// `--probe URL`, syntax checked: a mode of its own (`Mode::Probe`),
+    /// so the walk refuses it beside any other argument.
+    pub probe: Option<probe::Url>,
 }
 
 impl Default for Flags {
@@ -399,24 +423,31 @@ impl Default for Flags {
             audit_log: None,
             audit_max_bytes: None,
             metrics_listen: None,
+            probe: None,
         }
     }
 }
 
 impl Flags {
     /// Walks argv (without the program name): `--flag value` or
-    /// `--flag=value`; `--help` and `--version` stop the walk.
+    /// `--flag=value`; `--help` and `--version` stop the walk, wherever
+    /// they are (with `--probe` too).
     pub fn parse<I>(args: I) -> Result<Flags, ConfigError>
     where
         I: IntoIterator<Item = String>,
     {
         let mut f = Flags::default();
         let mut args = args.into_iter();
+        // The first argument other than one `--probe`: refused with it.
+        let mut beside_probe: Option<String> = None;
         while let Some(arg) = args.next() {
             let (flag, inline) = match arg.split_once('=') {
                 Some((name, v)) if name.starts_with("--") => (name.to_string(), Some(v.to_string())),
                 _ => (arg.clone(), None),
             };
+            if flag != "--probe" || f.probe.is_some() {
+                beside_probe.get_or_insert_with(|| flag.clone());
+            }
             let mut value = |name: &'static str| -> Result<String, ConfigError> {
                 match inline.clone() {
                     Some(v) => Ok(v),
@@ -509,14 +540,47 @@ impl Flags {
                         })?;
                     f.metrics_listen = Some(addr);
                 }
+                "--probe" => {
+                    let url = probe::parse_url(&value("--probe")?)
+                        .map_err(|why| ConfigError::Invalid { flag: "--probe", why })?;
+                    f.probe = Some(url);
+                }
                 _ => return Err(ConfigError::UnknownFlag(arg)),
             }
+        }
+        if let (Some(_), Some(flag)) = (&f.probe, beside_probe) {
+            return Err(ConfigError::ProbeNotAlone(flag));
         }
         Ok(f)
     }
 }
 
-/// Parse argv (without the program name) and the environment.
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Mode {
+    /// Run the proxy.
+    Proxy(Box<Config>),
+    /// `--probe URL`: GET the URL, exit by its status; nothing else starts
+    /// and the environment (`MCP_PROXY_TOKEN`) is not read.
+    Probe(probe::Url),
+}
+
+/// Parse argv (without the program name) and the environment into what
+/// to run (`main`'s entry).
+pub fn parse_mode<I>(args: I, env_token: Option<String>) -> Result<Mode, ConfigError>
+where
+    I: IntoIterator<Item = String>,
+{
+    let mut flags = Flags::parse(args)?;
+    match flags.probe.take() {
+        Some(url) => Ok(Mode::Probe(url)),
+        None => Config::from_flags(flags, env_token).map(|c| Mode::Proxy(Box::new(c))),
+    }
+}
+
+/// Parse argv (without the program name) and the environment into the
+/// proxy's `Config` (`--probe` alone, no proxy setting, gets
+/// `Missing("--upstream")`).
 pub fn parse<I>(args: I, env_token: Option<String>) -> Result<Config, ConfigError>
 where
     I: IntoIterator<Item = String>,
@@ -555,6 +619,8 @@ impl Config {
             audit_log,
             audit_max_bytes,
             metrics_listen,
+            // Alone by `Flags::parse`: `--upstream` is missing beside it.
+            probe: _,
         } = flags;
         let upstream = parse_upstream(&upstream.ok_or(ConfigError::Missing("--upstream"))?)?;
         let identity = start_identity(agent, token_file, env_token, identity_file.as_deref())?;
@@ -1112,6 +1178,53 @@ mod tests {
         let e = parse(args(&format!("{UP} --identity-file {m}")), Some("tok-env".into())).unwrap_err();
         assert!(matches!(e, ConfigError::IdentityFile(..)), "{e:?}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn probe_is_a_mode_of_its_own_and_comes_alone() {
+        let url = "http://127.0.0.1:9100/healthz";
+        let want = probe::parse_url(url).unwrap();
+        for argv in [format!("--probe {url}"), format!("--probe={url}")] {
+            // The environment's token, even an invalid one, is not looked at.
+            match parse_mode(args(&argv), Some("not a token".into())) {
+                Ok(Mode::Probe(u)) => assert_eq!(u, want, "{argv}"),
+                other => panic!("{argv}: {other:?}"),
+            }
+        }
+        assert_eq!(Flags::parse(args(&format!("--probe {url}"))).unwrap().probe, Some(want));
+        // With anything else, in either order: refused, naming the other flag.
+        for (argv, other) in [
+            (format!("--probe {url} --upstream http://127.0.0.1:1/mcp"), "--upstream"),
+            (format!("--upstream=http://127.0.0.1:1/mcp --probe {url}"), "--upstream"),
+            (format!("--connect-timeout 1 --probe {url}"), "--connect-timeout"),
+            (format!("--probe {url} --control-stdin"), "--control-stdin"),
+            (format!("--probe {url} --probe {url}"), "--probe"),
+        ] {
+            let e = parse_mode(args(&argv), None).unwrap_err();
+            assert_eq!(e, ConfigError::ProbeNotAlone(other.into()), "{argv}");
+            assert!(e.to_string().contains(other), "{e}");
+        }
+        assert_eq!(
+            parse_mode(args(&format!("--probe {url} --bogus")), None).unwrap_err(),
+            ConfigError::UnknownFlag("--bogus".into())
+        );
+        // --help and --version still stop the walk.
+        assert_eq!(parse_mode(args(&format!("--probe {url} --help")), None).unwrap_err(), ConfigError::Help);
+        assert_eq!(parse_mode(args(&format!("-V --probe {url}")), None).unwrap_err(), ConfigError::Version);
+        assert_eq!(parse_mode(args("--probe"), None).unwrap_err(), ConfigError::MissingValue("--probe"));
+        for bad in ["https://127.0.0.1/healthz", "127.0.0.1:9/healthz", "http://h:0/"] {
+            let e = parse_mode(args(&format!("--probe {bad}")), None).unwrap_err();
+            assert!(matches!(e, ConfigError::Invalid { flag: "--probe", .. }), "{bad}: {e:?}");
+        }
+        // The proxy's own parse has nothing to run from a probe.
+        assert_eq!(
+            parse(args(&format!("--probe {url}")), None).unwrap_err(),
+            ConfigError::Missing("--upstream")
+        );
+        match parse_mode(args("--upstream http://127.0.0.1:1/mcp --agent a"), Some("t".into())) {
+            Ok(Mode::Proxy(c)) => assert_eq!(c.upstream.authority, "127.0.0.1:1"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

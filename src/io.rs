@@ -28,6 +28,13 @@ fn outcome(e: &io::Error) -> Outcome {
     }
 }
 
+/// A blocking socket's deadline passing, as the OS reports it: a read or
+/// write timeout is `WouldBlock` (EAGAIN) on Unix and `TimedOut` on
+/// Windows; `TcpStream::connect_timeout` gives `TimedOut`.
+pub fn timed_out(kind: io::ErrorKind) -> bool {
+    matches!(kind, io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}
+
 /// One `read` into `buf`, retried on EINTR.
 pub fn read_into<R: Read>(r: &mut R, buf: &mut [u8]) -> (usize, Outcome) {
     loop {

@@ -15,6 +15,8 @@
 //!
 //! `http` and `mcp` are pure (bytes in, values or offsets out) and never name
 //! mio, std::net or the clock; `event_loop` alone owns the `mio::Poll`.
+//! `probe` (`--probe URL`) is a mode of its own: one blocking std::net GET,
+//! no event loop.
 
 #![deny(unsafe_code)]
 
@@ -27,6 +29,7 @@ pub(crate) mod io;
 pub(crate) mod limits;
 pub mod mcp;
 pub mod obs;
+pub mod probe;
 #[cfg(test)]
 mod test_rng;
 // The OS layer: the one place allowed `unsafe`.

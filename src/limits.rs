@@ -237,3 +237,19 @@ pub const REOPEN_WAIT: Duration = Duration::from_secs(8);
 /// How often a waiting request looks at the session table (only while a
 /// re-initialisation is in flight).
 pub const REOPEN_POLL: Duration = Duration::from_millis(10);
+
+/// The whole of a `--probe`: connect, send the request, read the status
+/// line. The health endpoint is the proxy's own, answered in well under a
+/// millisecond on loopback; an event loop that cannot answer within 3 s is
+/// unhealthy. Well inside Docker's default HEALTHCHECK timeout (30 s), so
+/// the probe's own line, not Docker's kill, says what went wrong.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Most bytes of the answer a `--probe` reads: its status line must end
+/// within them. `HTTP/1.1 503 Service Unavailable` is 32 bytes; 1 KiB
+/// leaves room for any reason phrase.
+pub const PROBE_MAX_STATUS_LINE: usize = 1024;
+
+/// Most received bytes a failed `--probe` shows (escaped) in its one line
+/// on stderr: enough to recognise what answered, never a body.
+pub const PROBE_EXCERPT: usize = 32;

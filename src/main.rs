@@ -1,17 +1,28 @@
 //! Thin entry point: argv/env -> Config, logger, bind, port line, run,
-//! exit code (0 clean, 2 configuration, 3 bind).
+//! exit code (0 clean, 2 configuration, 3 bind); or `--probe URL`, its
+//! exit code (0 a 200, 1 anything else, 2 a bad URL).
 
 #![deny(unsafe_code)]
 
-use mcp_identity_proxy::config::{self, ConfigError, TOKEN_ENV, USAGE};
+use mcp_identity_proxy::config::{self, ConfigError, Mode, TOKEN_ENV, USAGE};
 use mcp_identity_proxy::event_loop::{BindError, Proxy};
+use mcp_identity_proxy::probe;
 use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let env_token = std::env::var(TOKEN_ENV).ok();
-    let config = match config::parse(std::env::args().skip(1), env_token) {
-        Ok(c) => c,
+    let config = match config::parse_mode(std::env::args().skip(1), env_token) {
+        Ok(Mode::Proxy(c)) => *c,
+        Ok(Mode::Probe(url)) => {
+            return match probe::run(&url) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(why) => {
+                    eprintln!("mcp-identity-proxy: probe {url}: {why}");
+                    ExitCode::from(1)
+                }
+            };
+        }
         Err(ConfigError::Help) => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;

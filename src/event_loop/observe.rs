@@ -187,7 +187,7 @@ impl MetricsServer {
                     return;
                 }
             };
-            let Some(slot) = (0..MAX_METRICS_CONNS).find(|&i| self.conns.get(i).is_none_or(Option::is_none))
+            let Some(slot) = (0..MAX_METRICS_CONNS).find(|&i| !matches!(self.conns.get(i), Some(Some(_))))
             else {
                 debug!("metrics listener: {MAX_METRICS_CONNS} connections open: one refused");
                 continue;

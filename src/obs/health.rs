@@ -46,7 +46,7 @@ impl Health {
 
     /// What is known is too old to answer from: probe first.
     pub fn stale(&self, now: Instant) -> bool {
-        self.last_attempt.is_none_or(|(at, _)| now.saturating_duration_since(at) > FRESH)
+        !self.last_attempt.is_some_and(|(at, _)| now.saturating_duration_since(at) <= FRESH)
     }
 
     /// Healthy while the upstream answers; unhealthy once it has been
@@ -55,7 +55,7 @@ impl Health {
     pub fn report(&self, now: Instant, grace: Duration) -> Report {
         let down_for = self.unreachable_since.map(|t| now.saturating_duration_since(t));
         Report {
-            healthy: self.last_attempt.is_some() && down_for.is_none_or(|d| d <= grace),
+            healthy: self.last_attempt.is_some() && !down_for.is_some_and(|d| d > grace),
             reachable: self.last_attempt.map(|(_, ok)| ok),
             since_answer: self.last_answer.map(|t| now.saturating_duration_since(t)),
         }

@@ -1,8 +1,8 @@
 //! Command-line contract: arguments, exit codes, the port
-//! line, signals, and the token never printed.
+//! line, signals, the token never printed, and `--probe`.
 
 use std::io::Write;
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -224,6 +224,7 @@ fn help_exits_0_and_mentions_every_flag() {
         "--idle-timeout",
         "--help",
         "--version",
+        "--probe",
     ] {
         assert!(text.contains(flag), "--help does not mention {flag}: {text}");
     }
@@ -441,4 +442,178 @@ fn control_stdin_on_a_regular_file_or_the_null_device_exits_2() {
         assert!(stderr.contains("--control-stdin: stdin must be"), "stdin {what}: {stderr}");
         assert!(out.stdout.is_empty(), "stdin {what}: the port line was printed");
     }
+}
+
+/// `--probe URL` run to completion: its exit status and stderr, and how
+/// long it took. It never writes to stdout.
+#[track_caller]
+fn probe(url: &str, envs: &[(&str, &str)]) -> (Option<i32>, String, Duration) {
+    let t0 = Instant::now();
+    let out = run(&["--probe", url], envs);
+    let took = t0.elapsed();
+    assert!(out.stdout.is_empty(), "--probe {url}: stdout {:?}", String::from_utf8_lossy(&out.stdout));
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned(), took)
+}
+
+/// Exit status 1 and one short line on stderr, which names the URL; the line.
+#[track_caller]
+fn assert_probe_fails(url: &str) -> String {
+    let (code, stderr, _) = probe(url, &[]);
+    assert_eq!(code, Some(1), "--probe {url}: stderr {stderr:?}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "--probe {url}: want one line, got {stderr:?}");
+    assert!(lines[0].len() < 300, "--probe {url}: a long line {stderr:?}");
+    assert!(lines[0].contains(url), "--probe {url}: the line does not name the URL: {stderr:?}");
+    assert!(!stderr.contains('\x1b'), "--probe {url}: a raw control byte reached stderr: {stderr:?}");
+    lines[0].to_string()
+}
+
+/// A health endpoint that answers every request with `answer` and closes.
+fn health(answer: impl Into<Vec<u8>>) -> (StubUpstream, String) {
+    let up = StubUpstream::fixed_then_close(answer);
+    let url = format!("http://127.0.0.1:{}/healthz", up.port);
+    (up, url)
+}
+
+#[test]
+fn probe_exits_0_on_a_200_printing_nothing() {
+    let (up, url) = health(response("200 OK", &[("Content-Type", "text/plain")], b"ok"));
+    // The container's environment carries the token and a log filter: ignored.
+    let (code, stderr, _) = probe(&url, &[("MCP_PROXY_TOKEN", TOKEN), ("RUST_LOG", "trace")]);
+    assert_eq!((code, stderr.as_str()), (Some(0), ""));
+    let req = up.only_request();
+    assert_eq!(
+        (req.method.as_str(), req.target.as_str(), req.version.as_str()),
+        ("GET", "/healthz", "HTTP/1.1")
+    );
+    assert_eq!(req.head.one("host"), up.authority());
+    assert_eq!(req.head.one("connection"), "close");
+    assert!(!req.head.has("authorization") && !req.raw_text().contains(TOKEN), "{}", req.raw_text());
+    // localhost needs no resolver; no path is "/".
+    let (code, stderr, _) = probe(&format!("http://localhost:{}", up.port), &[]);
+    assert_eq!((code, stderr.as_str()), (Some(0), ""));
+    assert_eq!(up.wait_requests(2, Duration::from_secs(5))[1].target, "/");
+}
+
+#[test]
+fn probe_reads_a_status_line_that_arrives_byte_by_byte() {
+    let up = StubUpstream::start(|_, s| {
+        let _ = s.set_nodelay(true);
+        for b in response("200 OK", &[], b"ok") {
+            let _ = s.write_all(&[b]);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Next::Close
+    });
+    let (code, stderr, _) = probe(&format!("http://127.0.0.1:{}/healthz", up.port), &[]);
+    assert_eq!((code, stderr.as_str()), (Some(0), ""));
+}
+
+#[test]
+fn probe_exits_1_on_another_status_naming_it_never_the_body() {
+    for (status, code) in
+        [("503 Service Unavailable", "503"), ("204 No Content", "204"), ("404 Not Found", "404")]
+    {
+        let (_up, url) = health(response(status, &[], b"down: BODY-NOT-SHOWN"));
+        let line = assert_probe_fails(&url);
+        assert!(line.contains(code), "{line}");
+        assert!(!line.contains("BODY-NOT-SHOWN"), "{line}");
+    }
+}
+
+#[test]
+fn probe_exits_1_on_garbage_showing_a_short_escaped_excerpt() {
+    let mut junk = b"SSH-2.0-OpenSSH_9.6\r\n\x1b[2J".to_vec();
+    junk.resize(64 * 1024, b'x');
+    let (_up, url) = health(junk);
+    let line = assert_probe_fails(&url);
+    assert!(line.contains("SSH-2.0-OpenSSH_9.6\\r\\n"), "{line}");
+    // A status line that never ends, and an HTTP/2 one.
+    let mut endless = b"HTTP/1.1 200 ".to_vec();
+    endless.resize(64 * 1024, b'x');
+    let (_up, url) = health(endless);
+    assert!(assert_probe_fails(&url).contains("no line end"));
+    let (_up, url) = health(&b"HTTP/2 200\r\n\r\n"[..]);
+    assert_probe_fails(&url);
+}
+
+/// A listener that takes one connection and closes it at once, unread;
+/// and one that sends half a status line, then closes.
+#[test]
+fn probe_exits_1_when_the_connection_closes_before_a_status_line() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://127.0.0.1:{}/healthz", listener.local_addr().unwrap().port());
+    let closer = std::thread::spawn(move || drop(listener.accept()));
+    assert_probe_fails(&url);
+    closer.join().unwrap();
+    let (_up, url) = health(&b"HTTP/1.1 20"[..]);
+    let line = assert_probe_fails(&url);
+    assert!(line.contains("closed") && line.contains("HTTP/1.1 20"), "{line}");
+}
+
+#[test]
+fn probe_exits_1_within_its_bound_when_nothing_answers() {
+    let silent = StubUpstream::silent();
+    let url = format!("http://127.0.0.1:{}/healthz", silent.port);
+    let t0 = Instant::now();
+    let line = assert_probe_fails(&url);
+    let took = t0.elapsed();
+    assert!(line.contains("no answer within"), "{line}");
+    // The bound is 3 s for the whole probe: gross limits either side.
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(8), "gave up after {took:?}");
+    silent.wait_requests(1, Duration::from_secs(1));
+}
+
+#[test]
+fn probe_exits_1_on_a_refused_port() {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    let (code, stderr, took) = probe(&url, &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.to_ascii_lowercase().contains("refused"), "{stderr}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // Nothing listens on it now, and nothing was started to.
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+}
+
+#[test]
+fn probe_bad_urls_exit_2_with_one_line() {
+    for (url, why) in [
+        ("https://127.0.0.1:9100/healthz", "https"),
+        ("127.0.0.1:9100/healthz", "http://"),
+        ("http://", "host"),
+        ("http://:9100/healthz", "host"),
+        ("http://127.0.0.1:0/healthz", "port"),
+        ("http://127.0.0.1:65536/healthz", "port"),
+        ("http://127.0.0.1:x/healthz", "port"),
+        ("http://::1/healthz", "brackets"),
+        ("http://[::1/healthz", "]"),
+        ("http://user:pw@127.0.0.1:9100/healthz", "user info"),
+        ("http://127.0.0.1:9100/a b", "ASCII"),
+    ] {
+        let err = assert_bad_arguments(&["--probe", url], &[]);
+        assert!(err.contains("--probe") && err.contains(why), "{url}: {err:?}");
+        assert!(!err.contains("pw@"), "{url}: {err:?}");
+    }
+    assert_bad_arguments(&["--probe"], &[]);
+}
+
+#[test]
+fn probe_with_any_other_argument_exits_2_and_starts_nothing() {
+    let (up, url) = health(response("200 OK", &[], b"ok"));
+    let t = tf();
+    for args in [
+        vec!["--probe", url.as_str(), "--upstream", UP, "--agent", "a", "--token-file", &t],
+        vec!["--upstream", UP, "--agent", "a", "--token-file", &t, "--probe", url.as_str()],
+        vec!["--probe", url.as_str(), "--connect-timeout", "1"],
+        vec!["--probe", url.as_str(), "--probe", url.as_str()],
+    ] {
+        let err = assert_bad_arguments(&args, &[]);
+        assert!(err.contains("--probe") && err.contains("no other argument"), "{args:?}: {err:?}");
+    }
+    assert_eq!(up.request_count(), 0, "a refused probe still probed");
+    // --help still wins, as everywhere.
+    let out = run(&["--probe", &url, "--help"], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--probe URL"));
 }
