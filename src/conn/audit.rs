@@ -182,6 +182,14 @@ impl Conn {
         }
         let bytes_in = (self.ex.req.len + self.ex.body.len()) as u64;
         let a = ExchangeAudit::read(&self.ex.body, &self.ex.plan, agent, policy, bytes_in);
+        for r in a.requests.iter().filter(|r| r.claimed.is_some()) {
+            warn!(
+                "conn {}: tools/call of {:?} claims to be {:?}, not {agent:?}: stamped as {agent:?}",
+                self.id,
+                r.tool.as_deref().unwrap_or(""),
+                r.claimed.as_deref().unwrap_or("")
+            );
+        }
         self.ex.audit = (!a.requests.is_empty()).then(|| Box::new(a));
     }
 
