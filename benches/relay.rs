@@ -8,7 +8,8 @@
 //!
 //! `cargo bench --bench relay`; tune with RELAY_BENCH_SECS (measure window
 //! per run, default 2), RELAY_BENCH_RUNS (runs per cell, median, default 3),
-//! RELAY_BENCH_NO_NGINX=1; for profiling one cell, RELAY_BENCH_SECTIONS=1
+//! RELAY_BENCH_NO_NGINX=1, RELAY_BENCH_PROXY_ARGS="--flag value ..." (extra
+//! flags for the proxy under test only); for profiling one cell, RELAY_BENCH_SECTIONS=1
 //! (any of 1,2,3, and 5: instructions per request under callgrind, not run
 //! by default) and RELAY_BENCH_CELLS=GET:32 (comma-separated). To see
 //! what many open connections cost each request, RELAY_BENCH_IDLE_STREAMS=N
@@ -180,6 +181,17 @@ fn relay_command(wrap: &[String], program: &str) -> Command {
     cmd
 }
 
+/// RELAY_BENCH_PROXY_ARGS (split on spaces) for the proxy under test, e.g.
+/// `--deny-tool x --audit-log /tmp/a.jsonl`; never for the base build
+/// (RELAY_BENCH_BASE_BIN), which may not know the flags.
+fn extra_proxy_args(bin: &str) -> Vec<String> {
+    let base = std::env::var("RELAY_BENCH_BASE_BIN").ok();
+    if base.as_deref() == Some(bin) {
+        return Vec::new();
+    }
+    std::env::var("RELAY_BENCH_PROXY_ARGS").unwrap_or_default().split_whitespace().map(String::from).collect()
+}
+
 /// Spawn `bin` as the proxy, run by the command `wrap` when it is not empty.
 fn spawn_under(wrap: &[String], bin: &str, upstream: SocketAddr, stderr: &Path) -> (Proc, Duration) {
     let err = std::fs::OpenOptions::new().create(true).append(true).open(stderr).expect("stderr file");
@@ -187,6 +199,7 @@ fn spawn_under(wrap: &[String], bin: &str, upstream: SocketAddr, stderr: &Path) 
     let t0 = Instant::now();
     let mut child = cmd
         .args(["--upstream", &format!("http://{upstream}/mcp"), "--agent", AGENT])
+        .args(extra_proxy_args(bin))
         .env("MCP_PROXY_TOKEN", TOKEN)
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())

@@ -62,7 +62,22 @@ impl ExchangeAudit {
         bytes_in: u64,
     ) -> ExchangeAudit {
         let mut a = ExchangeAudit { requests: SmallVec::new(), bytes_in };
-        let Ok(parsed) = rpc::parse(body) else { return a };
+        let Ok(parsed) = rpc::parse(body) else {
+            if body.iter().all(u8::is_ascii_whitespace) {
+                return a; // no body (a GET, a DELETE): no request
+            }
+            // Not JSON (refused): one record with a null id.
+            let none = Audited {
+                id: b"null".as_slice().into(),
+                method: "".into(),
+                tool: None,
+                claimed: None,
+                hidden: false,
+                scan: None,
+            };
+            a.requests.push(none);
+            return a;
+        };
         let mut call = 0;
         let mut skipped = 0;
         for m in parsed.messages() {
@@ -234,5 +249,96 @@ impl Conn {
     /// Records for the loop's `Observer`.
     pub fn take_records(&mut self) -> std::vec::Drain<'_, Record> {
         self.records.drain(..)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::stamp::{plan, StampMap};
+    use crate::mcp::tools::{Policy, ToolFlags};
+
+    fn read(body: &str) -> ExchangeAudit {
+        let map = StampMap::agentchattr();
+        let p = plan(body.as_bytes(), "alice", &map).unwrap_or_default();
+        let policy = Policy::from_flags(&ToolFlags {
+            allow: None,
+            deny: vec!["chat_rules".into()],
+            show_identity_params: false,
+            identity_params: vec![],
+        });
+        ExchangeAudit::read(body.as_bytes(), &p, "alice", &policy, 10)
+    }
+
+    #[test]
+    fn requests_tools_claims_and_hidden_calls_are_read_from_the_body() {
+        let a = read(
+            r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"bob","message":"x"}}},
+               {"jsonrpc":"2.0","method":"notifications/initialized"},
+               {"jsonrpc":"2.0","id":"b","method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"alice"}}},
+               {"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"chat_rules","arguments":{}}},
+               {"jsonrpc":"2.0","id":4,"method":"tools/list"}]"#,
+        );
+        let got: Vec<(&[u8], &str, Option<&str>, Option<&str>, bool)> = a
+            .requests
+            .iter()
+            .map(|r| (&*r.id, &*r.method, r.tool.as_deref(), r.claimed.as_deref(), r.hidden))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (&b"1"[..], "tools/call", Some("chat_send"), Some("bob"), false),
+                (&b"\"b\""[..], "tools/call", Some("chat_send"), None, false),
+                (&b"3"[..], "tools/call", Some("chat_rules"), None, true),
+                (&b"4"[..], "tools/list", None, None, false),
+            ],
+            "the notification has no record; the agent's own name is no claim"
+        );
+    }
+
+    #[test]
+    fn no_body_is_no_request_and_a_body_that_is_not_json_is_one() {
+        assert!(read("").requests.is_empty());
+        assert!(read(" \r\n").requests.is_empty());
+        let a = read("{not json");
+        assert_eq!((a.requests.len(), &*a.requests[0].id), (1, &b"null"[..]));
+    }
+
+    #[test]
+    fn outcomes_come_from_the_answer_or_the_ending() {
+        let mut a = read(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}"#);
+        a.answer_format(Format::EventStream);
+        a.feed(
+            b"event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"isError\":true}}\r\n\r\n",
+        );
+        let mut out = Vec::new();
+        a.records(b"s1", 200, 5, 99, End::Relayed, &mut out);
+        let Record::Request(r) = &out[0] else { panic!("{out:?}") };
+        assert_eq!(
+            (r.outcome, r.by_proxy, r.session.as_deref()),
+            (Some(Outcome::ToolError), false, Some(&b"s1"[..]))
+        );
+        let mut a = read(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}"#);
+        a.answer_format(Format::Json);
+        a.feed(br#"{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"m"}}"#);
+        let mut out = Vec::new();
+        a.records(b"", 200, 5, 99, End::Relayed, &mut out);
+        let Record::Request(r) = &out[0] else { panic!() };
+        assert_eq!(
+            (r.outcome, r.error_type.as_deref(), r.session.is_none()),
+            (Some(Outcome::Error), Some("-32601"), true)
+        );
+        let mut a = read(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}"#);
+        a.answer_format(Format::Json);
+        a.feed(br#"{"jsonrpc":"2.0","id":7,"res"#);
+        let mut out = Vec::new();
+        a.records(b"", 200, 5, 99, End::Cut, &mut out);
+        let Record::Request(r) = &out[0] else { panic!() };
+        assert_eq!(r.outcome, Some(Outcome::Cut));
+        let mut a = read(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}"#);
+        let mut out = Vec::new();
+        a.records(b"", 504, 5, 99, End::Proxy(Answer::UpstreamTimeout), &mut out);
+        let Record::Request(r) = &out[0] else { panic!() };
+        assert_eq!((r.outcome, r.by_proxy, r.reason), (Some(Outcome::Error), true, Some("timeout")));
     }
 }

@@ -353,6 +353,8 @@ impl Conn {
         if let Err(e) = self.plan_upstream_request(ctx) {
             // Fail closed: never forwarded unstamped.
             warn!("conn {}: request body refused: {e}", self.id);
+            self.ex.plan = Plan::default();
+            self.audit_request(ctx.observing(), ctx.agent, ctx.policy);
             self.reply_error(ctx, Answer::BodyRefused(e));
             return;
         }

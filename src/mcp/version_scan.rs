@@ -349,7 +349,7 @@ impl JsonScan {
         self.stack.clear();
         self.target = Target::None;
         self.answer = None;
-        self.outcome = None;
+        // `outcome` stays: it is set once, by the answer, which ends the scan.
     }
 
     fn role(&self) -> Option<Role> {
@@ -991,5 +991,55 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod outcome_tests {
+    use super::*;
+
+    /// The outcome of the answer to id 7 in `body`, fed in two pieces cut at
+    /// every offset: the same wherever the cut.
+    fn outcome(format: Format, body: &str) -> Option<Outcome> {
+        let b = body.as_bytes();
+        let mut seen = None;
+        for cut in 0..=b.len() {
+            let mut s = VersionScan::new(format, b"7").unwrap();
+            s.feed(&b[..cut]);
+            s.feed(&b[cut..]);
+            s.finish();
+            let got = s.outcome();
+            assert!(seen.is_none() || seen == Some(got), "cut {cut}: {got:?} vs {seen:?}");
+            seen = Some(got);
+        }
+        seen.flatten()
+    }
+
+    #[test]
+    fn an_answers_outcome_whatever_its_form_and_split() {
+        let json = |m: &str| format!(r#"{{"jsonrpc":"2.0","id":7,{m}}}"#);
+        let sse = |m: &str| {
+            format!(
+                "event: message\r\ndata: {{\"id\":6,\"result\":{{}}}}\r\n\r\n: x\n\ndata: {}\n\n",
+                json(m)
+            )
+        };
+        let cases = [
+            (r#""result":{"content":[],"isError":true}"#, Some(Outcome::ToolError)),
+            (r#""result":{"isError":false}"#, Some(Outcome::Ok)),
+            (r#""result":{"content":[{"isError":true}]}"#, Some(Outcome::Ok)),
+            (r#""error":{"message":"m","code":-32601}"#, Some(Outcome::Error(Some(-32601)))),
+            (r#""error":{"code":"x"}"#, Some(Outcome::Error(None))),
+        ];
+        for (member, want) in cases {
+            assert_eq!(outcome(Format::Json, &json(member)), want, "{member}");
+            assert_eq!(outcome(Format::EventStream, &sse(member)), want, "{member}");
+        }
+        assert_eq!(outcome(Format::Json, r#"{"jsonrpc":"2.0","id":8,"result":{}}"#), None, "another id");
+        assert_eq!(
+            outcome(Format::Json, r#"[{"id":8,"result":{}},{"id":7,"result":{"isError":true}}]"#),
+            Some(Outcome::ToolError),
+            "in a batch"
+        );
     }
 }
