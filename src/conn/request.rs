@@ -359,9 +359,9 @@ impl Conn {
             return;
         }
         self.audit_request(ctx.observing(), ctx.agent, ctx.policy);
-        let legacy = legacy::post_session(&self.ex.req.target).map(<[u8]>::to_vec);
         if !ctx.policy.allows_all() {
             if let Some(tool) = hidden_call(&self.ex.body, &self.ex.plan, ctx.policy) {
+                let legacy = legacy::post_session(&self.ex.req.target).map(<[u8]>::to_vec);
                 if !self.refuse_hidden(ctx, &tool, legacy.as_deref()) {
                     return;
                 }
@@ -373,6 +373,8 @@ impl Conn {
         } else {
             None
         };
+        let legacy =
+            list.as_ref().and_then(|_| legacy::post_session(&self.ex.req.target)).map(<[u8]>::to_vec);
         match (list, legacy) {
             // A legacy session's list arrives on its GET stream, which
             // filters it; a stream not relayed here cannot, so under a

@@ -109,7 +109,9 @@ impl Conn {
                     progressed = true;
                 }
                 Ok(true) => {
-                    ctx.obs.borrow_mut().health.answered(ctx.now);
+                    if ctx.observing {
+                        ctx.obs.borrow_mut().health.answered(ctx.now);
+                    }
                     if self.reopen_takes(&resp, ctx) {
                         return true;
                     }

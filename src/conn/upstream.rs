@@ -116,7 +116,9 @@ impl Conn {
             match u.stream.peer_addr() {
                 Ok(_) => {
                     u.connected = true;
-                    ctx.obs.borrow_mut().health.reached(ctx.now);
+                    if ctx.observing {
+                        ctx.obs.borrow_mut().health.reached(ctx.now);
+                    }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotConnected => {
                     u.ready = Ready::default();
@@ -137,7 +139,9 @@ impl Conn {
     /// retrying is safe for every method), then 502.
     pub(super) fn upstream_connect_error(&mut self, ctx: &Ctx) {
         self.drop_upstream();
-        ctx.obs.borrow_mut().health.unreachable(ctx.now);
+        if ctx.observing {
+            ctx.obs.borrow_mut().health.unreachable(ctx.now);
+        }
         let Phase::Connect { attempt, since, .. } = self.phase else {
             return;
         };
