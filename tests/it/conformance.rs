@@ -25,6 +25,9 @@
 //! - The expected difference: the auth scenarios (`auth/*`, client mode) are not run. The suite's OAuth mock
 //!   servers check the credentials the client obtained from them, and the proxy replaces whatever
 //!   credentials a client sends with the agent's token by design, so through the proxy they can only fail.
+//!   Run once by hand (0.2, `auth/metadata-default`): 18/18 checks direct; proxied 1/8, the mock server
+//!   rejecting the agent's token (`invalid-bearer-token`) and the SDK's OAuth client then refusing the
+//!   protected-resource metadata, which names the upstream's URL rather than the proxy's.
 //! - None of the suite's tools (the everything-server's 26, the client-mode mock servers') has a `sender` or
 //!   other identity parameter, so identity stamping and hiding leave them all as they are.
 //!
@@ -41,8 +44,8 @@
 //! | client | 0.2 2025-11-25, no auth| 5/5       | 20/20   | 20 auth scenarios not run                        |
 //! | client | 0.2 2026-07-28, no auth| 7/8       | 36/36   | `sep-2322-client-request-state` exits 1; 31 auth |
 //!
-//! Wall time: server mode 19 s alone (9 suite runs, 3 at a time), client mode 82 s alone (51 suite runs, one
-//! Node and one Python start each, about 2.2 s of CPU apiece), both tests at once 113 s.
+//! Wall time: server mode 19 s alone (9 suite runs, 3 at a time), client mode 82 s alone (51 suite runs, 3 at
+//! a time, one Node and one Python start each, about 2.2 s of CPU apiece), both tests at once 113-122 s.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
