@@ -24,6 +24,9 @@ pub enum BodyRewriter {
     /// A batch's answer, completed with the proxy's errors for its hidden
     /// calls.
     Batch(BatchAnswer),
+    /// A batch holding both: its lists filtered, then its errors added
+    /// (the `Vec` is the bytes between the two).
+    ListThenBatch(ListFilter, BatchAnswer, Vec<u8>),
 }
 
 impl BodyRewriter {
@@ -33,6 +36,11 @@ impl BodyRewriter {
             BodyRewriter::List(f) => f.feed(data, out),
             BodyRewriter::Legacy(l) => l.feed(data, out),
             BodyRewriter::Batch(b) => b.feed(data, out),
+            BodyRewriter::ListThenBatch(f, b, between) => {
+                between.clear();
+                f.feed(data, between);
+                b.feed(between, out);
+            }
         }
     }
 
@@ -42,6 +50,12 @@ impl BodyRewriter {
             BodyRewriter::List(f) => f.finish(out),
             BodyRewriter::Legacy(l) => l.finish(out),
             BodyRewriter::Batch(b) => b.finish(out),
+            BodyRewriter::ListThenBatch(f, b, between) => {
+                between.clear();
+                f.finish(between);
+                b.feed(between, out);
+                b.finish(out);
+            }
         }
     }
 
@@ -52,6 +66,7 @@ impl BodyRewriter {
             // Owed answers may come at any time: never done.
             BodyRewriter::Legacy(_) => false,
             BodyRewriter::Batch(b) => b.is_done(),
+            BodyRewriter::ListThenBatch(f, b, _) => f.is_done() && b.is_done(),
         }
     }
 }

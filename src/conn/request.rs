@@ -62,7 +62,8 @@ pub(super) struct Exchange {
     pub(super) event_stream: bool,
     /// The id (JSON text) of this exchange's `tools/list` request, when the
     /// tool policy rewrites its answer.
-    pub(super) list_request: Option<Box<[u8]>>,
+    /// (Each of a batch's.)
+    pub(super) list_request: Option<Box<[Box<[u8]>]>>,
     /// The proxy's errors for the hidden calls of a batch whose rest went
     /// upstream: added to the upstream's answer.
     pub(super) batch_errors: Vec<Vec<u8>>,
@@ -88,12 +89,17 @@ fn hidden_call(body: &[u8], plan: &Plan, policy: &ToolPolicy) -> Option<String> 
     Some(name)
 }
 
-/// The id (JSON text) of a body that is one `tools/list` request.
-fn tools_list_id(body: &[u8]) -> Option<Box<[u8]>> {
+/// The ids (JSON text) of the `tools/list` requests of a body (one
+/// message, or a batch's); `None` when it has none.
+fn tools_list_ids(body: &[u8]) -> Option<Box<[Box<[u8]>]>> {
     let parsed = rpc::parse(body).ok()?;
-    let m = parsed.single().filter(|m| m.is_method(rpc::TOOLS_LIST))?;
-    let id = m.id().json();
-    (!id.is_empty()).then(|| id.into())
+    let ids: Vec<Box<[u8]>> = parsed
+        .messages()
+        .iter()
+        .filter(|m| m.role() == rpc::Role::Request && m.is_method(rpc::TOOLS_LIST))
+        .map(|m| m.id().json().into())
+        .collect();
+    (!ids.is_empty()).then(|| ids.into())
 }
 
 impl Conn {
@@ -369,7 +375,7 @@ impl Conn {
         }
         let handling = ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room());
         let list = if self.ex.plan.lists_tools() && handling != ListHandling::Relay {
-            tools_list_id(&self.ex.body)
+            tools_list_ids(&self.ex.body)
         } else {
             None
         };
@@ -379,8 +385,11 @@ impl Conn {
             // A legacy session's list arrives on its GET stream, which
             // filters it; a stream not relayed here cannot, so under a
             // policy that hides something the list is not asked for.
-            (Some(id), Some(session)) => {
-                if !ctx.legacy.borrow_mut().expect_list(&session, &id) && handling == ListHandling::Rewrite {
+            (Some(ids), Some(session)) => {
+                let mut routes = ctx.legacy.borrow_mut();
+                let routed = ids.iter().all(|id| routes.expect_list(&session, id));
+                drop(routes);
+                if !routed && handling == ListHandling::Rewrite {
                     warn!(
                         "conn {}: tools/list of a legacy SSE session whose stream is not relayed here: refused (403)",
                         self.id

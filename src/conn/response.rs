@@ -17,6 +17,7 @@ use crate::mcp::legacy::LegacyStream;
 use crate::mcp::sse::EndpointRewriter;
 use crate::mcp::tools::{BatchAnswer, ListFilter, ListHandling, ListOptions};
 use log::{debug, warn};
+use smallvec::SmallVec;
 use std::time::Instant;
 
 pub(super) use super::client_out::ClientOut;
@@ -181,7 +182,8 @@ impl Conn {
         let input = Decoder::new(resp.framing);
         let out = Encoder::for_response(resp.framing, http10, rewrite || list.is_some() || batch.is_some());
         let rewriter = match (list, batch) {
-            (Some(f), _) => Some(Box::new(BodyRewriter::List(f))),
+            (Some(f), Some(b)) => Some(Box::new(BodyRewriter::ListThenBatch(f, b, Vec::new()))),
+            (Some(f), None) => Some(Box::new(BodyRewriter::List(f))),
             (None, Some(b)) => Some(Box::new(BodyRewriter::Batch(b))),
             (None, None) => rewrite.then(|| {
                 let authority = ctx.config.upstream.authority.as_bytes();
@@ -237,7 +239,7 @@ impl Conn {
     /// policy must filter never passes for want of a label (what is not
     /// JSON is then refused).
     fn list_filter(&self, resp: &ResponseHead, ctx: &Ctx) -> Option<ListFilter> {
-        let id = self.ex.list_request.as_deref()?;
+        let ids: SmallVec<[&[u8]; 1]> = self.ex.list_request.as_deref()?.iter().map(|id| &**id).collect();
         if resp.status != 200 || resp.framing == Framing::None {
             return None;
         }
@@ -251,7 +253,14 @@ impl Conn {
             learn_room: ctx.stamps.learn_room(),
             insert_cache_scope: revision >= &b"2026-07-28"[..],
         };
-        Some(ListFilter::new(format, id, ctx.policy, ctx.stamps, options, handling == ListHandling::Rewrite))
+        Some(ListFilter::for_ids(
+            format,
+            &ids,
+            ctx.policy,
+            ctx.stamps,
+            options,
+            handling == ListHandling::Rewrite,
+        ))
     }
 
     /// The completion of a batch's answer with the proxy's errors for its
@@ -291,7 +300,9 @@ impl Conn {
     /// loop, and what it could not rewrite is said at warn.
     pub(super) fn rewriter_finished(&mut self, finished: Option<Box<BodyRewriter>>, ctx: &Ctx) {
         match finished.map(|b| *b) {
-            Some(BodyRewriter::List(mut f)) => self.list_outcome(f.take_outcome(), ctx),
+            Some(BodyRewriter::List(mut f) | BodyRewriter::ListThenBatch(mut f, _, _)) => {
+                self.list_outcome(f.take_outcome(), ctx)
+            }
             Some(BodyRewriter::Legacy(mut l)) => {
                 ctx.legacy.borrow_mut().close(self.id);
                 for o in l.take_outcomes() {

@@ -139,9 +139,18 @@ impl VersionScan {
         }
         match self.format {
             Format::Json => {
-                for &b in data {
+                let mut i = 0;
+                while let Some(&b) = data.get(i) {
+                    // The inside of a string nothing keeps, in one step.
+                    let skip = self.json.skip_string(data.get(i..).unwrap_or_default());
+                    if skip > 0 {
+                        i += skip;
+                        self.seen += skip as u64;
+                        continue;
+                    }
                     self.json.byte(b);
                     self.seen += 1;
+                    i += 1;
                     if let Some(s) = self.json_settled() {
                         self.state = s;
                         break;
@@ -149,7 +158,18 @@ impl VersionScan {
                 }
             }
             Format::EventStream => {
-                for &b in data {
+                let mut i = 0;
+                while let Some(&b) = data.get(i) {
+                    if self.sse.in_data_value() {
+                        let rest = data.get(i..).unwrap_or_default();
+                        let line = rest.get(..memchr::memchr2(b'\r', b'\n', rest).unwrap_or(rest.len()));
+                        let skip = self.json.skip_string(line.unwrap_or_default());
+                        if skip > 0 {
+                            i += skip;
+                            continue;
+                        }
+                    }
+                    i += 1;
                     if let Some(s) = self.sse.byte(b, &mut self.json) {
                         self.state = s;
                         break;
@@ -409,6 +429,22 @@ impl JsonScan {
         }
     }
 
+    /// How many bytes at the start of `data` lie inside a string value
+    /// that nothing keeps, before its closing quote or next escape: they
+    /// change no state and can be passed over at once (a control byte among
+    /// them is left to `byte`, which refuses it). 0 when not in such a string.
+    fn skip_string(&self, data: &[u8]) -> usize {
+        if self.lex != (Lex::Str { key: false, esc: Esc::No }) || self.target != Target::None {
+            return 0;
+        }
+        let n = memchr::memchr2(b'"', b'\\', data).unwrap_or(data.len());
+        let run = data.get(..n).unwrap_or_default();
+        if run.iter().any(|&b| b < 0x20) {
+            return 0;
+        }
+        n
+    }
+
     fn string_byte(&mut self, b: u8, key: bool, esc: Esc) {
         if key {
             self.key.push(b, MAX_KEY);
@@ -457,9 +493,25 @@ impl JsonScan {
 
     /// A key's closing quote: which field it names in its container.
     fn end_key(&mut self) {
-        let name = self.key.whole().and_then(|raw| json::parse_value(raw).ok().map(|v| (raw, v)));
-        let is = |s: &str| name.as_ref().is_some_and(|(raw, v)| v.is_str(raw, s));
-        self.field = match self.role() {
+        let role = self.role();
+        if !matches!(role, Some(Role::Message | Role::Result | Role::Error)) {
+            self.field = Field::Other;
+            self.lex = Lex::Colon;
+            return;
+        }
+        let raw = self.key.whole();
+        // A key without escapes is its text between the quotes; one with
+        // escapes is decoded first.
+        let plain = raw.filter(|r| !r.contains(&b'\\')).and_then(|r| r.get(1..r.len().checked_sub(1)?));
+        let name = match plain {
+            Some(_) => None,
+            None => raw.and_then(|raw| json::parse_value(raw).ok().map(|v| (raw, v))),
+        };
+        let is = |s: &str| match plain {
+            Some(text) => text == s.as_bytes(),
+            None => name.as_ref().is_some_and(|(raw, v)| v.is_str(raw, s)),
+        };
+        self.field = match role {
             Some(Role::Message) if is("id") => Field::Id,
             Some(Role::Message) if is("method") => Field::Method,
             Some(Role::Message) if is("result") => Field::Result,
@@ -656,6 +708,16 @@ struct SseLines {
 }
 
 impl SseLines {
+    /// In the value of a `data` field, past the BOM and any CR: the value's
+    /// bytes go to the JSON reader as they are (see `JsonScan::skip_string`).
+    fn in_data_value(&self) -> bool {
+        self.bom > BOM.len()
+            && !self.after_cr
+            && self.line == Line::Value
+            && self.field == SseField::Data
+            && !self.skip_space
+    }
+
     fn byte(&mut self, b: u8, json: &mut JsonScan) -> Option<Scan> {
         if self.bom <= BOM.len() {
             if self.bom < BOM.len() && BOM.get(self.bom) == Some(&b) {

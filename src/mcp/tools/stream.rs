@@ -60,13 +60,20 @@ pub struct Outcome {
     pub refused: bool,
 }
 
-/// The filter of one `tools/list` answer.
+/// An id whose answer is the list (several in a batch).
+#[derive(Debug)]
+struct Wanted {
+    raw: Box<[u8]>,
+    /// `raw` parsed once (`None`: not JSON, so nothing answers it).
+    parsed: Option<json::Value>,
+    answered: bool,
+}
+
+/// The filter of one `tools/list` answer (or of a batch's answers).
 #[derive(Debug)]
 pub struct ListFilter {
     format: Format,
-    request_id: Box<[u8]>,
-    /// `request_id` parsed once (`None`: not JSON, so nothing answers it).
-    request: Option<json::Value>,
+    ids: smallvec::SmallVec<[Wanted; 1]>,
     policy: Policy,
     map: StampMap,
     options: ListOptions,
@@ -98,10 +105,27 @@ impl ListFilter {
         options: ListOptions,
         enforce: bool,
     ) -> ListFilter {
+        ListFilter::for_ids(format, &[request_id], policy, map, options, enforce)
+    }
+
+    /// A filter for the answers to the `tools/list` requests of a batch
+    /// whose ids are `ids`: each answer is rewritten where it comes (an
+    /// element of the JSON array, or its own event).
+    pub fn for_ids(
+        format: Format,
+        ids: &[&[u8]],
+        policy: &Policy,
+        map: &StampMap,
+        options: ListOptions,
+        enforce: bool,
+    ) -> ListFilter {
+        let ids = ids
+            .iter()
+            .map(|id| Wanted { raw: (*id).into(), parsed: json::parse_value(id).ok(), answered: false })
+            .collect();
         ListFilter {
             format,
-            request_id: request_id.into(),
-            request: json::parse_value(request_id).ok(),
+            ids,
             policy: policy.clone(),
             map: map.clone(),
             options,
@@ -182,6 +206,16 @@ impl ListFilter {
         self.done = true;
         match self.format {
             Format::Json if self.over => self.fail_json(NotRewritten::TooLarge, out),
+            Format::Json if is_array(&self.held) => {
+                let body = std::mem::take(&mut self.held);
+                match self.rewrite_batch(&body) {
+                    Some(rewritten) => out.extend_from_slice(&rewritten),
+                    None => {
+                        self.held = body;
+                        self.fail_json(NotRewritten::Invalid(ListError::NoResult), out);
+                    }
+                }
+            }
             Format::Json => {
                 let body = std::mem::take(&mut self.held);
                 match rewrite_list(&body, &self.policy, &self.map, self.options) {
@@ -217,7 +251,10 @@ impl ListFilter {
                 if self.over {
                     self.refuse_sse(NotRewritten::TooLarge, out);
                 } else if self.enforce {
-                    self.refuse_sse(NotRewritten::NoAnswer, out);
+                    // Every list still owed gets its error.
+                    while !self.ids.iter().all(|w| w.answered) {
+                        self.refuse_sse(NotRewritten::NoAnswer, out);
+                    }
                 } else {
                     out.append(&mut self.held);
                     self.outcome.failed = Some(NotRewritten::NoAnswer);
@@ -263,22 +300,83 @@ impl ListFilter {
         self.outcome.refused = true;
         self.held.clear();
         self.over = false;
-        self.done = true;
         let message = self.error_message(why);
+        if let Some(w) = self.ids.iter_mut().find(|w| !w.answered) {
+            w.answered = true;
+        }
+        self.done = self.ids.iter().all(|w| w.answered);
         write_event(&message, out);
     }
 
+    /// The error for the first list still owed.
     fn error_message(&self, why: NotRewritten) -> Vec<u8> {
-        let mut m = Vec::new();
-        m.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-        m.extend_from_slice(&self.request_id);
-        m.extend_from_slice(br#","error":{"code":-32603,"message":"#);
-        let text = format!("the tool list could not be filtered for this agent: {why}");
-        json::write_json_string(&text, &mut m);
-        m.extend_from_slice(b"}}");
-        m
+        let w = self.ids.iter().find(|w| !w.answered).or(self.ids.first());
+        error_for(w.map_or(&b"null"[..], |w| &w.raw), why)
     }
 
+    /// A JSON batch answer: each element answering a list is rewritten (or,
+    /// when it cannot be and the policy hides something, replaced by its
+    /// error); the rest passes. `None` when the body is not a JSON array.
+    fn rewrite_batch(&mut self, body: &[u8]) -> Option<Vec<u8>> {
+        let top = json::parse_value(body).ok().filter(|v| v.kind == json::Kind::Array)?;
+        let mut elements = Vec::new();
+        json::for_each_element(body, &top, |v| {
+            elements.push(v);
+            Ok::<(), json::ScanError>(())
+        })
+        .ok()?;
+        let mut out = Vec::with_capacity(body.len());
+        let mut from = 0;
+        for v in elements {
+            let element = v.bytes(body);
+            let Some(at) = self.answers(element) else { continue };
+            if let Some(w) = self.ids.get_mut(at) {
+                w.answered = true;
+            }
+            let replacement = match rewrite_list(element, &self.policy, &self.map, self.options) {
+                Ok(edit) => {
+                    self.note(&edit);
+                    edit.apply(element)
+                }
+                Err(e) => {
+                    self.outcome.failed = Some(NotRewritten::Invalid(e));
+                    if !self.enforce {
+                        continue;
+                    }
+                    self.outcome.refused = true;
+                    error_for(
+                        &self.ids.get(at).map_or(Box::from(&b"null"[..]), |w| w.raw.clone()),
+                        NotRewritten::Invalid(e),
+                    )
+                }
+            };
+            out.extend_from_slice(body.get(from..v.start).unwrap_or_default());
+            out.extend_from_slice(&replacement);
+            from = v.end;
+        }
+        out.extend_from_slice(body.get(from..).unwrap_or_default());
+        Some(out)
+    }
+}
+
+/// The body's first byte past whitespace opens an array (a batch's answer).
+fn is_array(body: &[u8]) -> bool {
+    body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[')
+}
+
+/// The error answering list request `id` that could not be filtered.
+fn error_for(id: &[u8], why: NotRewritten) -> Vec<u8> {
+    let mut m = Vec::new();
+    m.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    m.extend_from_slice(id);
+    m.extend_from_slice(br#","error":{"code":-32603,"message":"#);
+    let text = format!("the tool list could not be filtered for this agent: {why}");
+    json::write_json_string(&text, &mut m);
+    m.extend_from_slice(b"}}");
+    m
+}
+
+impl ListFilter {
     /// One complete SSE event: the answer is rewritten, anything else
     /// passes as it came.
     fn event(&mut self, event: &[u8], out: &mut Vec<u8>) {
@@ -287,11 +385,27 @@ impl ListFilter {
             data = Some(d.to_vec());
             false
         });
-        let Some(data) = data.filter(|d| self.answers(d)) else {
+        let Some(data) = data else {
             out.extend_from_slice(event);
             return;
         };
-        self.done = true;
+        if is_array(&data) {
+            // A batch's answers in one event.
+            match self.rewrite_batch(&data) {
+                Some(rewritten) if rewritten != data => write_event_like(event, &rewritten, out),
+                _ => out.extend_from_slice(event),
+            }
+            self.done = self.ids.iter().all(|w| w.answered);
+            return;
+        }
+        let Some(at) = self.answers(&data) else {
+            out.extend_from_slice(event);
+            return;
+        };
+        if let Some(w) = self.ids.get_mut(at) {
+            w.answered = true;
+        }
+        self.done = self.ids.iter().all(|w| w.answered);
         match rewrite_list(&data, &self.policy, &self.map, self.options) {
             Ok(edit) if edit.is_unchanged() => {
                 self.note(&edit);
@@ -306,7 +420,8 @@ impl ListFilter {
                 self.outcome.failed = Some(NotRewritten::Invalid(e));
                 if self.enforce {
                     self.outcome.refused = true;
-                    let message = self.error_message(NotRewritten::Invalid(e));
+                    let id = self.ids.get(at).map_or(Box::from(&b"null"[..]), |w| w.raw.clone());
+                    let message = error_for(&id, NotRewritten::Invalid(e));
                     write_event_like(event, &message, out);
                 } else {
                     out.extend_from_slice(event);
@@ -315,13 +430,14 @@ impl ListFilter {
         }
     }
 
-    /// Whether `data` is a response to the request's id.
-    fn answers(&self, data: &[u8]) -> bool {
-        let (Some(req), Ok(body)) = (self.request.as_ref(), rpc::parse(data)) else { return false };
-        body.single().is_some_and(|m| {
-            m.role() == rpc::Role::Response
-                && json::parse_value(m.id().json())
-                    .is_ok_and(|id| rpc::same_id(m.id().json(), &id, &self.request_id, req))
+    /// Which owed list `data` (one message) answers, if any.
+    fn answers(&self, data: &[u8]) -> Option<usize> {
+        let body = rpc::parse(data).ok()?;
+        let m = body.single().filter(|m| m.role() == rpc::Role::Response)?;
+        let text = m.id().json();
+        let id = json::parse_value(text).ok()?;
+        self.ids.iter().position(|w| {
+            !w.answered && w.parsed.as_ref().is_some_and(|want| rpc::same_id(text, &id, &w.raw, want))
         })
     }
 }
