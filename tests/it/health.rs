@@ -33,15 +33,18 @@ const AUDIT_WARN: &str = "audit log: ";
 
 // ---------------------------------------------------------------- helpers
 
-/// A JSON-RPC answer to `req`, with its id (so a relayed answer can be
-/// matched to its request).
+/// A JSON-RPC answer to `req`, a result with its id (so a relayed answer
+/// can be matched to its request); to a batch, an array of them.
 fn answer_with_id(req: &Req) -> Vec<u8> {
-    let id = serde_json::from_slice::<Value>(&req.body).map(|v| v["id"].clone()).unwrap_or(Value::Null);
-    let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#);
+    let result = |m: &Value| format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, m["id"]);
+    let body = match serde_json::from_slice::<Value>(&req.body).unwrap_or(Value::Null) {
+        Value::Array(batch) => format!("[{}]", batch.iter().map(result).collect::<Vec<_>>().join(",")),
+        one => result(&one),
+    };
     response("200 OK", &[("Content-Type", "application/json")], body.as_bytes())
 }
 
-/// A stand-in answering every request with a result carrying its id.
+/// A stand-in answering every request (and batch) with results carrying their ids.
 fn echo_upstream() -> StubUpstream {
     StubUpstream::start(|req, s| {
         let _ = s.write_all(&answer_with_id(req));
@@ -336,6 +339,45 @@ fn rotation_by_size_keeps_both_files_under_the_bound_with_whole_contiguous_recor
         "PATH.1 of {} bytes rotated with room for a record of {longest}",
         size(&rotated)
     );
+}
+
+// See: the fix "audit log: --audit-max-bytes holds for a turn's records larger than the room left".
+#[test]
+fn regression_a_batch_with_more_records_than_the_bound_never_takes_a_file_past_it() {
+    const MAX: u64 = 4096;
+    const N: u64 = 40;
+    let up = echo_upstream();
+    let log = scratch_dir("health-audit-batch").join("audit.log");
+    let rotated = with_suffix(&log, ".1");
+    let p = start_with(&up, &["--audit-log", log.to_str().unwrap(), "--audit-max-bytes", &MAX.to_string()]);
+    relay(&p, 1);
+    wait_records(&[&log], 1);
+    // One body, one exchange: its records are written in the same turn.
+    let batch: Vec<String> =
+        (2..=N).map(|id| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#)).collect();
+    let resp = exchange(&p, &post(&p, &[], format!("[{}]", batch.join(",")).as_bytes()));
+    let answers: Value =
+        serde_json::from_slice(&resp.body).unwrap_or_else(|e| panic!("{e}: {:?}", resp.raw_text()));
+    assert_eq!(answers.as_array().map(Vec::len), Some(N as usize - 1), "{answers}");
+    let deadline = Instant::now() + WAIT;
+    while ids(&log).last() != Some(&N) {
+        assert!(Instant::now() < deadline, "record {N} not in {} after {WAIT:?}", log.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let size = |path: &Path| std::fs::metadata(path).map_or(0, |m| m.len());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let shortest = text.lines().map(str::len).min().unwrap_or(0) as u64 + 1;
+    assert!((N - 1) * shortest > MAX, "the batch's records are more than one file holds");
+    assert!(
+        size(&log) <= MAX && size(&rotated) <= MAX,
+        "PATH {} bytes, PATH.1 {}",
+        size(&log),
+        size(&rotated)
+    );
+    let kept: Vec<u64> = ids(&rotated).into_iter().chain(ids(&log)).collect();
+    let first = kept[0];
+    assert_eq!(kept, (first..=N).collect::<Vec<_>>());
+    assert!(first > 1, "{kept:?}");
 }
 
 // ---------------------------------------------------------------- /healthz
