@@ -2,8 +2,9 @@
 //! `obs::Observer`.
 //!
 //! - `AuditFile` appends the buffered records with one write per loop turn
-//!   (none while idle), rotates to `PATH.1` before the file would pass
-//!   `--audit-max-bytes`, and reopens on SIGUSR1. A failed write is said
+//!   (none while idle), rotates to `PATH.1` before a record would take the
+//!   file past `--audit-max-bytes` (a turn's records then take one write
+//!   per file), and reopens on SIGUSR1. A failed write is said
 //!   once at warn; its records are dropped and counted, relaying goes on.
 //! - `MetricsServer` answers `GET /metrics` and `GET /healthz` on its own
 //!   listener and never forwards anything. A `/healthz` whose knowledge is
@@ -72,8 +73,11 @@ impl AuditFile {
         }
     }
 
-    /// Writes `buf` (`records` records): one write. Rotation first when
-    /// the file would pass the bound.
+    /// Writes `buf` (`records` records): one write, or with
+    /// `--audit-max-bytes` one per file the records go to. A file is
+    /// rotated before a record would take it past the bound, so a turn's
+    /// records (a batch has many) may end one file and begin the next; a
+    /// record is never split.
     pub(super) fn write(&mut self, buf: &[u8], records: u64, metrics: &mut Metrics) {
         if self.path.is_none() {
             let mut err = io::stderr().lock();
@@ -82,13 +86,35 @@ impl AuditFile {
             }
             return;
         }
-        if let Some(max) = self.max_bytes {
-            if self.size > 0 && self.size + buf.len() as u64 > max {
+        let Some(max) = self.max_bytes else {
+            self.append(buf, records, metrics);
+            return;
+        };
+        let mut rest = buf;
+        while !rest.is_empty() {
+            let mut fit = whole_records(rest, max.saturating_sub(self.size));
+            if fit == 0 && self.size > 0 {
                 if let Err(e) = self.rotate() {
+                    // The bound cannot be kept: the rest goes where it can.
                     self.fail(&e, 0, None);
+                    self.append(rest, record_count(rest), metrics);
+                    return;
                 }
+                fit = whole_records(rest, max.saturating_sub(self.size));
             }
+            // A record longer than the bound fills a file alone.
+            if fit == 0 {
+                fit = rest.iter().position(|&b| b == b'\n').map_or(rest.len(), |i| i + 1);
+            }
+            let (part, tail) = rest.split_at(fit);
+            self.append(part, record_count(part), metrics);
+            rest = tail;
         }
+    }
+
+    /// One write of whole records to the file (opened again first if a
+    /// reopen failed).
+    fn append(&mut self, buf: &[u8], records: u64, metrics: &mut Metrics) {
         if self.file.is_none() {
             // A reopen that failed: try again, as a write would.
             if let Err(e) = self.reopen() {
@@ -127,6 +153,18 @@ impl AuditFile {
             warn!("audit log: {}: records are dropped (and counted) until it works again", e.kind());
         }
     }
+}
+
+/// The length of the whole records (lines) at the start of `buf` that fit
+/// in `room` bytes.
+fn whole_records(buf: &[u8], room: u64) -> usize {
+    let within = &buf[..buf.len().min(usize::try_from(room).unwrap_or(usize::MAX))];
+    within.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
+}
+
+/// Records in `buf`: each ends with the one line break it holds.
+fn record_count(buf: &[u8]) -> u64 {
+    buf.iter().filter(|&&b| b == b'\n').count() as u64
 }
 
 /// One client of the metrics listener.
@@ -458,4 +496,18 @@ fn health(obs: &Observer, view: &View) -> Vec<u8> {
     }
     body.extend_from_slice(b"}\n");
     response(if r.healthy { 200 } else { 503 }, "application/json", &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_records_never_cut_a_record() {
+        let buf = b"a\nbb\nccc\n";
+        let fits: Vec<usize> = (0..=10).map(|room| whole_records(buf, room)).collect();
+        assert_eq!(fits, [0, 0, 2, 2, 2, 5, 5, 5, 5, 9, 9]);
+        assert_eq!(whole_records(b"", 10), 0);
+        assert_eq!((record_count(buf), record_count(b"")), (3, 0));
+    }
 }

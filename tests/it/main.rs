@@ -34,6 +34,9 @@ mod demo;
 mod forwarding;
 /// Framing: malformed requests, head limits, request and response bodies, byte-at-a-time input.
 mod framing;
+/// The audit log's file (full disk, removed directory, SIGUSR1, rotation by size) and the metrics listener
+/// (`/healthz` through the restart grace, `/metrics` as Prometheus text, what else it refuses).
+mod health;
 /// Adversarial clients and upstreams, DNS rebinding, limits and secrets; each case ends healthy.
 mod hostile;
 /// Identity stamping, fail-closed refusals and live identity changes.

@@ -192,9 +192,12 @@ impl ProxyProcess {
             let mut line = String::new();
             let _ = reader.read_line(&mut line);
             let _ = tx.send(line);
+            // Line by line, so a later line (`  metrics: port N`) is seen
+            // while the proxy runs.
             let mut buf = Vec::new();
-            let _ = reader.read_to_end(&mut buf);
-            rest.lock().unwrap().extend_from_slice(&buf);
+            while matches!(reader.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
+                rest.lock().unwrap().append(&mut buf);
+            }
         });
         let line = match rx.recv_timeout(Duration::from_secs(10)) {
             Ok(line) => line,
@@ -233,6 +236,25 @@ impl ProxyProcess {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
         s
+    }
+
+    /// The `--metrics-listen` port, from the `  metrics: port N` line that
+    /// follows the port line (10 s bound).
+    #[track_caller]
+    pub fn metrics_port(&self) -> u16 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let rest = String::from_utf8_lossy(&self.stdout_rest.lock().unwrap()).into_owned();
+            let line = rest.lines().find_map(|l| l.strip_prefix("  metrics: port "));
+            if let Some(port) = line.and_then(|p| p.trim_end().parse::<u16>().ok()) {
+                return port;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no '  metrics: port N' line in 10 s; stdout after the port line {rest:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     pub fn stdin(&mut self) -> Option<&mut ChildStdin> {
