@@ -11,7 +11,7 @@
 //!   stale waits for a connect to the upstream (no request is sent).
 
 use crate::config::{AuditLog, Config};
-use crate::http::guard::bearer_matches;
+use crate::http::guard::{bearer_matches, host_allowed};
 use crate::limits::{HEALTH_PROBE_TIMEOUT, MAX_METRICS_CONNS, METRICS_REQUEST_TIMEOUT};
 use crate::obs::metrics::{Gauges, Metrics};
 use crate::obs::Observer;
@@ -35,6 +35,8 @@ pub(super) struct AuditFile {
     max_bytes: Option<u64>,
     /// A failure was said at warn; said again only after a success.
     failing: bool,
+    /// A failed write ended within a record.
+    torn: bool,
 }
 
 impl AuditFile {
@@ -46,6 +48,7 @@ impl AuditFile {
             size: 0,
             max_bytes: cfg.max_bytes,
             failing: false,
+            torn: false,
         };
         if a.path.is_some() {
             a.reopen()?;
@@ -123,14 +126,28 @@ impl AuditFile {
             }
         }
         let Some(file) = self.file.as_mut() else { return };
-        match file.write_all(buf) {
+        // A record cut by an earlier failed write is ended first, so that
+        // what follows starts a line of its own (the cut one does not parse).
+        let mut written = 0;
+        let result = if std::mem::take(&mut self.torn) {
+            file.write_all(&[b"\n".as_slice(), buf].concat())
+        } else {
+            write_counting(file, buf, &mut written)
+        };
+        match result {
             Ok(()) => {
                 self.size += buf.len() as u64;
                 if std::mem::take(&mut self.failing) {
                     info!("audit log writable again");
                 }
             }
-            Err(e) => self.fail(&e, records, Some(metrics)),
+            Err(e) => {
+                // Only the records not written whole are dropped.
+                let kept = buf.get(..written).unwrap_or_default();
+                self.size += written as u64;
+                self.torn = written > 0 && !kept.ends_with(b"\n");
+                self.fail(&e, records.saturating_sub(record_count(kept)), Some(metrics));
+            }
         }
     }
 
@@ -276,7 +293,7 @@ impl MetricsServer {
                     break;
                 }
             }
-            match route(&c.head, c.loopback, view.config) {
+            match route(&c.head, c.loopback, self.addr.port(), view.config) {
                 Route::Incomplete if c.head.len() > 8192 => {
                     c.out = response(431, "text/plain", b"head too large\n")
                 }
@@ -425,7 +442,7 @@ enum Route {
 }
 
 /// What a request head asks for.
-fn route(head: &[u8], loopback: bool, config: &Config) -> Route {
+fn route(head: &[u8], loopback: bool, port: u16, config: &Config) -> Route {
     let mut fields = [httparse::EMPTY_HEADER; 32];
     let mut req = httparse::Request::new(&mut fields);
     match req.parse(head) {
@@ -433,7 +450,15 @@ fn route(head: &[u8], loopback: bool, config: &Config) -> Route {
         Ok(httparse::Status::Partial) => return Route::Incomplete,
         Err(_) => return Route::Answer(400, "bad request\n"),
     }
-    // Off loopback, the client token is required, as on the MCP listener.
+    // On loopback, a Host that is not loopback is a browser page rebound to
+    // it (as on the MCP listener); off loopback, the client token is required.
+    if loopback {
+        let host =
+            req.headers.iter().find(|h| h.name.eq_ignore_ascii_case("host")).map(|h| h.value.trim_ascii());
+        if !host.is_some_and(|h| host_allowed(h, port)) {
+            return Route::Answer(403, "Host not allowed\n");
+        }
+    }
     if let (false, Some(secret)) = (loopback, config.client_token.as_deref()) {
         let auth = req.headers.iter().find(|h| h.name.eq_ignore_ascii_case("authorization"));
         if !auth.is_some_and(|h| bearer_matches(h.value, secret.as_bytes())) {
@@ -455,6 +480,7 @@ fn response(status: u16, content_type: &str, body: &[u8]) -> Vec<u8> {
         200 => "OK",
         400 => "Bad Request",
         401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
@@ -510,4 +536,17 @@ mod tests {
         assert_eq!(whole_records(b"", 10), 0);
         assert_eq!((record_count(buf), record_count(b"")), (3, 0));
     }
+}
+
+/// `write_all` that says how much was written before an error.
+fn write_counting(file: &mut File, buf: &[u8], written: &mut usize) -> io::Result<()> {
+    while let Some(rest) = buf.get(*written..).filter(|r| !r.is_empty()) {
+        match file.write(rest) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => *written += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

@@ -646,3 +646,31 @@ fn metrics_is_prometheus_text_with_help_and_type_for_each_metric_and_counts_a_re
         "{text}"
     );
 }
+
+/// A browser page rebound to loopback (DNS rebinding) names its own host:
+/// the metrics listener refuses it as the MCP listener does, whatever the
+/// path, and a loopback Host on another port too.
+#[test]
+fn the_metrics_listener_refuses_a_host_that_is_not_its_loopback_address() {
+    let up = echo_upstream();
+    let p = start_with(&up, &METRICS);
+    let m = p.metrics_port();
+    for host in ["evil.example", "evil.example:80", &format!("127.0.0.1:{}", m + 1), "127.0.0.1"] {
+        for path in ["/metrics", "/healthz"] {
+            let s = TcpStream::connect(("127.0.0.1", m)).unwrap();
+            s.set_read_timeout(Some(WAIT)).unwrap();
+            let mut c = RawClient::new(s);
+            c.send(&request("GET", path, host, &[], b""));
+            let r = c.read_response("GET");
+            assert_eq!(r.status, 403, "Host {host} {path}: {:?}", r.raw_text());
+            assert!(!r.text().contains("mcp_proxy_") && !r.text().contains("agent"), "{:?}", r.text());
+        }
+    }
+    for host in [format!("localhost:{m}"), format!("[::1]:{m}")] {
+        let s = TcpStream::connect(("127.0.0.1", m)).unwrap();
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        let mut c = RawClient::new(s);
+        c.send(&request("GET", "/metrics", &host, &[], b""));
+        assert_eq!(c.read_response("GET").status, 200, "Host {host}");
+    }
+}
