@@ -524,6 +524,19 @@ fn health(obs: &Observer, view: &View) -> Vec<u8> {
     response(if r.healthy { 200 } else { 503 }, "application/json", &body)
 }
 
+/// `write_all` that says how much was written before an error.
+fn write_counting(file: &mut File, buf: &[u8], written: &mut usize) -> io::Result<()> {
+    while let Some(rest) = buf.get(*written..).filter(|r| !r.is_empty()) {
+        match file.write(rest) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => *written += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -536,17 +549,4 @@ mod tests {
         assert_eq!(whole_records(b"", 10), 0);
         assert_eq!((record_count(buf), record_count(b"")), (3, 0));
     }
-}
-
-/// `write_all` that says how much was written before an error.
-fn write_counting(file: &mut File, buf: &[u8], written: &mut usize) -> io::Result<()> {
-    while let Some(rest) = buf.get(*written..).filter(|r| !r.is_empty()) {
-        match file.write(rest) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => *written += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
