@@ -406,3 +406,64 @@ fn a_client_that_leaves_after_its_answer_is_recorded_with_the_status_and_outcome
         assert_eq!(have.get(sample), Some(n), "{sample} in\n{metrics}");
     }
 }
+
+/// The calls the proxy answers itself are recorded as its answers: a hidden tool's (the policy) and one whose
+/// body it cannot vouch for (two identities: refused, never forwarded); `/metrics` counts both refusals.
+#[test]
+fn calls_the_proxy_answers_itself_are_recorded_as_answered_by_the_proxy() {
+    let up = event_upstream();
+    let audit = scratch_dir("audit-refused").join("audit.jsonl");
+    let p = ProxyProcess::builder(up.url())
+        .agent("agent-a")
+        .token("tok-AUDIT-2")
+        .arg("--audit-log", &audit)
+        .arg("--metrics-listen", "127.0.0.1:0")
+        .arg("--deny-tool", "secret_*")
+        .start();
+    let hidden =
+        br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"secret_tool","arguments":{}}}"#;
+    let twice = br#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"a","sender":"b"}}}"#;
+    let mut answers = Vec::new();
+    for body in [hidden.as_slice(), twice] {
+        let mut c = client(&p);
+        c.send(&json_post(&host(&p), &[], body));
+        let resp = c.read_response("POST");
+        let v: Value = serde_json::from_slice(&resp.body).unwrap_or(Value::Null);
+        answers.push((resp.status, v["error"]["code"].clone()));
+    }
+    assert_eq!(answers[0], (200, json!(-32602)), "the hidden tool's call");
+    assert_eq!(answers[1].0, 400, "the call with two identities: {answers:?}");
+    assert_eq!(up.request_count(), 0, "a refused call reached the upstream");
+    let records = wait_records(&audit, 2);
+    let evidence = format!("records:\n{}stderr:\n{}", lines(&records), p.stderr_text());
+    let mut want = answered(&json!(7), "tools/call", Some("secret_tool"), None);
+    for (k, v) in [
+        ("outcome", "refused"),
+        ("error.type", "-32602"),
+        ("answered_by", "proxy"),
+        ("reason", "hidden_tool"),
+    ] {
+        want[k] = json!(v);
+    }
+    assert_eq!(records.first().map(shape), Some(want), "{evidence}");
+    // The refused body's record: what the client was answered. No tool and no claim: they are read from the
+    // stamp scan's plan, which a refused body does not get.
+    let want = json!({
+        "event": "request",
+        "jsonrpc.request.id": 8,
+        "mcp.method.name": "tools/call",
+        "http.response.status_code": 400,
+        "outcome": "refused",
+        "error.type": answers[1].1.to_string(),
+        "answered_by": "proxy",
+        "reason": "refused_body",
+    });
+    assert_eq!(records.get(1).map(shape), Some(want), "{evidence}");
+    assert_eq!(records.len(), 2, "{evidence}");
+    let (_, metrics) = p.metrics_get("/metrics");
+    let have = samples(&metrics);
+    for reason in ["hidden_tool", "refused_body"] {
+        let sample = format!("mcp_proxy_refusals_total{{reason=\"{reason}\"}}");
+        assert_eq!(have.get(&sample), Some(&1), "{sample} in\n{metrics}");
+    }
+}
