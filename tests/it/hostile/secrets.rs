@@ -223,8 +223,7 @@ fn tokens_never_appear_in_the_audit_log_metrics_or_healthz_whatever_the_upstream
     let texts = observed(&p, &audit);
     let secrets = [("token", TOKEN), ("new token", NEW_TOKEN)];
     // The test means something: the upstream's answers showed the client both tokens, and the
-    // audit log holds every kind of record this session makes (the refused call's record is
-    // required by tests/it/audit.rs, not here).
+    // audit log holds every kind of record this session makes.
     for (name, secret) in secrets {
         assert!(contains(&seen, secret.as_bytes()), "the upstream never echoed the {name}");
     }
@@ -234,6 +233,7 @@ fn tokens_never_appear_in_the_audit_log_metrics_or_healthz_whatever_the_upstream
         "\"claimed\":\"mallory\"",
         "\"error.type\":\"-32000\"",
         "\"reason\":\"hidden_tool\"",
+        "\"reason\":\"refused_body\"",
         "\"event\":\"identity.changed\"",
         "\"claimed\":\"claude-prime\"",
         "\"event\":\"session.deleted\"",
