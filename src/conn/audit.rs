@@ -48,6 +48,10 @@ struct Audited {
 pub(super) struct ExchangeAudit {
     requests: SmallVec<[Audited; 1]>,
     bytes_in: u64,
+    /// The status of the head relayed to the client: a client that leaves
+    /// after it does not change what it was answered (the log's 499 is no
+    /// response).
+    relayed: Option<u16>,
 }
 
 impl ExchangeAudit {
@@ -61,7 +65,7 @@ impl ExchangeAudit {
         policy: &crate::mcp::tools::Policy,
         bytes_in: u64,
     ) -> ExchangeAudit {
-        let mut a = ExchangeAudit { requests: SmallVec::new(), bytes_in };
+        let mut a = ExchangeAudit { requests: SmallVec::new(), bytes_in, relayed: None };
         let Ok(parsed) = rpc::parse(body) else {
             if body.iter().all(u8::is_ascii_whitespace) {
                 return a; // no body (a GET, a DELETE): no request
@@ -115,6 +119,11 @@ impl ExchangeAudit {
         }
     }
 
+    /// The head the client is sent has `status`.
+    pub(super) fn relayed(&mut self, status: u16) {
+        self.relayed = Some(status);
+    }
+
     /// Payload bytes of the answer.
     pub(super) fn feed(&mut self, data: &[u8]) {
         for r in &mut self.requests {
@@ -133,6 +142,7 @@ impl ExchangeAudit {
         end: End,
         out: &mut Vec<Record>,
     ) {
+        let status = self.relayed.unwrap_or(status);
         for r in self.requests.drain(..) {
             let mut rec = Request {
                 session: (!session.is_empty()).then(|| session.into()),

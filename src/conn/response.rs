@@ -218,6 +218,9 @@ impl Conn {
             self.close_after,
         );
         self.ex.status = resp.status;
+        if let Some(a) = self.ex.audit.as_mut() {
+            a.relayed(resp.status);
+        }
         let input_done = input.is_done();
         if input_done {
             // An empty body: the relay loop never runs, so what a rewriter

@@ -9,6 +9,10 @@ mod agentchattr;
 /// (python/), its `mcp_proxy.py` one import line. Unix only: the agentchattr venv (bin/python).
 #[cfg(unix)]
 mod agentchattr_own_tests;
+/// The audit log and the metrics listener against the real agentchattr and the Python SDK 1.x: records,
+/// counters, the impersonation warning. Unix only: the agentchattr and py1 venvs (bin/python).
+#[cfg(unix)]
+mod audit;
 /// Every request body is scanned whatever its method, Content-Type or framing.
 mod body_rule;
 /// The command line: arguments, exit codes, the port line, signals, secrets.

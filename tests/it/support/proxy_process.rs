@@ -40,6 +40,8 @@ pub fn token_file(token: &str) -> PathBuf {
 pub struct ProxyProcess {
     child: Child,
     pub port: u16,
+    /// With `--metrics-listen`: the port of its second stdout line, `  metrics: port N`.
+    metrics_port: Option<u16>,
     stderr: Arc<Mutex<Vec<u8>>>,
     stdout_rest: Arc<Mutex<Vec<u8>>>,
 }
@@ -187,28 +189,31 @@ impl ProxyProcess {
         let (tx, rx) = std::sync::mpsc::channel();
         let stdout_rest = Arc::new(Mutex::new(Vec::new()));
         let rest = stdout_rest.clone();
+        // With --metrics-listen the metrics port is printed on the line after the MCP port's.
+        let metrics = args.iter().any(|a| a.as_ref() == "--metrics-listen");
         std::thread::spawn(move || {
             let mut reader = BufReader::new(out);
-            let mut line = String::new();
-            let _ = reader.read_line(&mut line);
-            let _ = tx.send(line);
-            // Line by line, so a later line (`  metrics: port N`) is seen
-            // while the proxy runs.
+            for _ in 0..1 + usize::from(metrics) {
+                let mut line = String::new();
+                let _ = reader.read_line(&mut line);
+                let _ = tx.send(line);
+            }
             let mut buf = Vec::new();
             while matches!(reader.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
                 rest.lock().unwrap().append(&mut buf);
             }
         });
-        let line = match rx.recv_timeout(Duration::from_secs(10)) {
+        let next_line = |what: &str, child: &mut Child| match rx.recv_timeout(Duration::from_secs(10)) {
             Ok(line) => line,
             Err(_) => {
                 let _ = child.kill();
                 panic!(
-                    "proxy printed no port line in 10 s; stderr:\n{}",
+                    "proxy printed no {what} line in 10 s; stderr:\n{}",
                     String::from_utf8_lossy(&stderr.lock().unwrap())
                 );
             }
         };
+        let line = next_line("port", &mut child);
         let port = line.strip_prefix("  MCP proxy: port ").and_then(|p| p.trim_end().parse::<u16>().ok());
         let Some(port) = port else {
             let status = child.wait().ok();
@@ -218,7 +223,37 @@ impl ProxyProcess {
                 String::from_utf8_lossy(&stderr.lock().unwrap())
             );
         };
-        ProxyProcess { child, port, stderr, stdout_rest }
+        let metrics_port = metrics.then(|| {
+            let line = next_line("metrics port", &mut child);
+            let port = line.strip_prefix("  metrics: port ").and_then(|p| p.trim_end().parse::<u16>().ok());
+            port.unwrap_or_else(|| {
+                let _ = child.kill();
+                panic!(
+                    "unexpected second stdout line {line:?} (want `  metrics: port N`); stderr:\n{}",
+                    String::from_utf8_lossy(&stderr.lock().unwrap())
+                )
+            })
+        });
+        ProxyProcess { child, port, metrics_port, stderr, stdout_rest }
+    }
+
+    /// The metrics listener's port (the proxy was started with `--metrics-listen`).
+    #[track_caller]
+    pub fn metrics_port(&self) -> u16 {
+        self.metrics_port.expect("the proxy was started without --metrics-listen")
+    }
+
+    /// `GET path` on the metrics listener (`/metrics`, `/healthz`): its status and body as text.
+    #[track_caller]
+    pub fn metrics_get(&self, path: &str) -> (u16, String) {
+        let port = self.metrics_port();
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics listener");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut c = crate::support::wire::RawClient::new(s);
+        c.send(&crate::support::wire::request("GET", path, &format!("127.0.0.1:{port}"), &[], b""));
+        let resp = c.read_response("GET");
+        (resp.status, resp.text())
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -236,25 +271,6 @@ impl ProxyProcess {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
         s
-    }
-
-    /// The `--metrics-listen` port, from the `  metrics: port N` line that
-    /// follows the port line (10 s bound).
-    #[track_caller]
-    pub fn metrics_port(&self) -> u16 {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let rest = String::from_utf8_lossy(&self.stdout_rest.lock().unwrap()).into_owned();
-            let line = rest.lines().find_map(|l| l.strip_prefix("  metrics: port "));
-            if let Some(port) = line.and_then(|p| p.trim_end().parse::<u16>().ok()) {
-                return port;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no '  metrics: port N' line in 10 s; stdout after the port line {rest:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
     }
 
     pub fn stdin(&mut self) -> Option<&mut ChildStdin> {
