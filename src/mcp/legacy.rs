@@ -19,7 +19,7 @@
 use super::sse::{field, lines, EndpointRewriter};
 use super::stamp::StampMap;
 use super::tools::{ListFilter, ListOptions, ListOutcome, Policy};
-use crate::limits::{MAX_LEGACY_QUEUED, MAX_LEGACY_STREAMS, MAX_PENDING_LISTS};
+use crate::limits::{MAX_LEGACY_QUEUED, MAX_LEGACY_STREAMS, MAX_PENDING_LISTS, MAX_SSE_SCAN};
 use crate::mcp::initialize::Format;
 
 /// The raw `session_id` query value of a legacy `POST .../messages?session_id=X`
@@ -37,27 +37,34 @@ pub fn post_session(target: &[u8]) -> Option<&[u8]> {
 }
 
 /// The session an `endpoint` event names: the `session_id` of its `data`
-/// URL (absolute or relative), from the first `endpoint` event in `stream`.
+/// URL (absolute or relative), from the first `endpoint` event in `stream`
+/// that is dispatched (its blank line came) with one `data` line.
 pub fn endpoint_session(stream: &[u8]) -> Option<Box<[u8]>> {
     let mut endpoint = false;
     let mut data: Option<&[u8]> = None;
+    let mut data_lines = 0;
+    let mut url = None;
     for line in lines(stream) {
         if line.is_empty() {
-            if endpoint {
+            if endpoint && data_lines == 1 {
+                url = data;
                 break;
             }
-            data = None;
+            (endpoint, data, data_lines) = (false, None, 0);
             continue;
         }
         let (name, at) = field(line);
         let value = line.get(at..).unwrap_or_default();
         match name {
             b"event" => endpoint = value == b"endpoint",
-            b"data" => data = Some(value),
+            b"data" => {
+                data = Some(value);
+                data_lines += 1;
+            }
             _ => {}
         }
     }
-    let url = data.filter(|_| endpoint)?;
+    let url = url?;
     // The path of an absolute URL: from the first '/' after "scheme://".
     let path_at = match memchr::memmem::find(url, b"://") {
         Some(s) => s + 3 + memchr::memchr(b'/', url.get(s + 3..).unwrap_or_default())?,
@@ -237,6 +244,9 @@ pub struct LegacyStream {
     events: Vec<u8>,
     boundary: Boundary,
     outcomes: Vec<ListOutcome>,
+    /// The stream so far, until its endpoint event names the session
+    /// (bounded by `MAX_SSE_SCAN`; `None` once found or given up).
+    before_session: Option<Vec<u8>>,
     stage: Vec<u8>,
     spare: Vec<u8>,
 }
@@ -250,6 +260,7 @@ impl LegacyStream {
             events: Vec::new(),
             boundary: Boundary::default(),
             outcomes: Vec::new(),
+            before_session: Some(Vec::new()),
             stage: Vec::new(),
             spare: Vec::new(),
         }
@@ -287,13 +298,27 @@ impl LegacyStream {
             stage.extend_from_slice(data);
         } else {
             self.endpoint.feed(data, &mut stage);
-            if self.endpoint.is_done() {
-                self.new_session = endpoint_session(&stage);
-            }
         }
+        self.learn_session(&stage);
         self.through_filters(&mut stage, |f, input, out| f.feed(input, out));
         self.write(&stage, out);
         self.stage = stage;
+    }
+
+    /// The session, from the first endpoint event (in whatever reads it
+    /// came); given up past `MAX_SSE_SCAN` bytes.
+    fn learn_session(&mut self, stage: &[u8]) {
+        let Some(seen) = self.before_session.as_mut() else { return };
+        seen.extend_from_slice(stage);
+        if let Some(session) = endpoint_session(seen) {
+            self.new_session = Some(session);
+            self.before_session = None;
+        } else if seen.len() > MAX_SSE_SCAN {
+            log::debug!(
+                "legacy SSE: no endpoint event in the first {MAX_SSE_SCAN} bytes: its session is not routed"
+            );
+            self.before_session = None;
+        }
     }
 
     /// Nothing arrived: the proxy's events go out if the stream is between
@@ -310,6 +335,7 @@ impl LegacyStream {
         if !self.endpoint.is_done() {
             self.endpoint.finish(&mut stage);
         }
+        self.learn_session(&stage);
         // Every filter finishes, each on what the ones before it let out.
         let mut filters = std::mem::take(&mut self.filters);
         for f in &mut filters {

@@ -225,6 +225,14 @@ fn help_exits_0_and_mentions_every_flag() {
         "--help",
         "--version",
         "--probe",
+        "--allow-tool",
+        "--deny-tool",
+        "--show-identity-params",
+        "--identity-param",
+        "--audit-log",
+        "--audit-max-bytes",
+        "--metrics-listen",
+        "SIGUSR1",
     ] {
         assert!(text.contains(flag), "--help does not mention {flag}: {text}");
     }
