@@ -13,10 +13,7 @@ const HOSTS: [&str; 3] = ["127.0.0.1", "localhost", "[::1]"];
 
 fn naive_host_allowed(host: &[u8], port: u16) -> bool {
     // Port 0 is never a listening port, so no Host may name it.
-    port != 0
-        && HOSTS
-            .iter()
-            .any(|h| format!("{h}:{port}").as_bytes().eq_ignore_ascii_case(host))
+    port != 0 && HOSTS.iter().any(|h| format!("{h}:{port}").as_bytes().eq_ignore_ascii_case(host))
 }
 
 fn naive_origin_allowed(origin: &[u8]) -> bool {

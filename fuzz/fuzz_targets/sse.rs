@@ -49,11 +49,7 @@ fuzz_target!(|data: &[u8]| {
     let a = usize::from(k) % (input.len() + 1);
     assert_eq!(run(&[&input[..a], &input[a..]]), whole, "split at {a}");
     let b = a + usize::from(k.rotate_left(4)) % (input.len() - a + 1);
-    assert_eq!(
-        run(&[&input[..a], &[], &input[a..b], &input[b..]]),
-        whole,
-        "split at {a}, {b}"
-    );
+    assert_eq!(run(&[&input[..a], &[], &input[a..b], &input[b..]]), whole, "split at {a}, {b}");
     let step = usize::from(k % 7) + 1;
     let chunks: Vec<&[u8]> = input.chunks(step).collect();
     assert_eq!(run(&chunks), whole, "chunks of {step}");

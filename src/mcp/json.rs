@@ -90,6 +90,16 @@ impl Value {
         body.get(self.start.checked_add(1)?..self.end.checked_sub(1)?)
     }
 
+    /// `decode_str` without a copy when the string has no escapes.
+    pub fn decode_cow<'b>(&self, body: &'b [u8]) -> Option<std::borrow::Cow<'b, str>> {
+        match self.kind {
+            Kind::String { escaped: false } => {
+                std::str::from_utf8(self.string_raw(body)?).ok().map(std::borrow::Cow::Borrowed)
+            }
+            _ => self.decode_str(body).map(std::borrow::Cow::Owned),
+        }
+    }
+
     /// The decoded content of a string value; `None` for other kinds and for
     /// strings holding a lone surrogate (no Rust `String` can hold one).
     pub fn decode_str(&self, body: &[u8]) -> Option<String> {

@@ -106,7 +106,7 @@ impl Policy {
         if self.allows_all() {
             return true;
         }
-        name.and_then(|n| n.decode_str(body)).is_some_and(|n| self.allows(&n))
+        name.and_then(|n| n.decode_cow(body)).is_some_and(|n| self.allows(&n))
     }
 
     pub fn show_identity_params(&self) -> bool {
