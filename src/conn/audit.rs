@@ -201,10 +201,7 @@ fn proxy_outcome(a: Answer) -> (Outcome, Option<String>, Option<&'static str>) {
 
 impl Conn {
     /// The body is whole: note its requests when someone observes.
-    pub(super) fn audit_request(&mut self, observing: bool, agent: &str, policy: &crate::mcp::tools::Policy) {
-        if !observing {
-            return;
-        }
+    pub(super) fn audit_request(&mut self, agent: &str, policy: &crate::mcp::tools::Policy) {
         let bytes_in = (self.ex.req.len + self.ex.body.len()) as u64;
         let a = ExchangeAudit::read(&self.ex.body, &self.ex.plan, agent, policy, bytes_in);
         for r in a.requests.iter().filter(|r| r.claimed.is_some()) {

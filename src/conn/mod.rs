@@ -433,7 +433,9 @@ impl Conn {
 
     /// The exchange's one `info` line, saying how it ended.
     fn log_exchange(&mut self, now: Instant, ending: &dyn fmt::Display, end: audit::End) {
-        self.audit_end(now, end);
+        if self.ex.audit.is_some() {
+            self.audit_end(now, end);
+        }
         if let Some(start) = self.ex.start.take() {
             self.traffic.0 += (self.ex.req.len + self.ex.body.len()) as u64;
             self.traffic.1 += self.ex.bytes_out;

@@ -360,11 +360,15 @@ impl Conn {
             // Fail closed: never forwarded unstamped.
             warn!("conn {}: request body refused: {e}", self.id);
             self.ex.plan = Plan::default();
-            self.audit_request(ctx.observing(), ctx.agent, ctx.policy);
+            if ctx.observing() {
+                self.audit_request(ctx.agent, ctx.policy);
+            }
             self.reply_error(ctx, Answer::BodyRefused(e));
             return;
         }
-        self.audit_request(ctx.observing(), ctx.agent, ctx.policy);
+        if ctx.observing() {
+            self.audit_request(ctx.agent, ctx.policy);
+        }
         if !ctx.policy.allows_all() {
             if let Some(tool) = hidden_call(&self.ex.body, &self.ex.plan, ctx.policy) {
                 let legacy = legacy::post_session(&self.ex.req.target).map(<[u8]>::to_vec);

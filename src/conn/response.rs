@@ -377,7 +377,9 @@ impl Conn {
         // target drive).
         // What POSTs owe a legacy stream is taken before its bytes are
         // read: a list's id is noted before the list can arrive.
-        self.legacy_turn(&mut rewriter, ctx);
+        if matches!(rewriter.as_deref(), Some(BodyRewriter::Legacy(_))) {
+            self.legacy_turn(&mut rewriter, ctx);
+        }
         let id = self.id;
         let capture = &mut self.ex.version_capture;
         let audit = &mut self.ex.audit;
@@ -394,7 +396,7 @@ impl Conn {
         self.ex.bytes_out += c.own_payload;
         self.rewriter_finished(c.finished, ctx);
         progressed |= c.progressed;
-        if rewriter.is_some() {
+        if matches!(rewriter.as_deref(), Some(BodyRewriter::Legacy(_))) {
             self.legacy_turn(&mut rewriter, ctx);
             let n = self.out.idle(out, &mut rewriter);
             self.ex.bytes_out += n;

@@ -290,9 +290,13 @@ impl Proxy {
             self.accept(woken.accept, now);
             self.timers.expired(now, &mut self.touched);
             self.drive_touched(now);
-            self.serve_metrics(&mut woken, now);
+            if self.metrics.is_some() {
+                self.serve_metrics(&mut woken, now);
+            }
             self.pool.expire(now);
-            self.write_audit();
+            if self.audit.is_some() {
+                self.write_audit();
+            }
             if self.shutdown_finished(now) {
                 return Ok(());
             }

@@ -441,36 +441,73 @@ enum Route {
     Answer(u16, &'static str),
 }
 
+/// A request head, as far as the metrics listener reads it.
+struct Head<'a> {
+    method: &'a [u8],
+    target: &'a [u8],
+    fields: Vec<(&'a [u8], &'a [u8])>,
+}
+
+impl<'a> Head<'a> {
+    fn field(&self, name: &str) -> Option<&'a [u8]> {
+        self.fields.iter().find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes())).map(|&(_, v)| v)
+    }
+}
+
+/// Reads a whole request head (`Ok(None)`: not whole yet). Strict enough
+/// for two GET paths: CRLF line ends, `METHOD SP TARGET SP HTTP/1.x`, then
+/// `name: value` fields with token names. (Its own small reader: the relay's
+/// parser stays inlined where it runs.)
+fn parse_head(buf: &[u8]) -> Result<Option<Head<'_>>, ()> {
+    let Some(end) = memchr::memmem::find(buf, b"\r\n\r\n") else { return Ok(None) };
+    let mut lines = buf.get(..end).unwrap_or_default().split(|&b| b == b'\n');
+    let line = lines.next().ok_or(())?.strip_suffix(b"\r").ok_or(())?;
+    let mut parts = line.split(|&b| b == b' ');
+    let (method, target, version) =
+        (parts.next().ok_or(())?, parts.next().ok_or(())?, parts.next().ok_or(())?);
+    let token = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    if parts.next().is_some() || method.is_empty() || !method.iter().all(token) || !target.starts_with(b"/") {
+        return Err(());
+    }
+    if version != b"HTTP/1.1" && version != b"HTTP/1.0" {
+        return Err(());
+    }
+    let mut fields = Vec::new();
+    for line in lines {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = memchr::memchr(b':', line).ok_or(())?;
+        let (name, value) =
+            (line.get(..colon).unwrap_or_default(), line.get(colon + 1..).unwrap_or_default());
+        if name.is_empty() || !name.iter().all(token) || fields.len() >= 64 {
+            return Err(());
+        }
+        fields.push((name, value.trim_ascii()));
+    }
+    Ok(Some(Head { method, target, fields }))
+}
+
 /// What a request head asks for.
 fn route(head: &[u8], loopback: bool, port: u16, config: &Config) -> Route {
-    let mut fields = [httparse::EMPTY_HEADER; 32];
-    let mut req = httparse::Request::new(&mut fields);
-    match req.parse(head) {
-        Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Route::Incomplete,
-        Err(_) => return Route::Answer(400, "bad request\n"),
-    }
+    let req = match parse_head(head) {
+        Ok(Some(h)) => h,
+        Ok(None) => return Route::Incomplete,
+        Err(()) => return Route::Answer(400, "bad request\n"),
+    };
     // On loopback, a Host that is not loopback is a browser page rebound to
     // it (as on the MCP listener); off loopback, the client token is required.
-    if loopback {
-        let host =
-            req.headers.iter().find(|h| h.name.eq_ignore_ascii_case("host")).map(|h| h.value.trim_ascii());
-        if !host.is_some_and(|h| host_allowed(h, port)) {
-            return Route::Answer(403, "Host not allowed\n");
-        }
+    if loopback && !req.field("host").is_some_and(|h| host_allowed(h, port)) {
+        return Route::Answer(403, "Host not allowed\n");
     }
     if let (false, Some(secret)) = (loopback, config.client_token.as_deref()) {
-        let auth = req.headers.iter().find(|h| h.name.eq_ignore_ascii_case("authorization"));
-        if !auth.is_some_and(|h| bearer_matches(h.value, secret.as_bytes())) {
+        if !req.field("authorization").is_some_and(|v| bearer_matches(v, secret.as_bytes())) {
             return Route::Answer(401, "client token required\n");
         }
     }
-    let path = req.path.unwrap_or("");
-    let path = path.split('?').next().unwrap_or("");
-    match (req.method.unwrap_or(""), path) {
-        ("GET", "/metrics") => Route::Metrics,
-        ("GET", "/healthz") => Route::Health,
-        (_, "/metrics" | "/healthz") => Route::Answer(405, "only GET\n"),
+    let path = req.target.split(|&b| b == b'?').next().unwrap_or_default();
+    match (req.method, path) {
+        (b"GET", b"/metrics") => Route::Metrics,
+        (b"GET", b"/healthz") => Route::Health,
+        (_, b"/metrics" | b"/healthz") => Route::Answer(405, "only GET\n"),
         _ => Route::Answer(404, "only /metrics and /healthz here\n"),
     }
 }

@@ -101,6 +101,7 @@ const LOOPBACK_HOSTS: [&[u8]; 3] = [b"127.0.0.1", b"localhost", b"[::1]"];
 /// case-insensitive) and `[::1]:<port>`, `port` being the proxy's listening
 /// port written canonically (no leading zero). `host` is the request's
 /// `Host` value, already trimmed of surrounding whitespace.
+#[inline]
 pub fn host_allowed(host: &[u8], port: u16) -> bool {
     match split_host_port(host) {
         Some((name, Some(p))) => is_loopback_host(name) && p == port,
