@@ -717,8 +717,10 @@ fn legacy_args(base: Vec<String>) -> Vec<String> {
     v
 }
 
+/// The legacy transport's shape; a proxied list is learned from there too (the
+/// legacy stream carries the answer to the POST's tools/list).
 fn legacy_expect(exp: Expect) -> Expect {
-    Expect { sessionless: true, modern: false, delete: false, learned: SPOOF_SENDER.into(), ..exp }
+    Expect { sessionless: true, modern: false, delete: false, ..exp }
 }
 
 /// The legacy shape: one `GET /sse` (200), then every message a `POST /messages/?session_id=...` (202).

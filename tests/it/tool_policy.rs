@@ -84,15 +84,6 @@ fn policy_client(sdk: Sdk, transport: Transport, url: &str, message: &str) -> Sc
     realenv::run_json(&format!("{sdk:?} policy client over {transport:?}"), cmd, SCRIPT_LIMIT)
 }
 
-/// Registers an agent with agentchattr as its wrapper does: (name, token).
-fn register(ac: &Agentchattr) -> (String, String) {
-    let body = json!({"base": "claude", "label": null, "ready_gate": false}).to_string();
-    let (status, v) =
-        ac.api("POST", "/api/register", &[("Content-Type", "application/json")], body.as_bytes());
-    assert_eq!(status, 200, "register: {v}");
-    (v["name"].as_str().unwrap().to_string(), v["token"].as_str().unwrap().to_string())
-}
-
 /// What one policy session must show, whatever the client and transport: the client (`out`, the policy
 /// script's JSON) listed agentchattr's tools but the denied ones, no schema with `sender`, not even in
 /// `chat_send`'s `required`; its `chat_send` of `message` without a sender succeeded and agentchattr stored it
@@ -148,7 +139,7 @@ fn check_policy_session(
 fn policy_holds_against_agentchattr(test: &str, sdk: Sdk, transport: Transport) {
     let started = Instant::now();
     let ac = Agentchattr::start();
-    let (name, token) = register(&ac);
+    let (name, token) = ac.register("claude");
     let mut proxy = ProxyProcess::builder(transport.upstream(&ac)).agent(&name).token(&token);
     for tool in DENIED {
         proxy = proxy.arg("--deny-tool", tool);

@@ -41,7 +41,7 @@ from urllib.parse import parse_qs
 
 import anyio
 
-from client_common import text_json
+from client_common import error_of, text_json
 
 try:  # SDK 2.x
     import httpx2 as httpx
@@ -60,13 +60,6 @@ except ModuleNotFoundError:  # SDK 1.x
 CALL_TIMEOUT_S = 15
 BODY_CAP = 256 * 1024
 CHUNK_RECORDS_CAP = 200
-
-
-def error_of(e: BaseException) -> dict:
-    err = getattr(e, "error", None)
-    if err is not None and hasattr(err, "code"):
-        return {"code": err.code, "message": err.message}
-    return {"code": None, "message": "".join(traceback.format_exception_only(e)).strip()}
 
 
 def answers_in(content_type: str, body: bytes) -> list[dict]:

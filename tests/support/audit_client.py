@@ -34,16 +34,9 @@ import httpx
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from client_common import text_json
+from client_common import error_of, text_json
 
 CALL_TIMEOUT_S = 15
-
-
-def error_of(e: BaseException) -> dict:
-    err = getattr(e, "error", None)
-    if err is not None and hasattr(err, "code"):
-        return {"code": err.code, "message": err.message}
-    return {"code": None, "message": "".join(traceback.format_exception_only(e)).strip()}
 
 
 class Run:

@@ -1,8 +1,10 @@
-"""What the Python client scripts share (py1_client.py, py2_client.py, restart_client.py)."""
+"""What the Python client scripts share (py1_client.py, py2_client.py, restart_client.py, agentchattr_client.py,
+audit_client.py)."""
 
 from __future__ import annotations
 
 import json
+import traceback
 
 
 def text_json(result) -> object:
@@ -12,3 +14,11 @@ def text_json(result) -> object:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def error_of(e: BaseException) -> dict:
+    """An MCP error's code and message, or the exception's text (code None)."""
+    err = getattr(e, "error", None)
+    if err is not None and hasattr(err, "code"):
+        return {"code": err.code, "message": err.message}
+    return {"code": None, "message": "".join(traceback.format_exception_only(e)).strip()}

@@ -33,7 +33,7 @@ from importlib.metadata import version
 
 import anyio
 
-from client_common import text_json
+from client_common import error_of, text_json
 
 try:  # SDK 2.x
     import httpx2 as httpx
@@ -49,13 +49,6 @@ except ModuleNotFoundError:  # SDK 1.x
     SDK_MAJOR = 1
 
 CALL_TIMEOUT_S = 10
-
-
-def error_of(e: BaseException) -> dict:
-    err = getattr(e, "error", None)
-    if err is not None and hasattr(err, "code"):
-        return {"code": err.code, "message": err.message}
-    return {"code": None, "message": "".join(traceback.format_exception_only(e)).strip()}
 
 
 class Run:
