@@ -67,6 +67,10 @@ struct Wanted {
     /// `raw` parsed once (`None`: not JSON, so nothing answers it).
     parsed: Option<json::Value>,
     answered: bool,
+    /// Answered with an error for an event too large to read, which may or
+    /// may not have been its answer: a later answer to it is still filtered
+    /// (never let through), so the filter is not done.
+    unseen: bool,
 }
 
 /// The filter of one `tools/list` answer (or of a batch's answers).
@@ -121,7 +125,12 @@ impl ListFilter {
     ) -> ListFilter {
         let ids = ids
             .iter()
-            .map(|id| Wanted { raw: (*id).into(), parsed: json::parse_value(id).ok(), answered: false })
+            .map(|id| Wanted {
+                raw: (*id).into(),
+                parsed: json::parse_value(id).ok(),
+                answered: false,
+                unseen: false,
+            })
             .collect();
         ListFilter {
             format,
@@ -300,12 +309,19 @@ impl ListFilter {
         self.outcome.refused = true;
         self.held.clear();
         self.over = false;
+        self.scan = Scan::default();
         let message = self.error_message(why);
         if let Some(w) = self.ids.iter_mut().find(|w| !w.answered) {
             w.answered = true;
+            w.unseen = why == NotRewritten::TooLarge;
         }
-        self.done = self.ids.iter().all(|w| w.answered);
+        self.done = self.settled();
         write_event(&message, out);
+    }
+
+    /// Every list answered, none by a guess: later payload passes as it is.
+    fn settled(&self) -> bool {
+        self.ids.iter().all(|w| w.answered && !w.unseen)
     }
 
     /// The error for the first list still owed.
@@ -332,6 +348,7 @@ impl ListFilter {
             let Some(at) = self.answers(element) else { continue };
             if let Some(w) = self.ids.get_mut(at) {
                 w.answered = true;
+                w.unseen = false;
             }
             let replacement = match rewrite_list(element, &self.policy, &self.map, self.options) {
                 Ok(edit) => {
@@ -395,7 +412,7 @@ impl ListFilter {
                 Some(rewritten) if rewritten != data => write_event_like(event, &rewritten, out),
                 _ => out.extend_from_slice(event),
             }
-            self.done = self.ids.iter().all(|w| w.answered);
+            self.done = self.settled();
             return;
         }
         let Some(at) = self.answers(&data) else {
@@ -404,8 +421,9 @@ impl ListFilter {
         };
         if let Some(w) = self.ids.get_mut(at) {
             w.answered = true;
+            w.unseen = false;
         }
-        self.done = self.ids.iter().all(|w| w.answered);
+        self.done = self.settled();
         match rewrite_list(&data, &self.policy, &self.map, self.options) {
             Ok(edit) if edit.is_unchanged() => {
                 self.note(&edit);
@@ -437,7 +455,8 @@ impl ListFilter {
         let text = m.id().json();
         let id = json::parse_value(text).ok()?;
         self.ids.iter().position(|w| {
-            !w.answered && w.parsed.as_ref().is_some_and(|want| rpc::same_id(text, &id, &w.raw, want))
+            (!w.answered || w.unseen)
+                && w.parsed.as_ref().is_some_and(|want| rpc::same_id(text, &id, &w.raw, want))
         })
     }
 }
@@ -685,5 +704,30 @@ mod tests {
         assert_eq!(event_end(b"data: a\r\n\r", 0), None);
         assert_eq!(event_end(b"data: a\n", 0), None);
         assert_eq!(event_end(b"\n", 0), Some(1));
+    }
+
+    #[test]
+    fn an_event_too_large_to_read_before_the_answer_never_lets_the_answer_through_unfiltered() {
+        // A 4 MiB progress notification, then the list: the large one is
+        // answered with the error (it may have been the list), and the list
+        // that follows is still filtered, not relayed as it came.
+        let big = format!(
+            "event: message\r\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{{\"data\":\"{}\"}}}}\r\n\r\n",
+            "x".repeat(MAX_LIST_ANSWER)
+        );
+        let list = format!("event: message\r\ndata: {LIST}\r\n\r\n");
+        let body = format!("{big}{list}");
+        for piece in [body.len(), 64 * 1024, 1000] {
+            let pieces: Vec<&[u8]> = body.as_bytes().chunks(piece).collect();
+            let (out, o) = run(Format::EventStream, &pieces, &["chat_rules"]);
+            let text = String::from_utf8_lossy(&out);
+            assert!(o.refused, "piece {piece}");
+            assert!(!text.contains("chat_rules"), "piece {piece}: the list went through unfiltered");
+            assert!(
+                text.contains("chat_send") && text.contains("could not be filtered"),
+                "piece {piece}: {}",
+                &text[..text.len().min(400)]
+            );
+        }
     }
 }
