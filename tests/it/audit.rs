@@ -254,7 +254,7 @@ fn a_real_session_through_a_restart_is_audited_request_by_request_and_the_counte
     }
 
     // Said at warn once, naming both.
-    let stderr = p.stderr_text();
+    let stderr = p.stderr_once("claims to be");
     let warned = format!(
         "tools/call of \"chat_send\" claims to be \"{other}\", not \"{name}\": stamped as \"{name}\""
     );

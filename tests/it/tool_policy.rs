@@ -148,7 +148,7 @@ fn policy_holds_against_agentchattr(test: &str, sdk: Sdk, transport: Transport) 
     let message = format!("policy-{sdk:?}-{}", transport.arg());
     let run = policy_client(sdk, transport, &p.url(transport.path()), &message);
     let messages = ac.messages();
-    let (ac_log, proxy_log) = (ac.log_text(), p.stderr_text());
+    let (ac_log, proxy_log) = (ac.log_text(), p.stderr_once("which the tool policy hides"));
     eprintln!(
         "{test}: {} {}: client {:.2}s, test {:.2}s wall",
         run.json["sdk"],
@@ -329,7 +329,8 @@ fn a_json_list_is_filtered_learned_from_and_a_list_that_is_not_json_is_refused()
         &json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"secret\u{5f}tool","arguments":{}}}),
     );
     assert_eq!(v["error"]["code"], -32602);
-    assert!(p.stderr_text().contains("stamping \"sender\" of tool \"new_tool\""), "{}", p.stderr_text());
+    let log = p.stderr_once("stamping \"sender\" of tool \"new_tool\"");
+    assert!(log.contains("stamping \"sender\" of tool \"new_tool\""), "{log}");
 
     let bad = list_server("this is not json", Some("application/json"), Frame::Length);
     let p = ProxyProcess::builder(bad.url())
@@ -476,6 +477,7 @@ fn a_batchs_hidden_calls_get_their_errors_in_place_and_the_rest_is_forwarded() {
         let ids: Vec<&Value> = got.iter().map(|m| &m["id"]).collect();
         assert_eq!(ids, [&json!(4), &json!(5)], "{frame:?}: {got:?}");
         assert_eq!(up.request_count(), before, "{frame:?}: forwarded a batch of hidden calls");
-        assert!(p.stderr_text().contains("in a batch, which the tool policy hides"), "{}", p.stderr_text());
+        let log = p.stderr_once("in a batch, which the tool policy hides");
+        assert!(log.contains("in a batch, which the tool policy hides"), "{log}");
     }
 }

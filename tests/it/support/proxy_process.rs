@@ -290,6 +290,19 @@ impl ProxyProcess {
         String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
     }
 
+    /// The log once it holds `needle` (a line the proxy wrote before an answer
+    /// the test has read may still be in the pipe), or as it stands after 5 s.
+    pub fn stderr_once(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let text = self.stderr_text();
+            if text.contains(needle) || Instant::now() >= deadline {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Send a signal (`TERM`, `INT`, `HUP`) to the child with kill(1): Unix
     /// only (Windows has console events, not signals).
     #[cfg(unix)]
