@@ -461,7 +461,8 @@ impl<'a> Head<'a> {
 fn parse_head(buf: &[u8]) -> Result<Option<Head<'_>>, ()> {
     let Some(end) = memchr::memmem::find(buf, b"\r\n\r\n") else { return Ok(None) };
     let mut lines = buf.get(..end).unwrap_or_default().split(|&b| b == b'\n');
-    let line = lines.next().ok_or(())?.strip_suffix(b"\r").ok_or(())?;
+    let line = lines.next().ok_or(())?;
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
     let mut parts = line.split(|&b| b == b' ');
     let (method, target, version) =
         (parts.next().ok_or(())?, parts.next().ok_or(())?, parts.next().ok_or(())?);
@@ -585,5 +586,60 @@ mod tests {
         assert_eq!(fits, [0, 0, 2, 2, 2, 5, 5, 5, 5, 9, 9]);
         assert_eq!(whole_records(b"", 10), 0);
         assert_eq!((record_count(buf), record_count(b"")), (3, 0));
+    }
+
+    fn config(client_token: Option<&str>) -> Config {
+        let mut args = vec!["--upstream", "http://127.0.0.1:9/mcp", "--agent", "a"];
+        let path = std::env::temp_dir().join(format!("observe-test-secret-{}", std::process::id()));
+        if let Some(t) = client_token {
+            std::fs::write(&path, t).unwrap();
+            args.extend(["--client-token-file", path.to_str().unwrap()]);
+        }
+        let c = crate::config::parse(args.into_iter().map(String::from), Some("tok".into())).unwrap();
+        let _ = std::fs::remove_file(&path);
+        c
+    }
+
+    fn routed(head: &str, loopback: bool, c: &Config) -> String {
+        match route(head.as_bytes(), loopback, 9464, c) {
+            Route::Incomplete => "incomplete".into(),
+            Route::Metrics => "metrics".into(),
+            Route::Health => "health".into(),
+            Route::Answer(status, _) => status.to_string(),
+        }
+    }
+
+    #[test]
+    fn routes_by_method_path_host_and_client_token() {
+        let open = config(None);
+        let guarded = config(Some("s3cret"));
+        let get = |path: &str, host: &str, extra: &str| {
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n")
+        };
+        let cases = [
+            (get("/metrics", "127.0.0.1:9464", ""), true, &open, "metrics"),
+            (get("/healthz?x", "localhost:9464", ""), true, &open, "health"),
+            (get("/metrics", "evil.example", ""), true, &open, "403"),
+            (get("/metrics", "127.0.0.1:9465", ""), true, &open, "403"),
+            ("GET /metrics HTTP/1.1\r\n\r\n".to_string(), true, &open, "403"),
+            (get("/mcp", "127.0.0.1:9464", ""), true, &open, "404"),
+            (get("/metrics", "127.0.0.1:9464", "").replacen("GET", "POST", 1), true, &open, "405"),
+            // Off loopback: the client token, whatever the Host.
+            (get("/metrics", "192.0.2.2:9464", ""), false, &guarded, "401"),
+            (get("/metrics", "192.0.2.2:9464", "Authorization: Bearer nope\r\n"), false, &guarded, "401"),
+            (
+                get("/metrics", "192.0.2.2:9464", "authorization: Bearer s3cret\r\n"),
+                false,
+                &guarded,
+                "metrics",
+            ),
+            ("GET /metrics HTTP/1.1\r\nHost: x\r\n".to_string(), true, &open, "incomplete"),
+            ("GET /metrics HTTP/2\r\n\r\n".to_string(), true, &open, "400"),
+            ("GET metrics HTTP/1.1\r\n\r\n".to_string(), true, &open, "400"),
+            ("GET /metrics HTTP/1.1\r\nno colon\r\n\r\n".to_string(), true, &open, "400"),
+        ];
+        for (head, loopback, c, want) in cases {
+            assert_eq!(routed(&head, loopback, c), want, "{head:?} loopback {loopback}");
+        }
     }
 }
