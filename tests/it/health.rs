@@ -7,6 +7,7 @@
 //! Prometheus text format, nothing else answered or forwarded, the client
 //! token off loopback, slow clients cut off).
 
+#[cfg(unix)]
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
@@ -29,6 +30,7 @@ const METRICS: [&str; 2] = ["--metrics-listen", "127.0.0.1:0"];
 /// Bound on anything polled for (a record written, a counter moved).
 const WAIT: Duration = Duration::from_secs(5);
 /// What the audit log's failure is said with (once, at warn).
+#[cfg(unix)]
 const AUDIT_WARN: &str = "audit log: ";
 
 // ---------------------------------------------------------------- helpers
@@ -109,6 +111,7 @@ fn wait_sample(port: u16, series: &str, want: u64) -> String {
 
 /// The warn lines about the audit log the proxy wrote so far (env_logger's
 /// `[LEVEL target] message`, a time stamp or not).
+#[cfg(unix)]
 fn audit_warnings(p: &ProxyProcess) -> Vec<String> {
     let text = p.stderr_text();
     let warn = |l: &&str| l.starts_with('[') && l.split(']').next().is_some_and(|h| h.contains("WARN"));
@@ -116,6 +119,7 @@ fn audit_warnings(p: &ProxyProcess) -> Vec<String> {
 }
 
 /// Waits (bounded) for the first warn line about the audit log.
+#[cfg(unix)]
 #[track_caller]
 fn wait_audit_warning(p: &ProxyProcess) {
     let deadline = Instant::now() + WAIT;
