@@ -87,10 +87,10 @@ pub enum Answer {
     /// -32602 and the request's id, as MCP answers an unknown tool); never
     /// forwarded.
     HiddenTool,
-    /// A legacy SSE `POST /messages/` calling a tool the policy hides: its
-    /// answer would travel on the session's GET stream, which this
-    /// connection does not hold, so the POST is refused (403) with the
-    /// error in its body; never forwarded.
+    /// A legacy SSE `POST /messages/` calling a tool the policy hides, for a
+    /// session whose GET stream this proxy does not relay (where it does,
+    /// the error goes on that stream and the POST gets 202): refused (403)
+    /// with the error in its body; never forwarded.
     HiddenToolLegacy,
     /// A legacy SSE `tools/list` while the policy hides something, for a
     /// session whose GET stream this proxy does not relay (so it cannot
