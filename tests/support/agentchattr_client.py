@@ -41,7 +41,7 @@ from urllib.parse import parse_qs
 
 import anyio
 
-from client_common import error_of, text_json
+from client_common import error_of, rpc_of, text_json
 
 try:  # SDK 2.x
     import httpx2 as httpx
@@ -160,13 +160,9 @@ class Recording(httpx.AsyncBaseTransport):
             "ended": None,
             "end": None,
         }
-        try:
-            sent = json.loads(request.content) if request.content else None
-        except Exception:  # noqa: BLE001 - a body we cannot read is simply not described
-            sent = None
-        if isinstance(sent, dict):
-            entry["rpc_method"] = sent.get("method")
-            entry["rpc_id"] = sent.get("id")
+        method, rpc_id = rpc_of(request.content)
+        if method != "batch":
+            entry["rpc_method"], entry["rpc_id"] = method, rpc_id
         self.log.append(entry)
         try:
             response = await self.inner.handle_async_request(request)

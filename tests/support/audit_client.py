@@ -34,7 +34,7 @@ import httpx
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from client_common import error_of, text_json
+from client_common import error_of, rpc_of, text_json
 
 CALL_TIMEOUT_S = 15
 
@@ -57,15 +57,7 @@ class Run:
             "rpc_method": None,
             "rpc_id": None,
         }
-        try:
-            sent = json.loads(req.content) if req.content else None
-        except Exception:  # noqa: BLE001 - a body we cannot read is simply not described
-            sent = None
-        if isinstance(sent, dict):
-            entry["rpc_method"] = sent.get("method")
-            entry["rpc_id"] = sent.get("id")
-        elif sent is not None:
-            entry["rpc_method"] = "batch"
+        entry["rpc_method"], entry["rpc_id"] = rpc_of(req.content)
         self.http.append(entry)
 
     async def tool(self, rec: dict, name: str, arguments: dict) -> dict:

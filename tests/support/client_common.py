@@ -22,3 +22,15 @@ def error_of(e: BaseException) -> dict:
     if err is not None and hasattr(err, "code"):
         return {"code": err.code, "message": err.message}
     return {"code": None, "message": "".join(traceback.format_exception_only(e)).strip()}
+
+
+def rpc_of(content: bytes) -> tuple:
+    """The JSON-RPC method and id a request body sent: (method, id) for one message, ("batch", None) for
+    an array, (None, None) for no body or one that is not JSON (it is simply not described)."""
+    try:
+        sent = json.loads(content) if content else None
+    except ValueError:
+        return None, None
+    if isinstance(sent, dict):
+        return sent.get("method"), sent.get("id")
+    return ("batch", None) if sent is not None else (None, None)

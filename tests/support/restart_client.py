@@ -33,7 +33,7 @@ from importlib.metadata import version
 
 import anyio
 
-from client_common import error_of, text_json
+from client_common import error_of, rpc_of, text_json
 
 try:  # SDK 2.x
     import httpx2 as httpx
@@ -74,13 +74,9 @@ class Run:
             "rpc_method": None,
             "rpc_id": None,
         }
-        try:
-            sent = json.loads(req.content) if req.content else None
-        except Exception:  # noqa: BLE001 - a body we cannot read is simply not described
-            sent = None
-        if isinstance(sent, dict):
-            entry["rpc_method"] = sent.get("method")
-            entry["rpc_id"] = sent.get("id")
+        method, rpc_id = rpc_of(req.content)
+        if method != "batch":
+            entry["rpc_method"], entry["rpc_id"] = method, rpc_id
         if req.method == "POST" and (entry["content_type"] or "").startswith("application/json"):
             try:
                 raw = await response.aread()
