@@ -377,12 +377,13 @@ impl Conn {
                 }
             }
         }
-        let handling = ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room());
-        let list = if self.ex.plan.lists_tools() && handling != ListHandling::Relay {
-            tools_list_ids(&self.ex.body)
+        // Asked only of a body that lists tools (not on every call's path).
+        let handling = if self.ex.plan.lists_tools() {
+            ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room())
         } else {
-            None
+            ListHandling::Relay
         };
+        let list = if handling != ListHandling::Relay { tools_list_ids(&self.ex.body) } else { None };
         let legacy =
             list.as_ref().and_then(|_| legacy::post_session(&self.ex.req.target)).map(<[u8]>::to_vec);
         match (list, legacy) {

@@ -364,6 +364,8 @@ fn with_no_policy_and_identity_params_shown_the_list_is_relayed_byte_for_byte() 
 #[derive(Clone, Copy, Debug)]
 enum BatchFrame {
     Json,
+    /// JSON with no Content-Type: read as JSON all the same.
+    JsonUnlabelled,
     JsonChunked,
     Events,
 }
@@ -386,6 +388,10 @@ fn batch_server(frame: BatchFrame) -> StubUpstream {
             "HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n".to_string()
         } else {
             match frame {
+                BatchFrame::JsonUnlabelled => {
+                    let body = Value::Array(answers).to_string();
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+                }
                 BatchFrame::Json => {
                     let body = Value::Array(answers).to_string();
                     format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len())
@@ -440,7 +446,7 @@ fn call(id: i64, tool: &str) -> Value {
 #[test]
 fn a_batchs_hidden_calls_get_their_errors_in_place_and_the_rest_is_forwarded() {
     let note = json!({"jsonrpc":"2.0","method":"notifications/progress","params":{}});
-    for frame in [BatchFrame::Json, BatchFrame::JsonChunked, BatchFrame::Events] {
+    for frame in [BatchFrame::Json, BatchFrame::JsonUnlabelled, BatchFrame::JsonChunked, BatchFrame::Events] {
         let up = batch_server(frame);
         let p =
             ProxyProcess::builder(up.url()).agent("alice").token("t0k").arg("--deny-tool", "chat_r*").start();
