@@ -256,14 +256,14 @@ impl Conn {
             learn_room: ctx.stamps.learn_room(),
             insert_cache_scope: revision >= &b"2026-07-28"[..],
         };
-        Some(ListFilter::for_ids(
-            format,
-            &ids,
-            ctx.policy,
-            ctx.stamps,
-            options,
-            handling == ListHandling::Rewrite,
-        ))
+        let enforce = handling == ListHandling::Rewrite;
+        // A POST of one request is answered with that request's answer only:
+        // every response in it is read as the list's, whatever its id.
+        let batch = self.ex.body.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n')) == Some(&b'[');
+        Some(match (batch, ids.first()) {
+            (false, Some(id)) => ListFilter::sole(format, id, ctx.policy, ctx.stamps, options, enforce),
+            _ => ListFilter::for_ids(format, &ids, ctx.policy, ctx.stamps, options, enforce),
+        })
     }
 
     /// The completion of a batch's answer with the proxy's errors for its

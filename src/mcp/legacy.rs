@@ -540,9 +540,13 @@ mod tests {
     #[test]
     fn a_pending_list_answer_on_the_stream_is_filtered_and_others_pass() {
         let list = br#"{"jsonrpc":"2.0","id":4,"result":{"tools":[{"name":"chat_send","inputSchema":{"type":"object","properties":{"sender":{"type":"string"},"message":{"type":"string"}},"required":["sender","message"]}},{"name":"chat_rules","inputSchema":{"type":"object"}}]}}"#;
-        let other = br#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"chat_rules"}]}}"#;
+        // Another request's answer passes as it came; a list under an id
+        // nobody owes is read as one all the same (fail closed).
+        let other = br#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"chat_rules"}]}}"#;
+        let stray =
+            br#"{"jsonrpc":"2.0","id":5,"result":{"tools":[{"name":"chat_rules"},{"name":"chat_read"}]}}"#;
         let mut body = START.to_vec();
-        for m in [&other[..], &list[..]] {
+        for m in [&other[..], &stray[..], &list[..]] {
             body.extend_from_slice(b"event: message\r\ndata: ");
             body.extend_from_slice(m);
             body.extend_from_slice(b"\r\n\r\n");
@@ -550,6 +554,10 @@ mod tests {
         let (out, _) = run(&[START, &body[START.len()..]], b"", &[b"4"], &["chat_rules"]);
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains(std::str::from_utf8(other).unwrap()), "id 3 is not the list: {text}");
+        assert!(
+            text.contains(r#"{"jsonrpc":"2.0","id":5,"result":{"tools":[{"name":"chat_read"}]}}"#),
+            "{text}"
+        );
         let last = text.rsplit("data: ").next().unwrap();
         assert!(!last.contains("chat_rules") && !last.contains("sender"), "{text}");
         assert!(last.contains("chat_send"), "{text}");

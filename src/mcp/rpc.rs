@@ -268,6 +268,66 @@ pub(crate) fn same_id(a_body: &[u8], a: &Value, b_body: &[u8], b: &Value) -> boo
     }
 }
 
+/// An id as MCP clients match an answer to their request: by value. The
+/// TypeScript SDK keys its pending requests by `Number(id)`, and the Python
+/// SDK turns a string of digits in an answer back into the int it sent, so
+/// for them `7`, `7.0`, `"7"`, `" 7 "`, `"7e0"` and `"\u0037"` are all one
+/// id. The rule here: a number is its value; a string whose decoded text,
+/// trimmed of ASCII whitespace, reads as a decimal number (sign, digits,
+/// fraction, exponent) is that number's value; any other string is its
+/// decoded text. It is looser than any one client on purpose: it is used
+/// where a wrong "different" would let an answer pass unfiltered.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum IdKey {
+    Number(f64),
+    Text(String),
+}
+
+impl IdKey {
+    /// The key of the id whose JSON text is `text`; `None` for null, other
+    /// kinds and strings that are not text (a lone surrogate).
+    pub(crate) fn of(text: &[u8]) -> Option<IdKey> {
+        let v = json::parse_value(text).ok()?;
+        match v.kind {
+            Kind::Number => decimal(v.bytes(text)).map(IdKey::Number),
+            Kind::String { .. } => {
+                let s = v.decode_cow(text)?;
+                let trimmed = s.trim_matches(|c: char| c.is_ascii_whitespace());
+                Some(match decimal(trimmed.as_bytes()) {
+                    Some(n) => IdKey::Number(n),
+                    None => IdKey::Text(s.into_owned()),
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The value of `[+-]digits[.digits][(e|E)[+-]digits]` (a leading or
+/// trailing dot allowed, as `Number` allows it), finite; `None` otherwise.
+fn decimal(text: &[u8]) -> Option<f64> {
+    let body = text.strip_prefix(b"-").or_else(|| text.strip_prefix(b"+")).unwrap_or(text);
+    let (mantissa, exponent) = match body.iter().position(|&b| b == b'e' || b == b'E') {
+        Some(at) => (body.get(..at)?, Some(body.get(at + 1..)?)),
+        None => (body, None),
+    };
+    let (int, frac) = match mantissa.iter().position(|&b| b == b'.') {
+        Some(at) => (mantissa.get(..at)?, mantissa.get(at + 1..)?),
+        None => (mantissa, &b""[..]),
+    };
+    let digits = |d: &[u8]| d.iter().all(u8::is_ascii_digit);
+    if !(digits(int) && digits(frac)) || int.len() + frac.len() == 0 {
+        return None;
+    }
+    if let Some(e) = exponent {
+        let e = e.strip_prefix(b"-").or_else(|| e.strip_prefix(b"+")).unwrap_or(e);
+        if e.is_empty() || !digits(e) {
+            return None;
+        }
+    }
+    std::str::from_utf8(text).ok()?.parse::<f64>().ok().filter(|f| f.is_finite())
+}
+
 /// Writes the JSON-RPC error body of a proxy-made answer to `answered`
 /// (`None`: the body could not be read, or was never read) into `out`, and
 /// returns how many error objects it wrote; 0 means nothing was written (the
@@ -525,6 +585,40 @@ mod tests {
         let b = parse(body).unwrap();
         assert!(!b.messages.spilled());
         assert!(matches!(b.single().and_then(Message::method), Some(Cow::Borrowed("tools/call"))));
+    }
+
+    #[test]
+    fn ids_match_by_value_as_clients_match_them() {
+        let same: &[(&str, &str)] = &[
+            ("7", "7"),
+            ("7", "7.0"),
+            ("7", "\"7\""),
+            ("7", "\" 7 \""),
+            ("7", "\"7.0\""),
+            ("7", "\"7e0\""),
+            ("7", "\"\\u0037\""),
+            ("7", "\"+7\""),
+            ("-7", "\"-7\""),
+            ("70", "7e1"),
+            ("\"a\"", "\"\\u0061\""),
+            ("\"é\"", "\"\\u00e9\""),
+        ];
+        for (a, b) in same {
+            assert_eq!(IdKey::of(a.as_bytes()), IdKey::of(b.as_bytes()), "{a} {b}");
+            assert!(IdKey::of(a.as_bytes()).is_some(), "{a}");
+        }
+        let different: &[(&str, &str)] =
+            &[("7", "8"), ("7", "\"7x\""), ("7", "\"x7\""), ("\"a\"", "\"A\""), ("\"a \"", "\"a\"")];
+        for (a, b) in different {
+            assert_ne!(IdKey::of(a.as_bytes()), IdKey::of(b.as_bytes()), "{a} {b}");
+        }
+        for none in ["null", "true", "{}", "[]", "\"\\ud800\""] {
+            assert_eq!(IdKey::of(none.as_bytes()), None, "{none}");
+        }
+        // Not numbers, whatever Rust's float parse would take.
+        for text in ["\"inf\"", "\"NaN\"", "\"\"", "\".\"", "\"1e\"", "\"--1\"", "\"1_0\""] {
+            assert!(matches!(IdKey::of(text.as_bytes()), Some(IdKey::Text(_))), "{text}");
+        }
     }
 
     #[test]

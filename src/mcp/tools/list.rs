@@ -117,6 +117,14 @@ impl From<ScanError> for ListError {
     }
 }
 
+impl ListError {
+    /// The message holds no list at all (no `result`, or no `tools` array
+    /// in it), as opposed to a list that is malformed.
+    pub fn is_not_a_list(&self) -> bool {
+        matches!(self, ListError::NoResult | ListError::ResultNotObject | ListError::ToolsNotArray)
+    }
+}
+
 impl fmt::Display for ListError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -64,8 +64,8 @@ pub struct Outcome {
 #[derive(Debug)]
 struct Wanted {
     raw: Box<[u8]>,
-    /// `raw` parsed once (`None`: not JSON, so nothing answers it).
-    parsed: Option<json::Value>,
+    /// `raw` as clients match it (`rpc::IdKey`; `None`: nothing answers it).
+    key: Option<rpc::IdKey>,
     answered: bool,
     /// Answered with an error for an event too large to read, which may or
     /// may not have been its answer: a later answer to it is still filtered
@@ -81,6 +81,11 @@ pub struct ListFilter {
     policy: Policy,
     map: StampMap,
     options: ListOptions,
+    /// The body answers one request, the list, and nothing else (a POST
+    /// that is not a batch): every response message in it is taken as the
+    /// list's answer whatever its id says, and the filter stays on to the
+    /// end of the body.
+    sole: bool,
     /// The policy hides something: an answer that cannot be rewritten is
     /// refused, not passed.
     enforce: bool,
@@ -99,7 +104,8 @@ pub struct ListFilter {
 
 impl ListFilter {
     /// A filter for the answer to the request whose id is `request_id`
-    /// (JSON text), answered as `format`; `enforce` when the policy hides
+    /// (JSON text), answered as `format` on a stream that carries other
+    /// answers too (a legacy SSE session's); `enforce` when the policy hides
     /// tools or parameters (see `Policy::list_handling`).
     pub fn new(
         format: Format,
@@ -110,6 +116,22 @@ impl ListFilter {
         enforce: bool,
     ) -> ListFilter {
         ListFilter::for_ids(format, &[request_id], policy, map, options, enforce)
+    }
+
+    /// A filter for the answer to a POST whose one request is the list
+    /// `request_id`: every response in that answer is the list's, whatever
+    /// its id (see `sole`).
+    pub fn sole(
+        format: Format,
+        request_id: &[u8],
+        policy: &Policy,
+        map: &StampMap,
+        options: ListOptions,
+        enforce: bool,
+    ) -> ListFilter {
+        let mut f = ListFilter::for_ids(format, &[request_id], policy, map, options, enforce);
+        f.sole = true;
+        f
     }
 
     /// A filter for the answers to the `tools/list` requests of a batch
@@ -125,12 +147,7 @@ impl ListFilter {
     ) -> ListFilter {
         let ids = ids
             .iter()
-            .map(|id| Wanted {
-                raw: (*id).into(),
-                parsed: json::parse_value(id).ok(),
-                answered: false,
-                unseen: false,
-            })
+            .map(|id| Wanted { raw: (*id).into(), key: rpc::IdKey::of(id), answered: false, unseen: false })
             .collect();
         ListFilter {
             format,
@@ -138,6 +155,7 @@ impl ListFilter {
             policy: policy.clone(),
             map: map.clone(),
             options,
+            sole: false,
             enforce,
             held: Vec::new(),
             over: false,
@@ -319,9 +337,10 @@ impl ListFilter {
         write_event(&message, out);
     }
 
-    /// Every list answered, none by a guess: later payload passes as it is.
+    /// Every list answered, none by a guess: later payload passes as it is
+    /// (never in a `sole` answer, where any later response is read too).
     fn settled(&self) -> bool {
-        self.ids.iter().all(|w| w.answered && !w.unseen)
+        !self.sole && self.ids.iter().all(|w| w.answered && !w.unseen)
     }
 
     /// The error for the first list still owed.
@@ -345,28 +364,8 @@ impl ListFilter {
         let mut from = 0;
         for v in elements {
             let element = v.bytes(body);
-            let Some(at) = self.answers(element) else { continue };
-            if let Some(w) = self.ids.get_mut(at) {
-                w.answered = true;
-                w.unseen = false;
-            }
-            let replacement = match rewrite_list(element, &self.policy, &self.map, self.options) {
-                Ok(edit) => {
-                    self.note(&edit);
-                    edit.apply(element)
-                }
-                Err(e) => {
-                    self.outcome.failed = Some(NotRewritten::Invalid(e));
-                    if !self.enforce {
-                        continue;
-                    }
-                    self.outcome.refused = true;
-                    error_for(
-                        &self.ids.get(at).map_or(Box::from(&b"null"[..]), |w| w.raw.clone()),
-                        NotRewritten::Invalid(e),
-                    )
-                }
-            };
+            let Some(answering) = self.answers(element) else { continue };
+            let Some(replacement) = self.rewrite_answer(element, answering) else { continue };
             out.extend_from_slice(body.get(from..v.start).unwrap_or_default());
             out.extend_from_slice(&replacement);
             from = v.end;
@@ -415,50 +414,82 @@ impl ListFilter {
             self.done = self.settled();
             return;
         }
-        let Some(at) = self.answers(&data) else {
+        let Some(answering) = self.answers(&data) else {
             out.extend_from_slice(event);
             return;
         };
-        if let Some(w) = self.ids.get_mut(at) {
-            w.answered = true;
-            w.unseen = false;
+        match self.rewrite_answer(&data, answering) {
+            Some(message) => write_event_like(event, &message, out),
+            None => out.extend_from_slice(event),
         }
         self.done = self.settled();
-        match rewrite_list(&data, &self.policy, &self.map, self.options) {
-            Ok(edit) if edit.is_unchanged() => {
-                self.note(&edit);
-                out.extend_from_slice(event);
-            }
-            Ok(edit) => {
-                self.note(&edit);
-                let message = edit.apply(&data);
-                write_event_like(event, &message, out);
-            }
-            Err(e) => {
-                self.outcome.failed = Some(NotRewritten::Invalid(e));
-                if self.enforce {
-                    self.outcome.refused = true;
-                    let id = self.ids.get(at).map_or(Box::from(&b"null"[..]), |w| w.raw.clone());
-                    let message = error_for(&id, NotRewritten::Invalid(e));
-                    write_event_like(event, &message, out);
-                } else {
-                    out.extend_from_slice(event);
-                }
-            }
-        }
     }
 
-    /// Which owed list `data` (one message) answers, if any.
-    fn answers(&self, data: &[u8]) -> Option<usize> {
+    /// Whether `data` (one message) is a response that must be read as a
+    /// list's answer: in a `sole` answer any response is; elsewhere one
+    /// whose id is an owed list's by `rpc::IdKey` (the clients' rule, so no
+    /// other spelling of the id gets past), or any other response, as a
+    /// `Stray` that is rewritten if it holds a list.
+    fn answers(&self, data: &[u8]) -> Option<Answering> {
         let body = rpc::parse(data).ok()?;
         let m = body.single().filter(|m| m.role() == rpc::Role::Response)?;
         let text = m.id().json();
-        let id = json::parse_value(text).ok()?;
-        self.ids.iter().position(|w| {
-            (!w.answered || w.unseen)
-                && w.parsed.as_ref().is_some_and(|want| rpc::same_id(text, &id, &w.raw, want))
+        if self.sole {
+            return Some(Answering::Owed(0));
+        }
+        let key = rpc::IdKey::of(text);
+        let owed = self.ids.iter().position(|w| (!w.answered || w.unseen) && key.is_some() && w.key == key);
+        Some(match owed {
+            Some(at) => Answering::Owed(at),
+            None => Answering::Stray(text.into()),
         })
     }
+
+    /// The message to send in place of response `data`, or `None` to send
+    /// it as it came: a list rewritten; one that cannot be, its error while
+    /// the policy hides something. A stray response that holds no list
+    /// (any other answer of a batch) passes.
+    fn rewrite_answer(&mut self, data: &[u8], answering: Answering) -> Option<Vec<u8>> {
+        let stray = matches!(answering, Answering::Stray(_));
+        let id = match answering {
+            Answering::Owed(at) => {
+                let w = self.ids.get_mut(at)?;
+                w.answered = true;
+                w.unseen = false;
+                w.raw.clone()
+            }
+            Answering::Stray(id) => id,
+        };
+        match rewrite_list(data, &self.policy, &self.map, self.options) {
+            Ok(edit) if edit.is_unchanged() => {
+                self.note(&edit);
+                None
+            }
+            Ok(edit) => {
+                self.note(&edit);
+                Some(edit.apply(data))
+            }
+            Err(e) if stray && e.is_not_a_list() => None,
+            Err(e) => {
+                self.outcome.failed = Some(NotRewritten::Invalid(e));
+                if !self.enforce {
+                    return None;
+                }
+                self.outcome.refused = true;
+                Some(error_for(&id, NotRewritten::Invalid(e)))
+            }
+        }
+    }
+}
+
+/// What a response in the answer is to the filter.
+#[derive(Debug)]
+enum Answering {
+    /// The answer to owed list `ids[i]`.
+    Owed(usize),
+    /// A response whose id is no owed list's (its id's JSON text): read in
+    /// case it holds a list all the same.
+    Stray(Box<[u8]>),
 }
 
 /// The search for the end of the event being held, resumed where it
@@ -692,6 +723,152 @@ mod tests {
         let (out, o) = run(Format::EventStream, &[sse.as_bytes()], &[]);
         let text = String::from_utf8_lossy(&out);
         assert!(text.contains("-32603") && out.len() < 1000 && o.refused, "{text}");
+    }
+
+    /// How the filter knows the list's request: a POST of it alone, a
+    /// batch holding it among others, a legacy stream's owed id.
+    #[derive(Clone, Copy, Debug)]
+    enum Asked {
+        Sole,
+        Batch,
+        Legacy,
+    }
+
+    fn filter(asked: Asked, format: Format, id: &[u8]) -> ListFilter {
+        let p = policy(&["chat_rules"]);
+        let map = StampMap::agentchattr();
+        let options = ListOptions { learn_room: 8, insert_cache_scope: false };
+        match asked {
+            Asked::Sole => ListFilter::sole(format, id, &p, &map, options, true),
+            Asked::Batch => ListFilter::for_ids(format, &[id], &p, &map, options, true),
+            Asked::Legacy => ListFilter::new(format, id, &p, &map, options, true),
+        }
+    }
+
+    /// The messages of an output, as a client reads them (each event's
+    /// data, or the JSON body; arrays flattened).
+    fn messages(format: Format, out: &[u8]) -> Vec<serde_json::Value> {
+        let mut bodies = Vec::new();
+        match format {
+            Format::Json => bodies.push(out.to_vec()),
+            Format::EventStream => for_each_message_event(out, |d| {
+                bodies.push(d.to_vec());
+                true
+            }),
+        }
+        let mut all = Vec::new();
+        for b in bodies {
+            match serde_json::from_slice::<serde_json::Value>(&b) {
+                Ok(serde_json::Value::Array(items)) => all.extend(items),
+                Ok(v) => all.push(v),
+                Err(e) => panic!("{e}: {}", String::from_utf8_lossy(&b)),
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn a_list_answered_under_any_spelling_of_its_id_is_filtered_never_relayed_as_it_came() {
+        // The request said 515; the upstream answers "515", 515.0, an
+        // escaped "515", " 515", 5.15e2 (clients take each as 515), or an
+        // id that is nobody's: the list is filtered whatever the spelling,
+        // in JSON, in a JSON array, in an event, in an event holding an
+        // array, and however the body is split.
+        let spellings =
+            [r#""515""#, "515.0", r#""\u0035\u0031\u0035""#, r#"" 515""#, "5.15e2", r#""nobody""#, "515"];
+        for spelling in spellings {
+            let list = LIST.replacen(r#""id":3"#, &format!(r#""id":{spelling}"#), 1);
+            let bodies = [
+                (Format::Json, list.clone()),
+                (Format::Json, format!("[{list}]")),
+                (Format::EventStream, format!("event: message\r\ndata: {list}\r\n\r\n")),
+                (Format::EventStream, format!("event: message\ndata: [{list}]\n\n")),
+            ];
+            for asked in [Asked::Sole, Asked::Batch, Asked::Legacy] {
+                for (format, body) in &bodies {
+                    // A JSON single body is the answer wherever it comes
+                    // from; a legacy stream is always an event stream.
+                    if matches!(asked, Asked::Legacy) && *format == Format::Json {
+                        continue;
+                    }
+                    let b = body.as_bytes();
+                    for cut in 0..=b.len() {
+                        let mut f = filter(asked, *format, b"515");
+                        let mut out = Vec::new();
+                        f.feed(&b[..cut], &mut out);
+                        f.feed(&b[cut..], &mut out);
+                        f.finish(&mut out);
+                        let text = String::from_utf8_lossy(&out);
+                        let what = format!("{asked:?} {format:?} id {spelling} cut {cut}: {text}");
+                        assert!(!text.contains("chat_rules") && !text.contains(r#""sender""#), "{what}");
+                        let listed: Vec<_> = messages(*format, &out)
+                            .into_iter()
+                            .filter(|m| m["result"]["tools"].is_array())
+                            .collect();
+                        assert_eq!(listed.len(), 1, "{what}");
+                        assert_eq!(listed[0]["result"]["tools"][0]["name"], "chat_send", "{what}");
+                        // A spelling clients read as 515 answers the list:
+                        // no error is added for it.
+                        if spelling != r#""nobody""# || matches!(asked, Asked::Sole) {
+                            assert!(!text.contains("could not be filtered"), "{what}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_sole_answer_is_read_to_its_end_so_a_second_response_cannot_carry_the_list_past() {
+        // An error under another id first, then the list: a client that
+        // skipped the first (its id is not the request's) takes the second.
+        let first = r#"{"jsonrpc":"2.0","id":"abc","error":{"code":-1,"message":"x"}}"#;
+        let list = LIST.replacen(r#""id":3"#, r#""id":515"#, 1);
+        for eol in ["\n", "\r\n", "\r"] {
+            let body = format!(
+                "event: message{eol}data: {first}{eol}{eol}event: message{eol}data: {list}{eol}{eol}"
+            );
+            let b = body.as_bytes();
+            for cut in 0..=b.len() {
+                let mut f = filter(Asked::Sole, Format::EventStream, b"515");
+                let mut out = Vec::new();
+                f.feed(&b[..cut], &mut out);
+                f.feed(&b[cut..], &mut out);
+                f.finish(&mut out);
+                let text = String::from_utf8_lossy(&out);
+                assert!(!text.contains("chat_rules"), "eol {eol:?} cut {cut}: {text}");
+                assert!(
+                    text.contains("chat_send") && text.contains(r#""id":"abc""#),
+                    "eol {eol:?} cut {cut}: {text}"
+                );
+            }
+        }
+        // In a JSON array too.
+        let body = format!("[{first},{list}]");
+        let mut f = filter(Asked::Sole, Format::Json, b"515");
+        let mut out = Vec::new();
+        f.feed(body.as_bytes(), &mut out);
+        f.finish(&mut out);
+        let text = String::from_utf8_lossy(&out);
+        assert!(!text.contains("chat_rules") && text.contains("chat_send"), "{text}");
+    }
+
+    #[test]
+    fn a_batchs_other_answers_pass_unchanged_beside_its_filtered_list() {
+        // A tools/call answer and an error in the batch's array: not lists,
+        // so they pass as they came, byte for byte.
+        let call = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"chat_rules"}]}}"#;
+        let err = r#"{"jsonrpc":"2.0","id":"x","error":{"code":-32602,"message":"no"}}"#;
+        let list = LIST.replacen(r#""id":3"#, r#""id":"515""#, 1);
+        let body = format!("[{call},{list},{err}]");
+        let mut f = filter(Asked::Batch, Format::Json, b"515");
+        let mut out = Vec::new();
+        f.feed(body.as_bytes(), &mut out);
+        f.finish(&mut out);
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with(&format!("[{call},")) && text.ends_with(&format!(",{err}]")), "{text}");
+        let m = messages(Format::Json, &out);
+        assert_eq!(m[1]["result"]["tools"].as_array().map(Vec::len), Some(1), "{text}");
     }
 
     #[test]

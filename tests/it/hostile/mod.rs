@@ -10,6 +10,7 @@
 
 mod exposed;
 mod limits;
+mod list_ids;
 mod pipelining;
 mod rebinding;
 mod secrets;
