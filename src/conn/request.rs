@@ -119,13 +119,26 @@ impl Conn {
         let errors = match &split {
             Some(s) => s.errors.clone(),
             None => {
+                // A notification gets no error (empty): it is owed no answer.
                 let mut e = Vec::new();
                 let parsed = rpc::parse(&self.ex.body).ok();
-                Answer::HiddenTool.write_body(parsed.as_ref(), &mut e);
+                Answer::HiddenTool.write_errors(parsed.as_ref(), &mut e);
                 vec![e]
             }
         };
         let rest = split.filter(|s| s.kept > 0);
+        // Notifications only: 202 and no body, as MCP's streamable HTTP
+        // answers them, and nothing forwarded (over legacy SSE too: nothing
+        // is owed on the stream).
+        let owed = errors.iter().any(|e| !e.is_empty());
+        if rest.is_none() && !owed {
+            warn!(
+                "conn {}: tools/call notification of {tool:?}, which the tool policy hides: dropped (202)",
+                self.id
+            );
+            self.queue_answer(ctx, 202, b"", Answer::HiddenTool);
+            return false;
+        }
         if let Some(session) = session {
             if !ctx.legacy.borrow().has(session) {
                 warn!(

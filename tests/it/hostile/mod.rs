@@ -10,8 +10,8 @@
 
 mod exposed;
 mod limits;
-mod list_ids;
 mod pipelining;
+mod policy;
 mod rebinding;
 mod secrets;
 mod slowloris;

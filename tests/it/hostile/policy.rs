@@ -1,15 +1,19 @@
-//! A denied tool never leaks through the list filter, whatever the upstream
-//! spells the answer's id as: `"515"`, `515.0`, an escaped string, or an id
-//! that is nobody's, in a JSON body, a JSON array, an event or an event
-//! holding an array. The Python SDK and the TypeScript SDK take each of
-//! those as the answer to request 515, so each must reach them filtered.
+//! The tool policy against a hostile upstream and odd clients. A denied
+//! tool never leaks through the list filter, whatever the upstream spells
+//! the answer's id as: `"515"`, `515.0`, an escaped string, or an id that
+//! is nobody's, in a JSON body, a JSON array, an event or an event holding
+//! an array. The Python SDK and the TypeScript SDK take each of those as
+//! the answer to request 515, so each must reach them filtered. A hidden
+//! tool's call sent as a notification gets 202 and no body, and is not
+//! forwarded.
 
 use serde_json::Value;
 
 use super::AGENT;
+use crate::support::exchange::ok_upstream;
 use crate::support::exchange::{client, host, json_post};
 use crate::support::proxy_process::ProxyProcess;
-use crate::support::wire::{Next, Req, StubUpstream};
+use crate::support::wire::{request, Next, Req, StubUpstream};
 
 const LIST: &str = r#"{"jsonrpc":"2.0","id":ID,"result":{"tools":[{"name":"chat_send","inputSchema":{"type":"object","properties":{"sender":{"type":"string"},"message":{"type":"string"}}}},{"name":"chat_rules","inputSchema":{"type":"object"}}]}}"#;
 
@@ -82,4 +86,34 @@ fn a_denied_tool_never_leaks_through_the_list_filter_whatever_the_answers_id_spe
             }
         }
     }
+}
+
+#[test]
+fn a_hidden_tools_call_sent_as_a_notification_gets_202_and_no_body_and_is_not_forwarded() {
+    let up = ok_upstream();
+    let p =
+        ProxyProcess::builder(up.url()).agent(AGENT).token("t0k").arg("--deny-tool", "chat_rules").start();
+    let note = r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"chat_rules","arguments":{}}}"#;
+    let bodies = [note.to_string(), format!("[{note}]"), format!("[{note},{note}]")];
+    let fields = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+    for path in ["/mcp", "/messages/?session_id=0123abcd"] {
+        for body in &bodies {
+            let mut c = client(&p);
+            c.send(&request("POST", path, &host(&p), &fields, body.as_bytes()));
+            let resp = c.read_response("POST");
+            assert_eq!((resp.status, resp.text()), (202, String::new()), "{path} {body}");
+        }
+    }
+    assert_eq!(up.request_count(), 0, "a hidden call was forwarded");
+    // A request beside it is still answered with its id, and the
+    // upstream is still served.
+    let call =
+        r#"{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"chat_rules","arguments":{}}}"#;
+    let mut c = client(&p);
+    c.send(&json_post(&host(&p), &[], format!("[{note},{call}]").as_bytes()));
+    let resp = c.read_response("POST");
+    let got: Value = serde_json::from_str(&resp.text()).unwrap_or(Value::Null);
+    assert_eq!((resp.status, got[0]["id"].clone()), (200, Value::from("c1")), "{}", resp.text());
+    assert_eq!(up.request_count(), 0, "a hidden call was forwarded");
+    crate::support::exchange::assert_healthy(&p, &up);
 }
