@@ -46,7 +46,10 @@ fn expected_version(input: &Value, id: &Value) -> Answer {
         other => vec![other],
     };
     for m in messages.iter().filter_map(|m| m.as_object()) {
-        if m.contains_key("method") || m.get("id") != Some(id) {
+        // Ids match as clients match them: the proxy's one rule.
+        let key = |v: &Value| serde_json::to_vec(v).ok().and_then(|t| rpc::IdKey::of(&t));
+        let answers = m.get("id").is_some_and(|mid| key(mid).is_some() && key(mid) == key(id));
+        if m.contains_key("method") || !answers {
             continue;
         }
         return match m.get("result").and_then(|r| r.get("protocolVersion")).and_then(Value::as_str) {

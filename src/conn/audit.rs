@@ -40,13 +40,18 @@ struct Audited {
     claimed: Option<Box<str>>,
     /// Answered by the proxy in the upstream's place (a hidden tool).
     hidden: bool,
-    scan: Option<VersionScan>,
+    /// Its place among the ids the answer scan waits for.
+    slot: Option<usize>,
 }
 
 /// The requests of the exchange's body.
 #[derive(Debug, Default)]
 pub(super) struct ExchangeAudit {
     requests: SmallVec<[Audited; 1]>,
+    /// The body is a batch (else its answer is its one request's).
+    batch: bool,
+    /// One reader of the answer for every request (one pass).
+    scan: Option<VersionScan>,
     bytes_in: u64,
     /// The status of the head relayed to the client: a client that leaves
     /// after it does not change what it was answered (the log's 499 is no
@@ -65,7 +70,8 @@ impl ExchangeAudit {
         policy: &crate::mcp::tools::Policy,
         bytes_in: u64,
     ) -> ExchangeAudit {
-        let mut a = ExchangeAudit { requests: SmallVec::new(), bytes_in, relayed: None };
+        let mut a =
+            ExchangeAudit { requests: SmallVec::new(), batch: false, scan: None, bytes_in, relayed: None };
         let Ok(parsed) = rpc::parse(body) else {
             if body.iter().all(u8::is_ascii_whitespace) {
                 return a; // no body (a GET, a DELETE): no request
@@ -77,11 +83,12 @@ impl ExchangeAudit {
                 tool: None,
                 claimed: None,
                 hidden: false,
-                scan: None,
+                slot: None,
             };
             a.requests.push(none);
             return a;
         };
+        a.batch = parsed.is_batch();
         let mut call = 0;
         let mut skipped = 0;
         for m in parsed.messages() {
@@ -104,7 +111,7 @@ impl ExchangeAudit {
                 (text != agent).then(|| cut(&text, MAX_CLAIMED).into())
             });
             let hidden = is_call && !policy.allows_call(body, name.as_ref());
-            a.requests.push(Audited { id: m.id().json().into(), method, tool, claimed, hidden, scan: None });
+            a.requests.push(Audited { id: m.id().json().into(), method, tool, claimed, hidden, slot: None });
         }
         if skipped > 0 {
             warn!("audit: a batch of more than {MAX_AUDITED} requests: {skipped} of them get no record");
@@ -114,9 +121,15 @@ impl ExchangeAudit {
 
     /// The answer is `format`: read each request's outcome from it.
     pub(super) fn answer_format(&mut self, format: Format) {
+        let mut ids: SmallVec<[&[u8]; 1]> = SmallVec::new();
         for r in self.requests.iter_mut().filter(|r| !r.hidden) {
-            r.scan = VersionScan::new(format, &r.id);
+            // Only a string or number id is answered (not null).
+            if matches!(r.id.first(), Some(b'"' | b'-' | b'0'..=b'9')) {
+                r.slot = Some(ids.len());
+                ids.push(&r.id);
+            }
         }
+        self.scan = VersionScan::for_ids(format, &ids, !self.batch);
     }
 
     /// The head the client is sent has `status`.
@@ -126,10 +139,8 @@ impl ExchangeAudit {
 
     /// Payload bytes of the answer.
     pub(super) fn feed(&mut self, data: &[u8]) {
-        for r in &mut self.requests {
-            if let Some(s) = r.scan.as_mut() {
-                s.feed(data);
-            }
+        if let Some(s) = self.scan.as_mut() {
+            s.feed(data);
         }
     }
 
@@ -156,7 +167,7 @@ impl ExchangeAudit {
                 claimed: r.claimed,
                 ..Request::default()
             };
-            let answered = r.scan.as_ref().and_then(VersionScan::outcome);
+            let answered = r.slot.and_then(|i| self.scan.as_ref()?.outcome_of(i));
             let (outcome, error_type, reason) = match (end, r.hidden) {
                 (End::Proxy(a), _) => proxy_outcome(a),
                 // The rest of a batch went on; this call the proxy answered.
@@ -309,6 +320,80 @@ mod tests {
         assert!(read(" \r\n").requests.is_empty());
         let a = read("{not json");
         assert_eq!((a.requests.len(), &*a.requests[0].id), (1, &b"null"[..]));
+    }
+
+    fn outcomes(a: &mut ExchangeAudit) -> Vec<Option<Outcome>> {
+        let mut out = Vec::new();
+        a.records(b"", 200, 5, 99, End::Relayed, &mut out);
+        out.iter()
+            .map(|r| match r {
+                Record::Request(r) => r.outcome,
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_request_whose_id_is_too_long_to_keep_still_gets_its_answers_outcome() {
+        let id = format!("\"{}\"", "i".repeat(2000));
+        let request =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"x"}}}}"#);
+        let answer = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"isError":true}}}}"#);
+        for format in [Format::Json, Format::EventStream] {
+            let body = match format {
+                Format::Json => answer.clone(),
+                Format::EventStream => format!("event: message\ndata: {answer}\n\n"),
+            };
+            // Alone, and in a batch (where the id must be matched).
+            for batched in [false, true] {
+                let req = if batched { format!("[{request}]") } else { request.clone() };
+                let body = if batched && format == Format::Json { format!("[{body}]") } else { body.clone() };
+                let mut a = read(&req);
+                a.answer_format(format);
+                for piece in body.as_bytes().chunks(100) {
+                    a.feed(piece);
+                }
+                assert_eq!(outcomes(&mut a), [Some(Outcome::ToolError)], "{format:?} batched {batched}");
+            }
+        }
+        // A long id the answer does not carry is no answer in a batch.
+        let mut a = read(&format!("[{request}]"));
+        a.answer_format(Format::Json);
+        a.feed(format!(r#"[{{"jsonrpc":"2.0","id":"{}","result":{{}}}}]"#, "j".repeat(2000)).as_bytes());
+        assert_eq!(outcomes(&mut a), [Some(Outcome::Error)]);
+    }
+
+    #[test]
+    fn a_batchs_answers_are_read_in_one_pass_each_to_its_request() {
+        let n = 64;
+        let requests: Vec<String> = (0..n)
+            .map(|i| format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"x"}}}}"#))
+            .collect();
+        // Answered in reverse order, every third a tool error, every fifth an
+        // error, the ids spelled as strings half the time.
+        let answer = |i: usize| {
+            let id = if i % 2 == 0 { format!("{i}") } else { format!("\"{i}\"") };
+            match (i % 5, i % 3) {
+                (0, _) => format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-{i},"message":"m"}}}}"#),
+                (_, 0) => format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"isError":true}}}}"#),
+                _ => format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#),
+            }
+        };
+        let want: Vec<Option<Outcome>> = (0..n)
+            .map(|i| match (i % 5, i % 3) {
+                (0, _) => Some(Outcome::Error),
+                (_, 0) => Some(Outcome::ToolError),
+                _ => Some(Outcome::Ok),
+            })
+            .collect();
+        let json = format!("[{}]", (0..n).rev().map(answer).collect::<Vec<_>>().join(","));
+        let sse: String = (0..n).rev().map(|i| format!("data: {}\r\n\r\n", answer(i))).collect();
+        for (format, body) in [(Format::Json, json), (Format::EventStream, sse)] {
+            let mut a = read(&format!("[{}]", requests.join(",")));
+            a.answer_format(format);
+            a.feed(body.as_bytes());
+            assert_eq!(outcomes(&mut a), want, "{format:?}");
+        }
     }
 
     #[test]

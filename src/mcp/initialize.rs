@@ -57,15 +57,15 @@ pub enum Answer {
 /// Must not panic on any input; a request id that is not a string or
 /// number finds nothing.
 pub fn protocol_version(body: &[u8], format: Format, request_id: &[u8]) -> Answer {
-    let Ok(id) = json::parse_value(request_id) else {
+    if rpc::IdKey::of(request_id).is_none() {
         return Answer::NotFound;
-    };
+    }
     match format {
-        Format::Json => in_message(body, request_id, &id),
+        Format::Json => in_message(body, request_id),
         Format::EventStream => {
             let mut found = Answer::NotFound;
             for_each_message_event(body, |data| {
-                found = in_message(data, request_id, &id);
+                found = in_message(data, request_id);
                 found == Answer::NotFound
             });
             found
@@ -74,7 +74,7 @@ pub fn protocol_version(body: &[u8], format: Format, request_id: &[u8]) -> Answe
 }
 
 /// Looks for the answer in one JSON-RPC body (a message or a batch).
-fn in_message(body: &[u8], request_id: &[u8], id: &Value) -> Answer {
+fn in_message(body: &[u8], request_id: &[u8]) -> Answer {
     let mut found = Answer::NotFound;
     let _ = walk_messages(body, |m| {
         if found != Answer::NotFound {
@@ -94,7 +94,12 @@ fn in_message(body: &[u8], request_id: &[u8], id: &Value) -> Answer {
         })?;
         // A message with a method is the server's request or notification
         // (JSON-RPC 2.0 §5: only a Response answers an id).
-        if method || !mid.is_some_and(|v| rpc::same_id(body, &v, request_id, id)) {
+        // Ids match as clients match them (`rpc::IdKey`).
+        let answers = mid.is_some_and(|v| {
+            let key = rpc::IdKey::of(v.bytes(body));
+            key.is_some() && key == rpc::IdKey::of(request_id)
+        });
+        if method || !answers {
             return Ok(());
         }
         found = match result.map(|r| version_of(body, &r)) {
@@ -190,8 +195,10 @@ mod tests {
             (Json, r#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{}}}"#, "1", version(V)),
             (Json, r#"{"result":{"protocolVersion":"2025-06-18"},"id":"a"}"#, r#""\u0061""#, version(V)),
             (Json, r#"{"result":{"protocolVersion":"2025-06-18"},"id":"a"}"#, r#""b""#, Answer::NotFound),
-            (Json, r#"{"result":{"protocolVersion":"2025-06-18"},"id":1}"#, r#""1""#, Answer::NotFound),
-            (Json, r#"{"result":{"protocolVersion":"2025-06-18"},"id":1.0}"#, "1", Answer::NotFound),
+            // Ids match by value, as clients match them (`rpc::IdKey`).
+            (Json, r#"{"result":{"protocolVersion":"2025-06-18"},"id":1}"#, r#""1""#, version(V)),
+            (Json, r#"{"result":{"protocolVersion":"2025-06-18"},"id":1.0}"#, "1", version(V)),
+            (Json, r#"{"result":{"protocolVersion":"2025-06-18"},"id":"1x"}"#, "1", Answer::NotFound),
             (Json, r#"{"result":{"protocolVersion":"2025\u002d06-18"},"id":1}"#, "1", version(V)),
             (Json, r#"{"result":{"protocolVersion":"x","protocolVersion":"2025-06-18"},"id":1}"#, "1", version(V)),
             (Json, r#"{"error":{"code":-32602,"message":"Unsupported protocol version"},"id":1}"#, "1", Answer::NoVersion),

@@ -21,6 +21,7 @@ use super::initialize::Format;
 use super::json;
 use super::rpc;
 use crate::limits::MAX_JSON_DEPTH;
+use smallvec::SmallVec;
 use std::fmt;
 
 /// Raw key text kept (quotes included): no key looked for is longer.
@@ -107,13 +108,37 @@ impl VersionScan {
     /// A scan for the answer to the request whose id is `request_id` (its
     /// JSON text as sent); `None` when that is not a JSON string or number.
     pub fn new(format: Format, request_id: &[u8]) -> Option<VersionScan> {
-        let id = json::parse_value(request_id).ok()?;
-        if !matches!(id.kind, json::Kind::String { .. } | json::Kind::Number) {
+        VersionScan::for_ids(format, &[request_id], false)
+    }
+
+    /// One scan for the answers to several requests (a batch's), read in
+    /// one pass whatever their number: `outcome_of(i)` is what the answer
+    /// to `request_ids[i]` said. `sole`: the body answers one request and
+    /// nothing else (a POST that is not a batch), so its first response is
+    /// that request's answer whatever its id says (an id too long to keep
+    /// is still answered). `None` when an id is not a JSON string or
+    /// number, or none is given.
+    pub fn for_ids(format: Format, request_ids: &[&[u8]], sole: bool) -> Option<VersionScan> {
+        let mut waiters = SmallVec::new();
+        for raw in request_ids {
+            let id = json::parse_value(raw).ok()?;
+            if !matches!(id.kind, json::Kind::String { .. } | json::Kind::Number) {
+                return None;
+            }
+            waiters.push(Waiter {
+                key: rpc::IdKey::of(raw),
+                hash: fnv(FNV_START, raw),
+                long: raw.len() > MAX_ID,
+                answer: None,
+                outcome: None,
+            });
+        }
+        if waiters.is_empty() {
             return None;
         }
         Some(VersionScan {
             format,
-            json: JsonScan::new(request_id.into(), id),
+            json: JsonScan::new(waiters, sole && request_ids.len() == 1),
             sse: SseLines::default(),
             seen: 0,
             state: Scan::Pending,
@@ -128,7 +153,12 @@ impl VersionScan {
     /// What the answer said, once it was read (any request's answer, not
     /// only an `initialize`'s: the audit log reads outcomes this way).
     pub fn outcome(&self) -> Option<Outcome> {
-        self.json.outcome
+        self.outcome_of(0)
+    }
+
+    /// What the answer to the `i`th request id said, once it was read.
+    pub fn outcome_of(&self, i: usize) -> Option<Outcome> {
+        self.json.waiters.get(i).and_then(|w| w.outcome)
     }
 
     /// Reads the next payload bytes; returns the state after them. Once not
@@ -148,9 +178,15 @@ impl VersionScan {
                         self.seen += skip as u64;
                         continue;
                     }
-                    self.json.byte(b);
-                    self.seen += 1;
-                    i += 1;
+                    if self.json.lex == Lex::Scalar && self.json.stack.is_empty() && !is_scalar_byte(b) {
+                        // A top value that is a scalar is whole at its
+                        // first other byte, which is not part of it.
+                        self.json.end_value();
+                    } else {
+                        self.json.byte(b);
+                        self.seen += 1;
+                        i += 1;
+                    }
                     if let Some(s) = self.json_settled() {
                         self.state = s;
                         break;
@@ -182,6 +218,13 @@ impl VersionScan {
 
     /// The body is over: a scan still pending ends without a version.
     pub fn finish(&mut self) -> &Scan {
+        if self.state == Scan::Pending && self.format == Format::Json && self.json.lex == Lex::Scalar {
+            // A top value that is a scalar ends with the body.
+            self.json.end_value();
+            if let Some(s) = self.json_settled() {
+                self.state = s;
+            }
+        }
         if self.state == Scan::Pending {
             self.state = match self.format {
                 Format::Json if self.json.lex == Lex::Error => {
@@ -199,7 +242,10 @@ impl VersionScan {
     /// A JSON body is decided once its value is whole (or broken).
     fn json_settled(&mut self) -> Option<Scan> {
         match self.json.lex {
-            Lex::End => Some(self.json.answer.take().unwrap_or(Scan::Missing(Why::NoAnswer))),
+            Lex::End => {
+                self.json.commit();
+                Some(self.json.first_answer().unwrap_or(Scan::Missing(Why::NoAnswer)))
+            }
             Lex::Error if self.json.too_deep => Some(Scan::Missing(Why::TooDeep)),
             Lex::Error => Some(Scan::Missing(Why::NotJson { at: self.seen.saturating_sub(1) })),
             _ => None,
@@ -306,11 +352,39 @@ enum Target {
     IsError,
 }
 
+/// FNV-1a, 64 bits: an id too long to keep is matched by its hash.
+const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// A request whose answer the scan waits for.
+#[derive(Debug)]
+struct Waiter {
+    /// Its id as clients match it (`rpc::IdKey`).
+    key: Option<rpc::IdKey>,
+    /// The hash of its id's raw text, and whether that text is longer
+    /// than `MAX_ID` (then it is matched by the hash: same spelling).
+    hash: u64,
+    long: bool,
+    /// What its answer said, once a whole value held it.
+    answer: Option<Scan>,
+    outcome: Option<Outcome>,
+}
+
 /// One JSON value (a message or a batch) read byte by byte.
 #[derive(Debug)]
 struct JsonScan {
-    request_raw: Box<[u8]>,
-    request: json::Value,
+    waiters: SmallVec<[Waiter; 1]>,
+    /// The first response answers the one waiter whatever its id.
+    sole: bool,
+    /// Answers found in the value being read: (waiter, answer, outcome),
+    /// kept once the value is whole (`commit`).
+    found: SmallVec<[(usize, Scan, Outcome); 1]>,
     lex: Lex,
     too_deep: bool,
     /// (is an object, role) per open container.
@@ -320,6 +394,8 @@ struct JsonScan {
     target: Target,
     /// The message being read.
     id: Capped,
+    /// FNV-1a of the id's whole raw text, kept or not.
+    id_hash: u64,
     has_id: bool,
     method: bool,
     /// `result` seen, and whether the last one was an object.
@@ -331,17 +407,16 @@ struct JsonScan {
     error: bool,
     code: Capped,
     is_error: Capped,
-    /// The first answer to the request's id in this value.
-    answer: Option<Scan>,
-    /// What that answer says.
-    outcome: Option<Outcome>,
+    /// The validation state of the scalar being read (a number or literal).
+    scalar: ScalarCheck,
 }
 
 impl JsonScan {
-    fn new(request_raw: Box<[u8]>, request: json::Value) -> JsonScan {
+    fn new(waiters: SmallVec<[Waiter; 1]>, sole: bool) -> JsonScan {
         JsonScan {
-            request_raw,
-            request,
+            waiters,
+            sole,
+            found: SmallVec::new(),
             lex: Lex::Value,
             too_deep: false,
             stack: Vec::new(),
@@ -349,6 +424,7 @@ impl JsonScan {
             field: Field::Other,
             target: Target::None,
             id: Capped::default(),
+            id_hash: FNV_START,
             has_id: false,
             method: false,
             result: false,
@@ -357,8 +433,7 @@ impl JsonScan {
             error: false,
             code: Capped::default(),
             is_error: Capped::default(),
-            answer: None,
-            outcome: None,
+            scalar: ScalarCheck::Done,
         }
     }
 
@@ -368,8 +443,29 @@ impl JsonScan {
         self.too_deep = false;
         self.stack.clear();
         self.target = Target::None;
-        self.answer = None;
-        // `outcome` stays: it is set once, by the answer, which ends the scan.
+        self.found.clear();
+    }
+
+    /// The value is whole: the answers it held are kept.
+    fn commit(&mut self) {
+        for (i, answer, outcome) in self.found.drain(..) {
+            if let Some(w) = self.waiters.get_mut(i) {
+                if w.answer.is_none() {
+                    w.answer = Some(answer);
+                    w.outcome = Some(outcome);
+                }
+            }
+        }
+    }
+
+    /// Every waiter has its answer.
+    fn all_answered(&self) -> bool {
+        self.waiters.iter().all(|w| w.answer.is_some())
+    }
+
+    /// The first waiter's answer (the one an `initialize` scan has).
+    fn first_answer(&self) -> Option<Scan> {
+        self.waiters.first().and_then(|w| w.answer.clone())
     }
 
     fn role(&self) -> Option<Role> {
@@ -379,7 +475,10 @@ impl JsonScan {
     fn capture(&mut self, b: u8) {
         match self.target {
             Target::None => {}
-            Target::Id => self.id.push(b, MAX_ID),
+            Target::Id => {
+                self.id.push(b, MAX_ID);
+                self.id_hash = fnv(self.id_hash, &[b]);
+            }
             Target::Version => self.version.push(b, MAX_VERSION),
             Target::Code => self.code.push(b, MAX_CODE),
             Target::IsError => self.is_error.push(b, MAX_CODE),
@@ -390,8 +489,9 @@ impl JsonScan {
         match self.lex {
             Lex::Str { key, esc } => self.string_byte(b, key, esc),
             Lex::Scalar => {
-                if b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.') {
+                if is_scalar_byte(b) {
                     self.capture(b);
+                    self.scalar = self.scalar.next(b);
                 } else {
                     self.end_value();
                     self.byte(b);
@@ -533,6 +633,7 @@ impl JsonScan {
         match field {
             Field::Id => {
                 self.id.clear();
+                self.id_hash = FNV_START;
                 self.has_id = true;
                 self.target = Target::Id;
             }
@@ -601,6 +702,7 @@ impl JsonScan {
             }
             b'-' | b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z' => {
                 self.capture(b);
+                self.scalar = ScalarCheck::start(b);
                 self.lex = Lex::Scalar;
             }
             _ => self.lex = Lex::Error,
@@ -609,19 +711,10 @@ impl JsonScan {
 
     /// A string or scalar value is complete.
     fn end_value(&mut self) {
-        if self.lex == Lex::Scalar {
-            let kept = match self.target {
-                Target::Id => Some(&self.id),
-                Target::Version => Some(&self.version),
-                Target::Code | Target::IsError | Target::None => None,
-            };
-            // A captured scalar is checked in full; others by their bytes.
-            if let Some(raw) = kept.and_then(Capped::whole) {
-                if json::parse_value(raw).is_err() {
-                    self.lex = Lex::Error;
-                    return;
-                }
-            }
+        // Every scalar is checked, kept or not (RFC 8259 §3, §6).
+        if self.lex == Lex::Scalar && !self.scalar.complete() {
+            self.lex = Lex::Error;
+            return;
         }
         self.target = Target::None;
         self.after_value();
@@ -636,27 +729,43 @@ impl JsonScan {
             self.lex = Lex::Error;
             return;
         };
-        let answers = obj && role == Role::Message && self.answer.is_none() && !self.method && self.has_id;
-        if answers && self.id_matches() {
-            self.answer = Some(match self.version_text() {
+        let response = obj && role == Role::Message && !self.method && self.has_id;
+        if let Some(i) = response.then(|| self.waiter_answered()).flatten() {
+            let answer = match self.version_text() {
                 Some(v) => Scan::Version(v),
                 None => Scan::Missing(Why::NoVersion),
-            });
-            self.outcome = Some(if self.error {
+            };
+            let outcome = if self.error {
                 let code = self.code.whole().and_then(|c| std::str::from_utf8(c).ok()?.parse().ok());
                 Outcome::Error(code)
             } else if self.result && self.is_error.whole() == Some(b"true") {
                 Outcome::ToolError
             } else {
                 Outcome::Ok
-            });
+            };
+            self.found.push((i, answer, outcome));
         }
         self.after_value();
     }
 
-    fn id_matches(&self) -> bool {
-        let Some(raw) = self.id.whole() else { return false };
-        json::parse_value(raw).is_ok_and(|v| rpc::same_id(raw, &v, &self.request_raw, &self.request))
+    /// The waiter the response just read answers, if any: the first still
+    /// owed whose id is the response's by `rpc::IdKey` (by the raw text's
+    /// hash for an id too long to keep); in a `sole` scan, the one waiter,
+    /// whatever the id.
+    fn waiter_answered(&self) -> Option<usize> {
+        let owed = |i: usize, w: &Waiter| w.answer.is_none() && !self.found.iter().any(|f| f.0 == i);
+        if self.sole {
+            return self.waiters.first().filter(|w| owed(0, w)).map(|_| 0);
+        }
+        let key = self.id.whole().and_then(rpc::IdKey::of);
+        self.waiters.iter().enumerate().position(|(i, w)| {
+            owed(i, w)
+                && match (&key, w.long) {
+                    (Some(k), false) => w.key.as_ref() == Some(k),
+                    (None, true) => self.id.over && w.hash == self.id_hash,
+                    _ => false,
+                }
+        })
     }
 
     fn version_text(&self) -> Option<String> {
@@ -665,6 +774,81 @@ impl JsonScan {
         }
         let raw = self.version.whole()?;
         json::parse_value(raw).ok()?.decode_str(raw)
+    }
+}
+
+/// A byte that continues a number or literal (what may not is checked by
+/// `ScalarCheck`).
+fn is_scalar_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')
+}
+
+/// RFC 8259's number and literal grammar, a byte at a time: every scalar
+/// is checked whether or not anything keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ScalarCheck {
+    /// After `-`: a digit is due.
+    Minus,
+    /// After a leading `0`: no more integer digits.
+    Zero,
+    Int,
+    /// After `.`: a digit is due.
+    Dot,
+    Frac,
+    /// After `e`/`E`: a sign or digit is due.
+    Exp,
+    /// After the exponent's sign: a digit is due.
+    ExpSign,
+    ExpDigits,
+    /// Within a literal: the bytes still due.
+    Literal(&'static [u8]),
+    /// A whole literal (or nothing in progress).
+    Done,
+    Bad,
+}
+
+impl ScalarCheck {
+    fn start(b: u8) -> ScalarCheck {
+        match b {
+            b'-' => ScalarCheck::Minus,
+            b'0' => ScalarCheck::Zero,
+            b'1'..=b'9' => ScalarCheck::Int,
+            b't' => ScalarCheck::Literal(b"rue"),
+            b'f' => ScalarCheck::Literal(b"alse"),
+            b'n' => ScalarCheck::Literal(b"ull"),
+            _ => ScalarCheck::Bad,
+        }
+    }
+
+    fn next(self, b: u8) -> ScalarCheck {
+        use ScalarCheck::*;
+        match (self, b) {
+            (Minus, b'0') => Zero,
+            (Minus, b'1'..=b'9') | (Int, b'0'..=b'9') => Int,
+            (Zero | Int, b'.') => Dot,
+            (Dot | Frac, b'0'..=b'9') => Frac,
+            (Zero | Int | Frac, b'e' | b'E') => Exp,
+            (Exp, b'+' | b'-') => ExpSign,
+            (Exp | ExpSign | ExpDigits, b'0'..=b'9') => ExpDigits,
+            (Literal(due), b) => match due.split_first() {
+                Some((&want, [])) if want == b => Done,
+                Some((&want, rest)) if want == b => Literal(rest),
+                _ => Bad,
+            },
+            _ => Bad,
+        }
+    }
+
+    /// The scalar may end here.
+    fn complete(self) -> bool {
+        matches!(
+            self,
+            ScalarCheck::Zero
+                | ScalarCheck::Int
+                | ScalarCheck::Frac
+                | ScalarCheck::ExpDigits
+                | ScalarCheck::Done
+        )
     }
 }
 
@@ -820,7 +1004,12 @@ impl SseLines {
         if self.has_data && message {
             self.events = self.events.saturating_add(1);
             match json.lex {
-                Lex::End => found = json.answer.take(),
+                Lex::End => {
+                    json.commit();
+                    if json.all_answered() {
+                        found = json.first_answer();
+                    }
+                }
                 _ => self.not_json = self.not_json.saturating_add(1),
             }
         }
@@ -1052,6 +1241,92 @@ mod tests {
                     assert_eq!(version_of(&got), want, "{body:?} id {}", String::from_utf8_lossy(id));
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod grammar_tests {
+    use super::*;
+
+    /// Whether the scan took the body's first value as JSON.
+    fn accepted(state: &Scan) -> bool {
+        matches!(state, Scan::Version(_) | Scan::Missing(Why::NoVersion | Why::NoAnswer))
+    }
+
+    #[test]
+    fn a_bare_word_in_a_value_nobody_keeps_is_not_json() {
+        // 2e5e5c2 took any alphanumeric run as a scalar and checked only the
+        // scalars it kept: this answer gave a version (the session became
+        // replayable) while the whole-body reader refused it.
+        let body = br#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","x":hello}}"#;
+        for cut in 0..=body.len() {
+            let mut s = VersionScan::new(Format::Json, b"1").unwrap();
+            s.feed(&body[..cut]);
+            s.feed(&body[cut..]);
+            assert!(matches!(s.finish(), Scan::Missing(Why::NotJson { .. })), "cut {cut}: {:?}", s.state());
+        }
+        assert_eq!(
+            crate::mcp::initialize::protocol_version(body, Format::Json, b"1"),
+            crate::mcp::initialize::Answer::NotFound
+        );
+    }
+
+    #[test]
+    fn the_scan_accepts_exactly_what_serde_json_accepts_at_every_split() {
+        let mut rng = crate::test_rng::Rng(0x0dd_ba11);
+        let parts: &[&str] = &[
+            "{",
+            "}",
+            "[",
+            "]",
+            ",",
+            ":",
+            "\"id\"",
+            "\"result\"",
+            "\"protocolVersion\"",
+            "\"v\"",
+            " ",
+            "1",
+            "-",
+            "0",
+            "01",
+            "1.",
+            ".5",
+            "1.5",
+            "e",
+            "E+",
+            "e-2",
+            "2",
+            "true",
+            "tru",
+            "false",
+            "null",
+            "nul",
+            "hello",
+            "x",
+            "NaN",
+            "Infinity",
+            "+1",
+            "\"\\u0041\"",
+            "\"\\x\"",
+            "\"a\tb\"",
+            "\n",
+        ];
+        for round in 0..40_000 {
+            let mut body = String::new();
+            for _ in 0..rng.below(16) + 1 {
+                body.push_str(parts[rng.below(parts.len())]);
+            }
+            let b = body.as_bytes();
+            let mut first = serde_json::Deserializer::from_slice(b).into_iter::<serde_json::Value>();
+            let serde_ok = matches!(first.next(), Some(Ok(_)));
+            let cut = if round % 2 == 0 { rng.below(b.len() + 1) } else { b.len() };
+            let mut s = VersionScan::new(Format::Json, b"1").unwrap();
+            s.feed(&b[..cut]);
+            s.feed(&b[cut..]);
+            let got = accepted(s.finish());
+            assert_eq!(got, serde_ok, "{body:?} cut {cut}: {:?}", s.state());
         }
     }
 }

@@ -1,0 +1,44 @@
+//! Defends the streaming answer reader (`VersionScan`, which session recovery and the audit log read answers with): fed any JSON body in two pieces cut anywhere, it accepts exactly the bodies whose first value serde_json accepts, and where serde_json reads the whole body it reports the same `initialize` version as the whole-body reader; the outcome of a batch's answers read in one pass is each answer's own.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use mcp_identity_proxy::mcp::initialize::{protocol_version, Answer, Format};
+use mcp_identity_proxy::mcp::version_scan::{Scan, VersionScan, Why};
+
+const REQUEST_IDS: [&[u8]; 4] = [b"1", b"7", br#""1""#, br#""init""#];
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&k, body)) = data.split_first() else {
+        return;
+    };
+    let id = REQUEST_IDS[usize::from(k) % REQUEST_IDS.len()];
+    let cut = if body.is_empty() { 0 } else { usize::from(k) * 7919 % (body.len() + 1) };
+    let (a, b) = body.split_at(cut);
+    let Some(mut scan) = VersionScan::new(Format::Json, id) else {
+        panic!("a fixed id is usable");
+    };
+    scan.feed(a);
+    scan.feed(b);
+    let state = scan.finish().clone();
+    let accepted = matches!(state, Scan::Version(_) | Scan::Missing(Why::NoVersion | Why::NoAnswer));
+    let first = serde_json::Deserializer::from_slice(body).into_iter::<serde_json::Value>().next();
+    assert_eq!(accepted, matches!(first, Some(Ok(_))), "{state:?}");
+    if serde_json::from_slice::<serde_json::Value>(body).is_ok() {
+        let want = protocol_version(body, Format::Json, id);
+        let same = match (&state, &want) {
+            (Scan::Version(g), Answer::Version(w)) => g == w,
+            (Scan::Missing(Why::NoVersion), Answer::NoVersion) => true,
+            (Scan::Missing(Why::NoAnswer), Answer::NotFound) => true,
+            _ => false,
+        };
+        assert!(same, "scan {state:?}, whole-body reader {want:?}");
+    }
+    // Any bytes as an event stream: no panic, and the same whatever the cut.
+    let mut whole = VersionScan::new(Format::EventStream, id).unwrap_or_else(|| panic!("a fixed id"));
+    whole.feed(body);
+    let mut split = VersionScan::new(Format::EventStream, id).unwrap_or_else(|| panic!("a fixed id"));
+    split.feed(a);
+    split.feed(b);
+    assert_eq!(whole.finish(), split.finish());
+    assert_eq!(whole.outcome(), split.outcome());
+});
