@@ -22,7 +22,12 @@ fuzz_target!(|data: &[u8]| {
     let state = scan.finish().clone();
     let accepted = matches!(state, Scan::Version(_) | Scan::Missing(Why::NoVersion | Why::NoAnswer));
     let first = serde_json::Deserializer::from_slice(body).into_iter::<serde_json::Value>().next();
-    assert_eq!(accepted, matches!(first, Some(Ok(_))), "{state:?}");
+    // A number past a double's range is serde_json's limit, not RFC 8259's
+    // grammar (§9 leaves limits to implementations): not compared.
+    let out_of_range = matches!(&first, Some(Err(e)) if e.to_string().contains("number out of range"));
+    if !out_of_range {
+        assert_eq!(accepted, matches!(first, Some(Ok(_))), "{state:?}");
+    }
     if serde_json::from_slice::<serde_json::Value>(body).is_ok() {
         let want = protocol_version(body, Format::Json, id);
         let same = match (&state, &want) {

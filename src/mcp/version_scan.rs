@@ -180,8 +180,18 @@ impl VersionScan {
                     }
                     if self.json.lex == Lex::Scalar && self.json.stack.is_empty() && !is_scalar_byte(b) {
                         // A top value that is a scalar is whole at its
-                        // first other byte, which is not part of it.
-                        self.json.end_value();
+                        // first other byte, which is not part of it: one
+                        // that may follow a value (whitespace, structure, a
+                        // quote), as serde_json's stream reader requires;
+                        // any other byte makes the text not JSON.
+                        if matches!(
+                            b,
+                            b' ' | b'\t' | b'\n' | b'\r' | b'"' | b'[' | b']' | b'{' | b'}' | b',' | b':'
+                        ) {
+                            self.json.end_value();
+                        } else {
+                            self.json.lex = Lex::Error;
+                        }
                     } else {
                         self.json.byte(b);
                         self.seen += 1;
@@ -409,6 +419,8 @@ struct JsonScan {
     is_error: Capped,
     /// The validation state of the scalar being read (a number or literal).
     scalar: ScalarCheck,
+    /// The UTF-8 character being read in a string.
+    utf8: Utf8,
 }
 
 impl JsonScan {
@@ -434,6 +446,7 @@ impl JsonScan {
             code: Capped::default(),
             is_error: Capped::default(),
             scalar: ScalarCheck::Done,
+            utf8: Utf8::default(),
         }
     }
 
@@ -444,6 +457,7 @@ impl JsonScan {
         self.stack.clear();
         self.target = Target::None;
         self.found.clear();
+        self.utf8 = Utf8::default();
     }
 
     /// The value is whole: the answers it held are kept.
@@ -534,7 +548,10 @@ impl JsonScan {
     /// change no state and can be passed over at once (a control byte among
     /// them is left to `byte`, which refuses it). 0 when not in such a string.
     fn skip_string(&self, data: &[u8]) -> usize {
-        if self.lex != (Lex::Str { key: false, esc: Esc::No }) || self.target != Target::None {
+        if self.lex != (Lex::Str { key: false, esc: Esc::No })
+            || self.target != Target::None
+            || self.utf8.due()
+        {
             return 0;
         }
         let n = memchr::memchr2(b'"', b'\\', data).unwrap_or(data.len());
@@ -542,10 +559,19 @@ impl JsonScan {
         if run.iter().any(|&b| b < 0x20) {
             return 0;
         }
-        n
+        // Text as RFC 8259 §8.1 requires: UTF-8. What is not whole here (a
+        // character cut by the read, or a bad byte) is left to `byte`.
+        match std::str::from_utf8(run) {
+            Ok(_) => n,
+            Err(e) => e.valid_up_to(),
+        }
     }
 
     fn string_byte(&mut self, b: u8, key: bool, esc: Esc) {
+        if (b >= 0x80 || self.utf8.due()) && !self.utf8.next(b) {
+            self.lex = Lex::Error;
+            return;
+        }
         if key {
             self.key.push(b, MAX_KEY);
         } else {
@@ -774,6 +800,47 @@ impl JsonScan {
         }
         let raw = self.version.whole()?;
         json::parse_value(raw).ok()?.decode_str(raw)
+    }
+}
+
+/// UTF-8 a byte at a time (RFC 3629 §4: no overlong forms, no surrogates,
+/// nothing past U+10FFFF).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Utf8 {
+    /// Continuation bytes still due.
+    need: u8,
+    /// The range the next continuation byte must be in.
+    lo: u8,
+    hi: u8,
+}
+
+impl Utf8 {
+    fn due(&self) -> bool {
+        self.need > 0
+    }
+
+    /// Takes the next byte of a string; false when it breaks UTF-8.
+    fn next(&mut self, b: u8) -> bool {
+        if self.need > 0 {
+            if b < self.lo || b > self.hi {
+                return false;
+            }
+            self.need -= 1;
+            (self.lo, self.hi) = (0x80, 0xbf);
+            return true;
+        }
+        (self.need, self.lo, self.hi) = match b {
+            0x00..=0x7f => (0, 0x80, 0xbf),
+            0xc2..=0xdf => (1, 0x80, 0xbf),
+            0xe0 => (2, 0xa0, 0xbf),
+            0xe1..=0xec | 0xee..=0xef => (2, 0x80, 0xbf),
+            0xed => (2, 0x80, 0x9f),
+            0xf0 => (3, 0x90, 0xbf),
+            0xf1..=0xf3 => (3, 0x80, 0xbf),
+            0xf4 => (3, 0x80, 0x8f),
+            _ => return false,
+        };
+        true
     }
 }
 
@@ -1270,6 +1337,29 @@ mod grammar_tests {
             crate::mcp::initialize::protocol_version(body, Format::Json, b"1"),
             crate::mcp::initialize::Answer::NotFound
         );
+    }
+
+    #[test]
+    fn strings_are_utf8_whatever_the_split() {
+        let good = "{\"id\":1,\"result\":{\"protocolVersion\":\"v\",\"x\":\"h\u{e9}\u{20ac}\u{1f600}\"}}";
+        let bad: &[&[u8]] =
+            &[b"\xe4'", b"\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82"];
+        let mut bodies = vec![(good.as_bytes().to_vec(), true)];
+        for b in bad {
+            let mut body = br#"{"id":1,"result":{"protocolVersion":"v","x":""#.to_vec();
+            body.extend_from_slice(b);
+            body.extend_from_slice(br#""}}"#);
+            bodies.push((body, false));
+        }
+        for (body, ok) in bodies {
+            assert_eq!(serde_json::from_slice::<serde_json::Value>(&body).is_ok(), ok);
+            for cut in 0..=body.len() {
+                let mut s = VersionScan::new(Format::Json, b"1").unwrap();
+                s.feed(&body[..cut]);
+                s.feed(&body[cut..]);
+                assert_eq!(accepted(s.finish()), ok, "{body:?} cut {cut}");
+            }
+        }
     }
 
     #[test]
