@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::support::cases;
 use crate::support::checks::{http, step, Checks};
 use crate::support::exchange::{client, host};
 use crate::support::proxy_process::{scratch_dir, ProxyProcess};
@@ -320,20 +321,11 @@ fn session_survives_an_upstream_restart(test: &str, sdk: Sdk) {
     finish(c, test, started, &evidence(&run, &proxy, &up));
 }
 
-/// `restart_twins! { test => Sdk, ... }`: scenario 1 for each SDK.
-macro_rules! restart_twins {
-    ($($name:ident => $sdk:expr),* $(,)?) => {$(
-        #[test]
-        fn $name() {
-            session_survives_an_upstream_restart(stringify!($name), $sdk);
-        }
-    )*};
-}
-
-restart_twins! {
-    python_sdk_1x_session_survives_an_upstream_restart => Sdk::Py1,
-    python_sdk_2x_session_survives_an_upstream_restart => Sdk::Py2,
-    typescript_sdk_session_survives_an_upstream_restart => Sdk::Ts,
+// Scenario 1 for each SDK.
+cases! { session_survives_an_upstream_restart;
+    python_sdk_1x_session_survives_an_upstream_restart => Sdk::Py1;
+    python_sdk_2x_session_survives_an_upstream_restart => Sdk::Py2;
+    typescript_sdk_session_survives_an_upstream_restart => Sdk::Ts;
 }
 
 // ---------------------------------------------------------------------------------------------------------
