@@ -45,12 +45,6 @@ fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
 
-/// Start the proxy in front of `upstream_url` with the test agent and token.
-#[track_caller]
-fn start_proxy(upstream_url: &str) -> ProxyProcess {
-    ProxyProcess::builder(upstream_url).agent(AGENT).token(TOKEN).start()
-}
-
 fn timed(name: &str, started: Instant) {
     eprintln!("{name}: {:.2}s wall", started.elapsed().as_secs_f64());
 }
@@ -318,7 +312,7 @@ fn run_twin(test: &str, scenario: Scenario, route: Route) {
     let up = FastMcp::start((scenario.server)(), server_transport, TOKEN);
     let (proxy, run, exp) = match route {
         Route::Proxied => {
-            let proxy = start_proxy(&up.url(path));
+            let proxy = ProxyProcess::builder(up.url(path)).agent(AGENT).token(TOKEN).start();
             let run = (scenario.run)(&client_args(spoofed_args(&proxy.url(path))));
             (Some(proxy), run, Expect::proxied(&up, scenario.message))
         }
@@ -410,7 +404,7 @@ cases! { run_twin;
 fn python_sdk_2x_client_falls_back_to_initialize_on_fastmcp_1x_through_proxy() {
     let started = Instant::now();
     let up = FastMcp::start(realenv::py1(), "streamable-http", TOKEN);
-    let proxy = start_proxy(&up.url("/mcp"));
+    let proxy = ProxyProcess::builder(up.url("/mcp")).agent(AGENT).token(TOKEN).start();
     let run = run_py2(&spoofed_args(&proxy.url("/mcp")));
     let mut c = Checks::default();
     let out = &run.json;
@@ -690,7 +684,7 @@ fn session_header_not_duplicated_for_node_fetch_and_httpx() {
     c.eq("node fetch reads (direct, stub sends two lines)", &node_direct.json["get"], &json!("abc, abc"));
     c.eq("httpx reads (direct, stub sends two lines)", &httpx_direct.json["get"], &json!("abc, abc"));
 
-    let proxy = start_proxy(&stub.url());
+    let proxy = ProxyProcess::builder(stub.url()).agent(AGENT).token(TOKEN).start();
 
     // The raw wire through the proxy: exactly one session line, value byte-exact.
     match raw_initialize(proxy.port) {
@@ -822,7 +816,7 @@ fn sse_absolute_endpoint_rewritten_for_python_and_typescript_clients() {
     c.eq("python, direct: error", &py_direct.json["error"], &Value::Null);
     c.eq("typescript, direct: error", &ts_direct.json["error"], &Value::Null);
 
-    let proxy = start_proxy(&up.url("/sse"));
+    let proxy = ProxyProcess::builder(up.url("/sse")).agent(AGENT).token(TOKEN).start();
     // A rejected endpoint hangs the Python SSE client (it never sends a request): bound it at 10 s.
     let bounded = |url: &str| {
         let mut v = legacy_args(spoofed_args(url));
