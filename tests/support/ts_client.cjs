@@ -20,8 +20,7 @@ const {
   LoggingMessageNotificationSchema,
   ToolListChangedNotificationSchema,
 } = require('@modelcontextprotocol/sdk/types.js');
-const sdkVersion = require('@modelcontextprotocol/sdk/package.json').version;
-const { textJson, runBounded } = require('./client_common.cjs');
+const { textJson, runBounded, sdkVersion } = require('./client_common.cjs');
 
 function parseArgs(argv) {
   const args = { url: null, authorization: null, xAgentToken: null, sender: 'mallory', count: 3, transport: 'streamable-http', timeout: 30 };
@@ -189,7 +188,7 @@ async function run(args, out) {
 
 async function main() {
   const out = {
-    sdk: sdkVersion,
+    sdk: sdkVersion(),
     node: process.version,
     http: [],
     progress: [],

@@ -24,8 +24,15 @@
 const { Client } = require('@modelcontextprotocol/sdk/client/index.js');
 const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/client/streamableHttp.js');
 const { LoggingMessageNotificationSchema } = require('@modelcontextprotocol/sdk/types.js');
-const sdkVersion = require('@modelcontextprotocol/sdk/package.json').version;
-const { errorOf, printResult, recordCall, rpcOf, runBounded, stdinPauses } = require('./client_common.cjs');
+const {
+  errorOf,
+  printResult,
+  recordCall,
+  rpcOf,
+  runBounded,
+  sdkVersion,
+  stdinPauses,
+} = require('./client_common.cjs');
 
 const CALL_TIMEOUT_MS = 10000;
 
@@ -169,7 +176,7 @@ async function run(args, out) {
 }
 
 async function main() {
-  const out = { sdk: sdkVersion, node: process.version, http: [], steps: [], transport_errors: [], error: null };
+  const out = { sdk: sdkVersion(), node: process.version, http: [], steps: [], transport_errors: [], error: null };
   await runBounded('ts_restart_client.cjs', parseArgs, run, out);
   stdin.close();
   printResult(out);
