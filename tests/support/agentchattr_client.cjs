@@ -29,6 +29,7 @@ const { Client } = require('@modelcontextprotocol/sdk/client/index.js');
 const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/client/streamableHttp.js');
 const {
   errorOf,
+  flagParser,
   printResult,
   recordCall,
   rpcOf,
@@ -41,19 +42,11 @@ const CALL_TIMEOUT_MS = 15000;
 const BODY_CAP = 256 * 1024;
 const CHUNK_RECORDS_CAP = 200;
 
-function parseArgs(argv) {
-  const args = { url: null, steps: null, sender: 'mallory', timeout: 60 };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (a === '--steps') args.steps = argv[++i];
-    else if (a === '--sender') args.sender = argv[++i];
-    else if (a === '--timeout') args.timeout = Number(argv[++i]);
-    else if (args.url === null) args.url = a;
-    else throw new Error(`unexpected argument ${a}`);
-  }
-  if (!args.url || !args.steps) throw new Error('usage: agentchattr_client.cjs URL --steps STEPS [options]');
-  return args;
-}
+const parseArgs = flagParser(
+  { steps: null, sender: 'mallory', timeout: 60 },
+  ['steps'],
+  'usage: agentchattr_client.cjs URL --steps STEPS [options]',
+);
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const now = () => Date.now() / 1000;

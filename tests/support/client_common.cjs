@@ -95,6 +95,25 @@ function stdinPauses() {
   };
 }
 
+// A parser of `URL [--flag VALUE]...` for `runBounded`: `--some-flag V` sets `someFlag`, one of the keys of
+// `defaults` (a number where its default is one), and the one other argument is `url`. Throws on any further
+// argument, and `usage` when the URL or one of the `required` keys is missing.
+function flagParser(defaults, required, usage) {
+  return (argv) => {
+    const args = { url: null, ...defaults };
+    for (let i = 0; i < argv.length; i++) {
+      const a = argv[i];
+      const key = a.replace(/^--/, '').replace(/-([a-z])/g, (_, c) => c.toUpperCase());
+      if (a.startsWith('--') && Object.hasOwn(defaults, key)) {
+        args[key] = typeof defaults[key] === 'number' ? Number(argv[++i]) : argv[++i];
+      } else if (args.url === null) args.url = a;
+      else throw new Error(`unexpected argument ${a}`);
+    }
+    if (!args.url || required.some((k) => !args[k])) throw new Error(usage);
+    return args;
+  };
+}
+
 // Runs `run(args, out)` with the arguments `parse` reads from argv, bounded by `args.timeout` seconds. A
 // failure or the timeout lands in `out.error`; `out.elapsed_ms` is always set. Never throws.
 async function runBounded(name, parse, run, out) {
@@ -121,4 +140,14 @@ function printResult(out) {
   process.stdout.write('RESULT ' + JSON.stringify(out) + '\n', () => process.exit(0));
 }
 
-module.exports = { textJson, errorOf, rpcOf, recordCall, sdkVersion, stdinPauses, runBounded, printResult };
+module.exports = {
+  textJson,
+  errorOf,
+  rpcOf,
+  recordCall,
+  sdkVersion,
+  stdinPauses,
+  flagParser,
+  runBounded,
+  printResult,
+};

@@ -26,6 +26,7 @@ const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/cli
 const { LoggingMessageNotificationSchema } = require('@modelcontextprotocol/sdk/types.js');
 const {
   errorOf,
+  flagParser,
   printResult,
   recordCall,
   rpcOf,
@@ -36,20 +37,11 @@ const {
 
 const CALL_TIMEOUT_MS = 10000;
 
-function parseArgs(argv) {
-  const args = { url: null, steps: null, authorization: null, sender: 'mallory', timeout: 40 };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (a === '--steps') args.steps = argv[++i];
-    else if (a === '--authorization') args.authorization = argv[++i];
-    else if (a === '--sender') args.sender = argv[++i];
-    else if (a === '--timeout') args.timeout = Number(argv[++i]);
-    else if (args.url === null) args.url = a;
-    else throw new Error(`unexpected argument ${a}`);
-  }
-  if (!args.url || !args.steps) throw new Error('usage: ts_restart_client.cjs URL --steps STEPS [options]');
-  return args;
-}
+const parseArgs = flagParser(
+  { steps: null, authorization: null, sender: 'mallory', timeout: 40 },
+  ['steps'],
+  'usage: ts_restart_client.cjs URL --steps STEPS [options]',
+);
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
