@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::support::agentchattr::{Agentchattr, On409, Wrapper, TOOLS};
+use crate::support::cases;
 use crate::support::checks::{http, step, Checks};
 use crate::support::realenv::{self, ScriptRun};
 
@@ -396,17 +397,8 @@ fn realenv_now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// `restart_twins! { test => (Sdk, Registry, On409), ... }`: scenario 1 for each SDK and registry fate.
-macro_rules! restart_twins {
-    ($($name:ident => $sdk:expr, $registry:expr, $on_409:expr;)*) => {$(
-        #[test]
-        fn $name() {
-            session_survives_a_restart_of_run_py(stringify!($name), $sdk, $registry, $on_409);
-        }
-    )*};
-}
-
-restart_twins! {
+// Scenario 1 for each SDK and registry fate.
+cases! { session_survives_a_restart_of_run_py;
     python_sdk_1x_session_survives_a_restart_of_run_py_registry_kept => Sdk::Py1, Registry::Kept, On409::SetIdentity;
     python_sdk_1x_session_survives_a_restart_of_run_py_registry_lost => Sdk::Py1, Registry::Lost, On409::Setters;
     python_sdk_2x_session_survives_a_restart_of_run_py_registry_kept => Sdk::Py2, Registry::Kept, On409::SetIdentity;

@@ -8,17 +8,12 @@ use std::time::{Duration, Instant};
 
 use crate::support::exchange::{assert_healthy, chunk, client, host, ok_upstream};
 use crate::support::proxy_process::ProxyProcess;
-use crate::support::wire::{request, Resp, StubUpstream};
+use crate::support::wire::{request, Resp};
 
 const AGENT: &str = "claude-prime";
 const TOKEN: &str = "tok-BODYRULE-77";
 const SPOOF: &[u8] =
     br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"mallory","message":"hi"}}}"#;
-
-#[track_caller]
-fn start(up: &StubUpstream) -> ProxyProcess {
-    ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).start()
-}
 
 #[track_caller]
 fn send(p: &ProxyProcess, raw: &[u8]) -> Resp {
@@ -45,7 +40,7 @@ fn assert_refused_as_not_json(resp: &Resp) {
 #[test]
 fn spoofed_sender_is_stamped_whatever_the_content_type_and_method() {
     let up = ok_upstream();
-    let p = start(&up);
+    let p = ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).start();
     let h = host(&p);
     let cases: &[(&str, &[(&str, &str)])] = &[
         ("POST", &[("Content-Type", "text/plain")]),
@@ -68,7 +63,7 @@ fn spoofed_sender_is_stamped_whatever_the_content_type_and_method() {
 #[test]
 fn chunked_text_plain_spoof_is_dechunked_and_stamped() {
     let up = ok_upstream();
-    let p = start(&up);
+    let p = ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).start();
     let mut raw = request(
         "POST",
         "/messages/?session_id=abc",
@@ -90,7 +85,7 @@ fn chunked_text_plain_spoof_is_dechunked_and_stamped() {
 #[test]
 fn bodies_that_are_not_json_get_400_and_never_reach_the_upstream() {
     let up = ok_upstream();
-    let p = start(&up);
+    let p = ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).start();
     let h = host(&p);
     let cases: &[(&str, &[(&str, &str)], &[u8])] = &[
         // No label, a wrong one, and a lying one.
@@ -111,7 +106,7 @@ fn bodies_that_are_not_json_get_400_and_never_reach_the_upstream() {
 #[test]
 fn chunk_announcing_past_8_mib_gets_413_before_its_data_is_sent() {
     let up = ok_upstream();
-    let p = start(&up);
+    let p = ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).start();
     let mut c = client(&p);
     c.send(&request(
         "POST",

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::support::cases;
 use crate::support::checks::Checks;
 use crate::support::proxy_process::ProxyProcess;
 use crate::support::realenv::{self, FastMcp, ScriptRun};
@@ -42,12 +43,6 @@ const SCRIPT_LIMIT: Duration = Duration::from_secs(90);
 
 fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
-}
-
-/// Start the proxy in front of `upstream_url` with the test agent and token.
-#[track_caller]
-fn start_proxy(upstream_url: &str) -> ProxyProcess {
-    ProxyProcess::builder(upstream_url).agent(AGENT).token(TOKEN).start()
 }
 
 fn timed(name: &str, started: Instant) {
@@ -293,9 +288,18 @@ struct Scenario {
     check: fn(&mut Checks, &Value, &Expect, &FastMcp),
 }
 
-/// Run `scenario` direct to the server (`proxied == false`) or through the proxy, and check it.
+/// Which way a twin's client reaches the server.
+#[derive(Clone, Copy)]
+enum Route {
+    /// Straight to the server, with the real token.
+    Direct,
+    /// Through the proxy, with spoofed credentials and identity.
+    Proxied,
+}
+
+/// Run `scenario` by `route`, and check it.
 #[track_caller]
-fn run_twin(test: &str, scenario: Scenario, proxied: bool) {
+fn run_twin(test: &str, scenario: Scenario, route: Route) {
     let started = Instant::now();
     let (server_transport, path) = match scenario.transport {
         Transport::StreamableHttp => ("streamable-http", "/mcp"),
@@ -306,33 +310,21 @@ fn run_twin(test: &str, scenario: Scenario, proxied: bool) {
         Transport::LegacySse => legacy_args(args),
     };
     let up = FastMcp::start((scenario.server)(), server_transport, TOKEN);
-    let (proxy, run, exp) = if proxied {
-        let proxy = start_proxy(&up.url(path));
-        let run = (scenario.run)(&client_args(spoofed_args(&proxy.url(path))));
-        (Some(proxy), run, Expect::proxied(&up, scenario.message))
-    } else {
-        let run = (scenario.run)(&client_args(direct_args(&up.url(path))));
-        (None, run, Expect::direct(&up, scenario.message))
+    let (proxy, run, exp) = match route {
+        Route::Proxied => {
+            let proxy = ProxyProcess::builder(up.url(path)).agent(AGENT).token(TOKEN).start();
+            let run = (scenario.run)(&client_args(spoofed_args(&proxy.url(path))));
+            (Some(proxy), run, Expect::proxied(&up, scenario.message))
+        }
+        Route::Direct => {
+            let run = (scenario.run)(&client_args(direct_args(&up.url(path))));
+            (None, run, Expect::direct(&up, scenario.message))
+        }
     };
     let mut c = Checks::default();
     (scenario.check)(&mut c, &run.json, &exp, &up);
     c.finish(test, &evidence(&run, proxy.as_ref(), &up));
     timed(test, started);
-}
-
-/// `twins!(direct_test, proxied_test, || scenario)`: the two tests of one scenario.
-macro_rules! twins {
-    ($direct:ident, $proxied:ident, $scenario:expr) => {
-        #[test]
-        fn $direct() {
-            run_twin(stringify!($direct), ($scenario)(), false);
-        }
-
-        #[test]
-        fn $proxied() {
-            run_twin(stringify!($proxied), ($scenario)(), true);
-        }
-    };
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -343,13 +335,21 @@ fn run_py1(url_args: &[String]) -> ScriptRun {
     realenv::run_json("py1_client.py", cmd, SCRIPT_LIMIT)
 }
 
-twins!(python_sdk_1x_client_direct_to_fastmcp, python_sdk_1x_client_through_proxy, || Scenario {
-    server: realenv::py1,
-    transport: Transport::StreamableHttp,
-    run: run_py1,
-    message: "hello from py1",
-    check: |c, out, exp, _| check_lifecycle(c, out, exp),
-});
+/// The Python SDK 1.x client over streamable HTTP against FastMCP 1.x.
+fn py1_streamable() -> Scenario {
+    Scenario {
+        server: realenv::py1,
+        transport: Transport::StreamableHttp,
+        run: run_py1,
+        message: "hello from py1",
+        check: |c, out, exp, _| check_lifecycle(c, out, exp),
+    }
+}
+
+cases! { run_twin;
+    python_sdk_1x_client_direct_to_fastmcp => py1_streamable(), Route::Direct;
+    python_sdk_1x_client_through_proxy => py1_streamable(), Route::Proxied;
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // Python SDK 2.x: the default `mcp.Client` (mode "auto").
@@ -378,23 +378,25 @@ fn check_stateless(c: &mut Checks, out: &Value) {
     }
 }
 
-twins!(
-    python_sdk_2x_client_direct_to_mcpserver_stateless,
-    python_sdk_2x_client_stateless_through_proxy,
-    || {
-        Scenario {
-            server: realenv::py2,
-            transport: Transport::StreamableHttp,
-            run: run_py2,
-            message: "hello from py2",
-            check: |c, out, exp, _| {
-                let exp = Expect { sessionless: true, modern: true, delete: false, ..exp.clone() };
-                check_lifecycle(c, out, &exp);
-                check_stateless(c, out);
-            },
-        }
+/// The Python SDK 2.x client against MCPServer 2.x, stateless (2026-07-28).
+fn py2_stateless() -> Scenario {
+    Scenario {
+        server: realenv::py2,
+        transport: Transport::StreamableHttp,
+        run: run_py2,
+        message: "hello from py2",
+        check: |c, out, exp, _| {
+            let exp = Expect { sessionless: true, modern: true, delete: false, ..exp.clone() };
+            check_lifecycle(c, out, &exp);
+            check_stateless(c, out);
+        },
     }
-);
+}
+
+cases! { run_twin;
+    python_sdk_2x_client_direct_to_mcpserver_stateless => py2_stateless(), Route::Direct;
+    python_sdk_2x_client_stateless_through_proxy => py2_stateless(), Route::Proxied;
+}
 
 /// The 2.x client against agentchattr's actual server (FastMCP 1.x): the `server/discover` probe is
 /// answered 400 (with a fresh, unused session id) and the client falls back to the initialize handshake.
@@ -402,7 +404,7 @@ twins!(
 fn python_sdk_2x_client_falls_back_to_initialize_on_fastmcp_1x_through_proxy() {
     let started = Instant::now();
     let up = FastMcp::start(realenv::py1(), "streamable-http", TOKEN);
-    let proxy = start_proxy(&up.url("/mcp"));
+    let proxy = ProxyProcess::builder(up.url("/mcp")).agent(AGENT).token(TOKEN).start();
     let run = run_py2(&spoofed_args(&proxy.url("/mcp")));
     let mut c = Checks::default();
     let out = &run.json;
@@ -465,16 +467,24 @@ fn check_ts_extras(c: &mut Checks, out: &Value) {
     );
 }
 
-twins!(typescript_sdk_client_direct_to_fastmcp, typescript_sdk_client_through_proxy, || Scenario {
-    server: realenv::py1,
-    transport: Transport::StreamableHttp,
-    run: run_ts,
-    message: "hello from ts",
-    check: |c, out, exp, _| {
-        check_lifecycle(c, out, exp);
-        check_ts_extras(c, out);
-    },
-});
+/// The TypeScript SDK client over streamable HTTP against FastMCP 1.x.
+fn ts_streamable() -> Scenario {
+    Scenario {
+        server: realenv::py1,
+        transport: Transport::StreamableHttp,
+        run: run_ts,
+        message: "hello from ts",
+        check: |c, out, exp, _| {
+            check_lifecycle(c, out, exp);
+            check_ts_extras(c, out);
+        },
+    }
+}
+
+cases! { run_twin;
+    typescript_sdk_client_direct_to_fastmcp => ts_streamable(), Route::Direct;
+    typescript_sdk_client_through_proxy => ts_streamable(), Route::Proxied;
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // rmcp (the Rust SDK Codex uses), with its default reqwest client (one connection per request): the program in
@@ -527,13 +537,21 @@ fn check_rmcp(c: &mut Checks, out: &Value, sender: &str, up: &FastMcp) {
     }
 }
 
-twins!(rmcp_client_direct_to_fastmcp, rmcp_client_through_proxy, || Scenario {
-    server: realenv::py1,
-    transport: Transport::StreamableHttp,
-    run: run_rmcp,
-    message: "hello from rmcp",
-    check: |c, out, exp, up| check_rmcp(c, out, &exp.sender, up),
-});
+/// The rmcp client over streamable HTTP against FastMCP 1.x.
+fn rmcp_streamable() -> Scenario {
+    Scenario {
+        server: realenv::py1,
+        transport: Transport::StreamableHttp,
+        run: run_rmcp,
+        message: "hello from rmcp",
+        check: |c, out, exp, up| check_rmcp(c, out, &exp.sender, up),
+    }
+}
+
+cases! { run_twin;
+    rmcp_client_direct_to_fastmcp => rmcp_streamable(), Route::Direct;
+    rmcp_client_through_proxy => rmcp_streamable(), Route::Proxied;
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // The original defect (bcurts/agentchattr#80): a repeated session header that Node fetch and httpx join
@@ -666,7 +684,7 @@ fn session_header_not_duplicated_for_node_fetch_and_httpx() {
     c.eq("node fetch reads (direct, stub sends two lines)", &node_direct.json["get"], &json!("abc, abc"));
     c.eq("httpx reads (direct, stub sends two lines)", &httpx_direct.json["get"], &json!("abc, abc"));
 
-    let proxy = start_proxy(&stub.url());
+    let proxy = ProxyProcess::builder(stub.url()).agent(AGENT).token(TOKEN).start();
 
     // The raw wire through the proxy: exactly one session line, value byte-exact.
     match raw_initialize(proxy.port) {
@@ -744,28 +762,44 @@ fn check_legacy_sse(c: &mut Checks, out: &Value) {
     }
 }
 
-twins!(python_sdk_sse_client_direct_to_fastmcp, python_sdk_sse_client_through_proxy, || Scenario {
-    server: realenv::py1,
-    transport: Transport::LegacySse,
-    run: run_py1,
-    message: "hello from py1",
-    check: |c, out, exp, _| {
-        check_lifecycle(c, out, &legacy_expect(exp.clone()));
-        check_legacy_sse(c, out);
-    },
-});
+/// The Python SDK 1.x client over legacy HTTP+SSE against FastMCP 1.x.
+fn py1_legacy_sse() -> Scenario {
+    Scenario {
+        server: realenv::py1,
+        transport: Transport::LegacySse,
+        run: run_py1,
+        message: "hello from py1",
+        check: |c, out, exp, _| {
+            check_lifecycle(c, out, &legacy_expect(exp.clone()));
+            check_legacy_sse(c, out);
+        },
+    }
+}
 
-twins!(typescript_sdk_sse_client_direct_to_fastmcp, typescript_sdk_sse_client_through_proxy, || Scenario {
-    server: realenv::py1,
-    transport: Transport::LegacySse,
-    run: run_ts,
-    message: "hello from ts",
-    check: |c, out, exp, _| {
-        check_lifecycle(c, out, &legacy_expect(exp.clone()));
-        check_legacy_sse(c, out);
-        check_ts_extras(c, out);
-    },
-});
+cases! { run_twin;
+    python_sdk_sse_client_direct_to_fastmcp => py1_legacy_sse(), Route::Direct;
+    python_sdk_sse_client_through_proxy => py1_legacy_sse(), Route::Proxied;
+}
+
+/// The TypeScript SDK client over legacy HTTP+SSE against FastMCP 1.x.
+fn ts_legacy_sse() -> Scenario {
+    Scenario {
+        server: realenv::py1,
+        transport: Transport::LegacySse,
+        run: run_ts,
+        message: "hello from ts",
+        check: |c, out, exp, _| {
+            check_lifecycle(c, out, &legacy_expect(exp.clone()));
+            check_legacy_sse(c, out);
+            check_ts_extras(c, out);
+        },
+    }
+}
+
+cases! { run_twin;
+    typescript_sdk_sse_client_direct_to_fastmcp => ts_legacy_sse(), Route::Direct;
+    typescript_sdk_sse_client_through_proxy => ts_legacy_sse(), Route::Proxied;
+}
 
 /// An upstream whose `endpoint` event is absolute (`http://127.0.0.1:<upstream port>/messages/?...`). Both SDK
 /// clients reject an endpoint on another origin than the SSE URL, so through the proxy this passes only if the
@@ -782,7 +816,7 @@ fn sse_absolute_endpoint_rewritten_for_python_and_typescript_clients() {
     c.eq("python, direct: error", &py_direct.json["error"], &Value::Null);
     c.eq("typescript, direct: error", &ts_direct.json["error"], &Value::Null);
 
-    let proxy = start_proxy(&up.url("/sse"));
+    let proxy = ProxyProcess::builder(up.url("/sse")).agent(AGENT).token(TOKEN).start();
     // A rejected endpoint hangs the Python SSE client (it never sends a request): bound it at 10 s.
     let bounded = |url: &str| {
         let mut v = legacy_args(spoofed_args(url));

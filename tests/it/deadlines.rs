@@ -14,12 +14,8 @@ use crate::support::exchange::{client, exchange, host, json_post, ok_upstream, O
 use crate::support::proxy_process::ProxyProcess;
 use crate::support::wire::{request, Next, RawClient, StubUpstream};
 
+const TOKEN: &str = "tok-DEADLINES-1";
 const REQUEST_TIMEOUT: u64 = 2;
-
-#[track_caller]
-fn start(up: &StubUpstream, extra: &[&str]) -> ProxyProcess {
-    ProxyProcess::builder(up.url()).agent("a").token("tok-DEADLINES-1").args(extra).start()
-}
 
 /// The proxy answers 408 with a JSON-RPC error and closes, within the
 /// request deadline plus one second of `first_byte`.
@@ -38,7 +34,11 @@ fn assert_cut_off_with_408(c: &mut RawClient, first_byte: Instant, what: &str) {
 #[test]
 fn slow_clients_are_cut_off_at_the_request_deadline_while_others_are_served() {
     let up = ok_upstream();
-    let p = start(&up, &["--request-timeout", &REQUEST_TIMEOUT.to_string()]);
+    let p = ProxyProcess::builder(up.url())
+        .agent("a")
+        .token(TOKEN)
+        .arg("--request-timeout", REQUEST_TIMEOUT.to_string())
+        .start();
     let h = host(&p);
 
     // 50 well-behaved clients keep making requests the whole time.
@@ -113,7 +113,7 @@ fn slow_clients_are_cut_off_at_the_request_deadline_while_others_are_served() {
 #[test]
 fn four_mib_body_at_full_speed_is_not_cut_off() {
     let up = ok_upstream();
-    let p = start(&up, &["--request-timeout", "1"]);
+    let p = ProxyProcess::builder(up.url()).agent("a").token(TOKEN).arg("--request-timeout", "1").start();
     let mut body = br#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":""#.to_vec();
     body.extend(std::iter::repeat(b'x').take(4 * 1024 * 1024));
     body.extend_from_slice(b"\"}}");
@@ -125,7 +125,12 @@ fn four_mib_body_at_full_speed_is_not_cut_off() {
 #[test]
 fn idle_keep_alive_connection_closes_after_keepalive_timeout_without_an_answer() {
     let up = ok_upstream();
-    let p = start(&up, &["--keepalive-timeout", "2", "--request-timeout", "1"]);
+    let p = ProxyProcess::builder(up.url())
+        .agent("a")
+        .token(TOKEN)
+        .arg("--keepalive-timeout", "2")
+        .arg("--request-timeout", "1")
+        .start();
     let mut c = client(&p);
     c.send(&json_post(&host(&p), &[], PING));
     assert_eq!(c.read_response("POST").status, 200);
@@ -152,7 +157,12 @@ fn a_request_moves_the_keepalive_deadline_later() {
     // later (`event_loop/timers.rs`): when that earlier one comes up, the
     // connection must stay open until its own.
     let up = ok_upstream();
-    let p = start(&up, &["--keepalive-timeout", "2", "--request-timeout", "1"]);
+    let p = ProxyProcess::builder(up.url())
+        .agent("a")
+        .token(TOKEN)
+        .arg("--keepalive-timeout", "2")
+        .arg("--request-timeout", "1")
+        .start();
     let mut c = client(&p);
     c.send(&json_post(&host(&p), &[], PING));
     assert_eq!(c.read_response("POST").status, 200);
@@ -183,7 +193,12 @@ fn quiet_open_stream_outlives_the_request_and_keepalive_timeouts() {
         let _ = s.write_all(b"\r\n0\r\n\r\n");
         Next::KeepAlive
     });
-    let p = start(&up, &["--request-timeout", "1", "--keepalive-timeout", "1"]);
+    let p = ProxyProcess::builder(up.url())
+        .agent("a")
+        .token(TOKEN)
+        .arg("--request-timeout", "1")
+        .arg("--keepalive-timeout", "1")
+        .start();
     let mut c = client(&p);
     c.send(&request("GET", "/mcp", &host(&p), &[("Accept", "text/event-stream")], b""));
     let (seen, got) = c.read_until(b"data: {}", Duration::from_secs(6));

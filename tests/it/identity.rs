@@ -61,14 +61,10 @@ fn last_json(up: &StubUpstream, n: usize) -> (Req, serde_json::Value) {
     (req, v)
 }
 
-fn start_flags(up: &StubUpstream, extra: &[&str]) -> ProxyProcess {
-    ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).args(extra).start()
-}
-
 #[test]
 fn spoofed_sender_is_stamped_and_credentials_replaced() {
     let up = recording_upstream();
-    let p = start_flags(&up, &[]);
+    let p = ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).start();
     let body = call(
         "chat_send",
         r#"{"sender":"mallory","message":"hi \u00e9 1e400 12345678901234567890123456789012345678901","_meta":{"k":[1,2.50]}}"#,
@@ -90,7 +86,7 @@ fn spoofed_sender_is_stamped_and_credentials_replaced() {
 #[test]
 fn chat_join_name_is_stamped_and_missing_arguments_created() {
     let up = recording_upstream();
-    let p = start_flags(&up, &[]);
+    let p = ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).start();
     let body = br#"{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"chat_join"}}"#;
     assert_eq!(exchange(&p, &post(&p, &[], body)).status, 200);
     let (_, v) = last_json(&up, 1);
@@ -106,7 +102,7 @@ fn chat_join_name_is_stamped_and_missing_arguments_created() {
 #[test]
 fn non_stamped_messages_pass_byte_for_byte() {
     let up = recording_upstream();
-    let p = start_flags(&up, &[]);
+    let p = ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).start();
     let bodies: [&[u8]; 3] = [
         br#"{ "jsonrpc" : "2.0", "id" : 1, "method" : "tools/list" }"#,
         br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"chat_who","arguments":{"sender":"mallory"}}}"#,
@@ -122,7 +118,7 @@ fn non_stamped_messages_pass_byte_for_byte() {
 #[test]
 fn hostile_bodies_are_refused_and_never_forwarded() {
     let up = recording_upstream();
-    let p = start_flags(&up, &[]);
+    let p = ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).start();
     let cases: &[(&[u8], i64)] = &[
         (br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"a","sender":"b"}}}"#, -32600),
         (br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"a","\u0073ender":"b"}}}"#, -32600),
@@ -171,7 +167,12 @@ fn non_ascii_agent_name_and_mcp_param_header_are_stamped() {
 #[test]
 fn custom_stamp_map() {
     let up = recording_upstream();
-    let p = start_flags(&up, &["--no-default-stamps", "--stamp", "my_tool=author"]);
+    let p = ProxyProcess::builder(up.url())
+        .agent(AGENT)
+        .token(TOKEN)
+        .flag("--no-default-stamps")
+        .arg("--stamp", "my_tool=author")
+        .start();
     assert_eq!(exchange(&p, &post(&p, &[], &call("chat_send", r#"{"sender":"mallory"}"#))).status, 200);
     let (_, v) = last_json(&up, 1);
     assert_eq!(v["params"]["arguments"]["sender"], "mallory", "defaults dropped");
@@ -342,7 +343,7 @@ fn identity_file_given_with_flags_rules_from_the_start_when_it_exists() {
     let dir = scratch_dir("ident-flags-file");
     let file = dir.join("identity.json");
     write_identity(&file, "file-agent", "tok-file-1");
-    let p = start_flags(&up, &["--identity-file", file.to_str().unwrap()]);
+    let p = ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).arg("--identity-file", &file).start();
     // The very first call already carries the file's identity.
     wait_identity(&p, &up, "file-agent", "tok-file-1", Duration::ZERO);
     // Its later changes apply as with the file alone.
@@ -361,7 +362,7 @@ fn missing_identity_file_given_with_flags_is_waited_for_and_rules_once_valid() {
     let up = recording_upstream();
     let dir = scratch_dir("ident-flags-missing");
     let file = dir.join("identity.json");
-    let p = start_flags(&up, &["--identity-file", file.to_str().unwrap()]);
+    let p = ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).arg("--identity-file", &file).start();
     wait_log(&p, "does not exist yet", Duration::from_secs(5));
     wait_identity(&p, &up, AGENT, TOKEN, Duration::ZERO);
     let mut stream = open_stream(&p);
@@ -419,7 +420,7 @@ fn idle_proxy_watching_an_identity_file_never_wakes_and_sees_each_change_at_once
     let up = recording_upstream();
     let dir = scratch_dir("ident-inotify");
     let file = dir.join("identity.json");
-    let p = start_flags(&up, &["--identity-file", file.to_str().unwrap()]);
+    let p = ProxyProcess::builder(up.url()).agent(AGENT).token(TOKEN).arg("--identity-file", &file).start();
     wait_identity(&p, &up, AGENT, TOKEN, Duration::ZERO);
 
     // Idle: not one wake-up in 5 s (a 250 ms poll would make about 20).

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::support::cases;
 use crate::support::checks::{http, step, Checks};
 use crate::support::exchange::{client, host};
 use crate::support::proxy_process::{scratch_dir, ProxyProcess};
@@ -72,12 +73,6 @@ impl Sdk {
 #[track_caller]
 fn run_client(sdk: Sdk, url: &str, steps: &str, at_pause: impl FnMut(&str)) -> ScriptRun {
     realenv::run_paused(&format!("{sdk:?} client"), sdk.command(url, steps), SCRIPT_LIMIT, at_pause)
-}
-
-/// The proxy in front of `up` with the test agent and token, plus `extra` arguments.
-#[track_caller]
-fn start_proxy(up: &FastMcp, extra: &[&str]) -> ProxyProcess {
-    ProxyProcess::builder(up.url("/mcp")).agent(AGENT).token(TOKEN).args(extra).start()
 }
 
 /// What this suite adds to the shared `Checks`.
@@ -189,7 +184,7 @@ fn new_upstream_session(c: &mut Checks, gen2: &[&Value]) -> String {
 fn session_survives_an_upstream_restart(test: &str, sdk: Sdk) {
     let started = Instant::now();
     let mut up = FastMcp::start_recording(realenv::py1(), TOKEN);
-    let proxy = start_proxy(&up, &[]);
+    let proxy = ProxyProcess::builder(up.url("/mcp")).agent(AGENT).token(TOKEN).start();
     let mut standby = Some(up.standby());
     let run = run_client(
         sdk,
@@ -320,20 +315,11 @@ fn session_survives_an_upstream_restart(test: &str, sdk: Sdk) {
     finish(c, test, started, &evidence(&run, &proxy, &up));
 }
 
-/// `restart_twins! { test => Sdk, ... }`: scenario 1 for each SDK.
-macro_rules! restart_twins {
-    ($($name:ident => $sdk:expr),* $(,)?) => {$(
-        #[test]
-        fn $name() {
-            session_survives_an_upstream_restart(stringify!($name), $sdk);
-        }
-    )*};
-}
-
-restart_twins! {
-    python_sdk_1x_session_survives_an_upstream_restart => Sdk::Py1,
-    python_sdk_2x_session_survives_an_upstream_restart => Sdk::Py2,
-    typescript_sdk_session_survives_an_upstream_restart => Sdk::Ts,
+// Scenario 1 for each SDK.
+cases! { session_survives_an_upstream_restart;
+    python_sdk_1x_session_survives_an_upstream_restart => Sdk::Py1;
+    python_sdk_2x_session_survives_an_upstream_restart => Sdk::Py2;
+    typescript_sdk_session_survives_an_upstream_restart => Sdk::Ts;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -344,7 +330,7 @@ fn four_concurrent_calls_after_a_restart_share_one_reinitialisation() {
     const TEST: &str = "four_concurrent_calls_after_a_restart_share_one_reinitialisation";
     let started = Instant::now();
     let mut up = FastMcp::start_recording(realenv::py1(), TOKEN);
-    let proxy = start_proxy(&up, &[]);
+    let proxy = ProxyProcess::builder(up.url("/mcp")).agent(AGENT).token(TOKEN).start();
     let mut standby = Some(up.standby());
     // The TypeScript SDK (Claude Code's) sends the four at once, each on its own connection; its GET stream
     // reconnects only a second after the restart, so the four are the first to meet the 404.
@@ -474,7 +460,7 @@ fn a_deleted_session_gets_the_servers_404_and_nothing_is_replayed() {
     const TEST: &str = "a_deleted_session_gets_the_servers_404_and_nothing_is_replayed";
     let started = Instant::now();
     let mut up = FastMcp::start_recording(realenv::py1(), TOKEN);
-    let proxy = start_proxy(&up, &[]);
+    let proxy = ProxyProcess::builder(up.url("/mcp")).agent(AGENT).token(TOKEN).start();
     // The client's session ends with its DELETE (the Python SDK sends it on exit).
     let run = run_client(Sdk::Py1, &proxy.url("/mcp"), "call:before", |_| {});
     let out = &run.json;
@@ -535,7 +521,8 @@ fn a_call_while_the_upstream_is_down_gets_its_error_within_the_grace_and_the_nex
     const HELD_MS: f64 = GRACE_MS - 500.0;
     let started = Instant::now();
     let mut up = FastMcp::start_recording(realenv::py1(), TOKEN);
-    let proxy = start_proxy(&up, &["--restart-grace", "2"]);
+    let proxy =
+        ProxyProcess::builder(up.url("/mcp")).agent(AGENT).token(TOKEN).arg("--restart-grace", "2").start();
     let mut standby = Some(up.standby());
     let run = run_client(
         Sdk::Py1,

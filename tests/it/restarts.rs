@@ -16,6 +16,7 @@ use crate::support::proxy_process::ProxyProcess;
 use crate::support::restarting::RestartingUpstream;
 use crate::support::wire::{request, Next, Resp};
 
+const TOKEN: &str = "tok-RESTART-1";
 const SESSION: &str = "sess-restart-1";
 
 /// An MCP-ish upstream that can be stopped and restarted on the same port:
@@ -41,11 +42,6 @@ fn restarting_upstream() -> RestartingUpstream {
             Err(_) => Next::Close,
         }
     })
-}
-
-#[track_caller]
-fn start_proxy(up: &RestartingUpstream, grace: &str) -> ProxyProcess {
-    ProxyProcess::builder(up.url()).agent("a").token("tok-RESTART-1").arg("--restart-grace", grace).start()
 }
 
 #[track_caller]
@@ -80,7 +76,7 @@ const TOOL_CALL_42: &[u8] =
 #[test]
 fn call_in_a_recorded_session_while_the_upstream_is_down_gets_200_with_its_id_after_the_grace() {
     let mut up = restarting_upstream();
-    let p = start_proxy(&up, "1");
+    let p = ProxyProcess::builder(up.url()).agent("a").token(TOKEN).arg("--restart-grace", "1").start();
     initialize(&p);
     up.stop();
 
@@ -121,7 +117,7 @@ fn call_in_a_recorded_session_while_the_upstream_is_down_gets_200_with_its_id_af
 #[test]
 fn upstream_back_within_the_grace_is_invisible_to_the_call() {
     let mut up = restarting_upstream();
-    let p = start_proxy(&up, "4");
+    let p = ProxyProcess::builder(up.url()).agent("a").token(TOKEN).arg("--restart-grace", "4").start();
     initialize(&p);
     up.stop();
     let port = up.port;
@@ -144,7 +140,7 @@ fn upstream_back_within_the_grace_is_invisible_to_the_call() {
 #[test]
 fn unreachable_upstream_outside_a_recorded_session_gets_502_with_the_id() {
     let mut up = restarting_upstream();
-    let p = start_proxy(&up, "5");
+    let p = ProxyProcess::builder(up.url()).agent("a").token(TOKEN).arg("--restart-grace", "5").start();
     up.stop();
     // A session id the proxy never saw created: no grace, today's quick 502.
     let (resp, took) = call(&p, "POST", Some("never-recorded"), TOOL_CALL_42);
@@ -156,7 +152,7 @@ fn unreachable_upstream_outside_a_recorded_session_gets_502_with_the_id() {
 #[test]
 fn a_deleted_session_is_forgotten_and_gets_no_grace() {
     let mut up = restarting_upstream();
-    let p = start_proxy(&up, "5");
+    let p = ProxyProcess::builder(up.url()).agent("a").token(TOKEN).arg("--restart-grace", "5").start();
     initialize(&p);
     let (resp, _) = call(&p, "DELETE", Some(SESSION), b"");
     assert_eq!(resp.status, 200, "{:?}", resp.raw_text());

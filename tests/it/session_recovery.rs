@@ -144,10 +144,6 @@ fn answer(req: &Req, st: &mut State) -> Vec<u8> {
     }
 }
 
-fn start_proxy(server: &SessionServer, token: &str) -> ProxyProcess {
-    ProxyProcess::builder(server.stub.url()).agent("claude").token(token).start()
-}
-
 fn post(p: &ProxyProcess, session: Option<&str>, body: &Value) -> Resp {
     let mut fields = vec![
         ("Content-Type", "application/json"),
@@ -184,7 +180,7 @@ fn body(resp: &Resp) -> Value {
 #[test]
 fn a_lost_session_is_reinitialised_and_the_call_sent_again_under_the_clients_id() {
     let server = SessionServer::start();
-    let p = start_proxy(&server, "tok-RECOVER-1");
+    let p = ProxyProcess::builder(server.stub.url()).agent("claude").token("tok-RECOVER-1").start();
     let sid = open_session(&p);
     assert_eq!(body(&post(&p, Some(&sid), &call(1)))["result"]["session"], sid.as_str());
 
@@ -244,7 +240,7 @@ fn a_lost_session_is_reinitialised_and_the_call_sent_again_under_the_clients_id(
 #[test]
 fn a_second_404_after_reinitialising_is_relayed_and_nothing_storms() {
     let server = SessionServer::start();
-    let p = start_proxy(&server, "tok-RECOVER-3");
+    let p = ProxyProcess::builder(server.stub.url()).agent("claude").token("tok-RECOVER-3").start();
     let sid = open_session(&p);
     server.restart();
     // initialize still works, but every session is lost at once.
@@ -264,7 +260,7 @@ fn a_second_404_after_reinitialising_is_relayed_and_nothing_storms() {
 #[test]
 fn a_lost_get_stream_is_reopened_on_the_new_session_without_last_event_id() {
     let server = SessionServer::start();
-    let p = start_proxy(&server, "tok-RECOVER-4");
+    let p = ProxyProcess::builder(server.stub.url()).agent("claude").token("tok-RECOVER-4").start();
     let sid = open_session(&p);
     server.restart();
     let before = server.stub.request_count();
@@ -287,7 +283,7 @@ fn a_lost_get_stream_is_reopened_on_the_new_session_without_last_event_id() {
 #[test]
 fn concurrent_calls_on_a_lost_session_share_one_reinitialisation() {
     let server = SessionServer::start();
-    let p = Arc::new(start_proxy(&server, "tok-RECOVER-5"));
+    let p = Arc::new(ProxyProcess::builder(server.stub.url()).agent("claude").token("tok-RECOVER-5").start());
     let sid = open_session(&p);
     server.restart();
     let threads: Vec<_> = (0..4u64)
@@ -311,7 +307,7 @@ fn concurrent_calls_on_a_lost_session_share_one_reinitialisation() {
 #[test]
 fn a_client_that_never_sent_initialized_gets_none_replayed() {
     let server = SessionServer::start();
-    let p = start_proxy(&server, "tok-RECOVER-6");
+    let p = ProxyProcess::builder(server.stub.url()).agent("claude").token("tok-RECOVER-6").start();
     let init = json!({"jsonrpc":"2.0","id":"i","method":"initialize","params":{"protocolVersion":VERSION,"capabilities":{},"clientInfo":{"name":"raw","version":"1"}}});
     let sid = post(&p, None, &init).one("mcp-session-id").to_string();
     server.restart();
@@ -334,7 +330,7 @@ fn every_way_a_replay_can_fail_relays_the_servers_404_and_forgets_the_session() 
     ];
     for (case, init, version) in cases {
         let server = SessionServer::start();
-        let p = start_proxy(&server, "tok-RECOVER-7");
+        let p = ProxyProcess::builder(server.stub.url()).agent("claude").token("tok-RECOVER-7").start();
         let sid = open_session(&p);
         server.restart();
         {
@@ -366,7 +362,7 @@ fn an_initialize_answered_as_an_event_stream_is_recorded_and_replayed() {
     // from that form both when the session is recorded and on the replay.
     let server = SessionServer::start();
     server.state.lock().unwrap().init = Init::EventStream;
-    let p = start_proxy(&server, "tok-RECOVER-8");
+    let p = ProxyProcess::builder(server.stub.url()).agent("claude").token("tok-RECOVER-8").start();
     let sid = open_session(&p);
     server.restart();
     let resp = post(&p, Some(&sid), &call(1));
@@ -378,7 +374,7 @@ fn an_initialize_answered_as_an_event_stream_is_recorded_and_replayed() {
 #[test]
 fn a_404_that_is_no_lost_session_is_relayed_without_a_replay() {
     let server = SessionServer::start();
-    let p = start_proxy(&server, "tok-RECOVER-9");
+    let p = ProxyProcess::builder(server.stub.url()).agent("claude").token("tok-RECOVER-9").start();
     let sid = open_session(&p);
     server.restart();
     // An id the proxy never saw created.

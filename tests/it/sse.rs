@@ -12,10 +12,6 @@ use crate::support::wire::{decode_chunked, request, response, Next, RawClient, R
 
 const TOKEN: &str = "tok-sse-SECRET";
 
-fn start(up: &StubUpstream) -> ProxyProcess {
-    ProxyProcess::builder(format!("http://127.0.0.1:{}/sse", up.port)).agent("gemini").token(TOKEN).start()
-}
-
 /// An upstream whose `GET /sse` announces `endpoint` (split across two
 /// chunks, CRLF line ends), sends a `message` event quoting the same URL,
 /// a comment and a retry line, then a second event 1 s later.
@@ -70,7 +66,10 @@ fn read_stream(p: &ProxyProcess) -> (String, Option<Duration>, String) {
 #[test]
 fn absolute_upstream_endpoint_is_rewritten_and_message_events_left_alone() {
     let up = legacy_upstream(|port| format!("http://127.0.0.1:{port}/messages/?session_id=0123abcd"));
-    let p = start(&up);
+    let p = ProxyProcess::builder(format!("http://127.0.0.1:{}/sse", up.port))
+        .agent("gemini")
+        .token(TOKEN)
+        .start();
     let (body, first_at, raw) = read_stream(&p);
     let upstream_url = format!("http://127.0.0.1:{}/messages/?session_id=0123abcd", up.port);
     let proxy_url = format!("http://127.0.0.1:{}/messages/?session_id=0123abcd", p.port);
@@ -85,7 +84,10 @@ fn absolute_upstream_endpoint_is_rewritten_and_message_events_left_alone() {
 #[test]
 fn relative_endpoint_passes_byte_for_byte() {
     let up = legacy_upstream(|_| "/messages/?session_id=0123abcd".to_string());
-    let p = start(&up);
+    let p = ProxyProcess::builder(format!("http://127.0.0.1:{}/sse", up.port))
+        .agent("gemini")
+        .token(TOKEN)
+        .start();
     let (body, _, _) = read_stream(&p);
     assert!(body.starts_with("event: endpoint\r\ndata: /messages/?session_id=0123abcd\r\n\r\n"), "{body}");
 }
@@ -93,7 +95,10 @@ fn relative_endpoint_passes_byte_for_byte() {
 #[test]
 fn messages_post_keeps_its_query_and_is_stamped() {
     let up = legacy_upstream(|_| "/messages/?session_id=0123abcd".to_string());
-    let p = start(&up);
+    let p = ProxyProcess::builder(format!("http://127.0.0.1:{}/sse", up.port))
+        .agent("gemini")
+        .token(TOKEN)
+        .start();
     let body = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"mallory","message":"m"}}}"#;
     let mut c = RawClient::new(p.connect());
     c.send(&request(
@@ -135,7 +140,10 @@ fn content_length_event_stream_is_rewritten_and_reframed_with_a_last_chunk() {
         let _ = s.write_all(b.as_bytes());
         Next::KeepAlive
     });
-    let p = start(&up);
+    let p = ProxyProcess::builder(format!("http://127.0.0.1:{}/sse", up.port))
+        .agent("gemini")
+        .token(TOKEN)
+        .start();
     let mut c = RawClient::new(p.connect());
     c.send(&get_sse(&p));
     let resp = c.read_response("GET");
@@ -161,7 +169,10 @@ fn empty_content_length_event_stream_is_reframed_with_its_last_chunk() {
             s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 0\r\n\r\n");
         Next::KeepAlive
     });
-    let p = start(&up);
+    let p = ProxyProcess::builder(format!("http://127.0.0.1:{}/sse", up.port))
+        .agent("gemini")
+        .token(TOKEN)
+        .start();
     let mut c = RawClient::new(p.connect());
     for _ in 0..2 {
         c.send(&get_sse(&p));

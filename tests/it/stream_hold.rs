@@ -15,6 +15,8 @@ use crate::support::proxy_process::ProxyProcess;
 use crate::support::restarting::RestartingUpstream;
 use crate::support::wire::{find, Next};
 
+const TOKEN: &str = "tok-HOLD-1";
+
 /// FastMCP's shape: sessions live in one server generation; a GET stream
 /// sends one notification naming its generation at once and then stays
 /// open, quiet, until the server dies; a request on an unknown session is
@@ -81,15 +83,6 @@ fn upstream_with(comments_first: bool) -> RestartingUpstream {
             ),
         }
     })
-}
-
-fn start_proxy(up: &RestartingUpstream, grace: &str) -> ProxyProcess {
-    ProxyProcess::builder(up.url())
-        .agent("a")
-        .token("tok-HOLD-1")
-        .arg("--restart-grace", grace)
-        .env("RUST_LOG", "info")
-        .start()
 }
 
 /// One POST on its own connection; the response's session id and body.
@@ -186,7 +179,12 @@ fn count(hay: &[u8], needle: &[u8]) -> usize {
 #[test]
 fn a_session_get_stream_is_held_through_a_restart_and_reattached_on_the_new_session() {
     let mut up = upstream();
-    let p = start_proxy(&up, "5");
+    let p = ProxyProcess::builder(up.url())
+        .agent("a")
+        .token(TOKEN)
+        .arg("--restart-grace", "5")
+        .env("RUST_LOG", "info")
+        .start();
     let sid = open_session(&p);
     assert_eq!(sid, "gen1-sess");
     let mut stream = Stream::open(&p, &sid);
@@ -242,7 +240,12 @@ fn a_session_get_stream_is_held_through_a_restart_and_reattached_on_the_new_sess
 #[test]
 fn a_held_stream_ends_as_a_cut_one_once_the_hold_is_over() {
     let mut up = upstream();
-    let p = start_proxy(&up, "0.5");
+    let p = ProxyProcess::builder(up.url())
+        .agent("a")
+        .token(TOKEN)
+        .arg("--restart-grace", "0.5")
+        .env("RUST_LOG", "info")
+        .start();
     let sid = open_session(&p);
     let mut stream = Stream::open(&p, &sid);
     assert!(stream.read_until(br#""gen":1"#, Duration::from_secs(5)), "{}", stream.text());
@@ -271,7 +274,12 @@ fn a_held_stream_ends_as_a_cut_one_once_the_hold_is_over() {
 #[test]
 fn a_get_stream_outside_a_recorded_session_ends_at_once_when_cut() {
     let mut up = upstream();
-    let p = start_proxy(&up, "5");
+    let p = ProxyProcess::builder(up.url())
+        .agent("a")
+        .token(TOKEN)
+        .arg("--restart-grace", "5")
+        .env("RUST_LOG", "info")
+        .start();
     // A session the proxy did not see created (the client brought its id).
     let (sid, _) = post(
         &p,
@@ -302,7 +310,12 @@ fn a_get_stream_outside_a_recorded_session_ends_at_once_when_cut() {
 #[test]
 fn a_stream_that_carried_only_comments_is_held_and_reattached_too() {
     let mut up = upstream_with(true);
-    let p = start_proxy(&up, "5");
+    let p = ProxyProcess::builder(up.url())
+        .agent("a")
+        .token(TOKEN)
+        .arg("--restart-grace", "5")
+        .env("RUST_LOG", "info")
+        .start();
     let sid = open_session(&p);
     let mut stream = Stream::open(&p, &sid);
     assert!(stream.read_until(b": ping - gen 1", Duration::from_secs(5)), "{}", stream.text());

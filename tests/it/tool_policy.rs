@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::support::agentchattr::{Agentchattr, TOOLS};
+use crate::support::cases;
 use crate::support::checks::Checks;
 use crate::support::proxy_process::ProxyProcess;
 use crate::support::realenv::{self, ScriptRun};
@@ -169,17 +170,8 @@ fn policy_holds_against_agentchattr(test: &str, sdk: Sdk, transport: Transport) 
     );
 }
 
-/// `policy_twins! { test => Sdk, Transport; ... }`: [`policy_holds_against_agentchattr`] for each.
-macro_rules! policy_twins {
-    ($($name:ident => $sdk:expr, $transport:expr;)*) => {$(
-        #[test]
-        fn $name() {
-            policy_holds_against_agentchattr(stringify!($name), $sdk, $transport);
-        }
-    )*};
-}
-
-policy_twins! {
+// `policy_holds_against_agentchattr` for each SDK and transport.
+cases! { policy_holds_against_agentchattr;
     policy_holds_against_agentchattr_for_python_sdk_1x_over_streamable_http => Sdk::Py1, Transport::StreamableHttp;
     policy_holds_against_agentchattr_for_python_sdk_2x_over_streamable_http => Sdk::Py2, Transport::StreamableHttp;
     policy_holds_against_agentchattr_for_typescript_sdk_over_streamable_http => Sdk::Ts, Transport::StreamableHttp;

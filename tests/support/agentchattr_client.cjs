@@ -25,74 +25,33 @@
 // Prints `RESULT <json>` last; exits 0 even if something failed ("error").
 'use strict';
 
-const readline = require('readline');
 const { Client } = require('@modelcontextprotocol/sdk/client/index.js');
 const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/client/streamableHttp.js');
-const fs = require('fs');
-const path = require('path');
-const { textJson, runBounded } = require('./client_common.cjs');
+const {
+  errorOf,
+  flagParser,
+  printResult,
+  recordCall,
+  rpcOf,
+  runBounded,
+  sdkVersion,
+  stdinPauses,
+} = require('./client_common.cjs');
 
 const CALL_TIMEOUT_MS = 15000;
 const BODY_CAP = 256 * 1024;
 const CHUNK_RECORDS_CAP = 200;
 
-function parseArgs(argv) {
-  const args = { url: null, steps: null, sender: 'mallory', timeout: 60 };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (a === '--steps') args.steps = argv[++i];
-    else if (a === '--sender') args.sender = argv[++i];
-    else if (a === '--timeout') args.timeout = Number(argv[++i]);
-    else if (args.url === null) args.url = a;
-    else throw new Error(`unexpected argument ${a}`);
-  }
-  if (!args.url || !args.steps) throw new Error('usage: agentchattr_client.cjs URL --steps STEPS [options]');
-  return args;
-}
-
-// The SDK's version, from its package.json on NODE_PATH (the `exports` map resolves
-// '@modelcontextprotocol/sdk/package.json' to dist/cjs/package.json, which has none).
-function sdkVersion() {
-  try {
-    const file = path.join(process.env.NODE_PATH || '', '@modelcontextprotocol', 'sdk', 'package.json');
-    return JSON.parse(fs.readFileSync(file, 'utf8')).version;
-  } catch {
-    return null;
-  }
-}
+const parseArgs = flagParser(
+  { steps: null, sender: 'mallory', timeout: 60 },
+  ['steps'],
+  'usage: agentchattr_client.cjs URL --steps STEPS [options]',
+);
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const now = () => Date.now() / 1000;
 
-// stdin lines, one at a time.
-const stdinLines = [];
-let stdinWaiter = null;
-let stdinClosed = false;
-const rl = readline.createInterface({ input: process.stdin });
-rl.on('line', (line) => {
-  if (stdinWaiter) {
-    const w = stdinWaiter;
-    stdinWaiter = null;
-    w(line);
-  } else stdinLines.push(line);
-});
-rl.on('close', () => {
-  stdinClosed = true;
-  if (stdinWaiter) {
-    const w = stdinWaiter;
-    stdinWaiter = null;
-    w(null);
-  }
-});
-function nextLine() {
-  if (stdinLines.length) return Promise.resolve(stdinLines.shift());
-  if (stdinClosed) return Promise.resolve(null);
-  return new Promise((r) => (stdinWaiter = r));
-}
-
-function errorOf(e) {
-  return { code: e && typeof e.code === 'number' ? e.code : null, message: String(e && e.message ? e.message : e) };
-}
+const stdin = stdinPauses();
 
 // The JSON-RPC messages of a body (JSON, or the `data:` lines of SSE events), summarised.
 function answersIn(contentType, text) {
@@ -155,13 +114,7 @@ async function run(args, out) {
       ended: null,
       end: null,
     };
-    if (init && typeof init.body === 'string') {
-      try {
-        const sent = JSON.parse(init.body);
-        entry.rpc_method = sent.method ?? null;
-        entry.rpc_id = sent.id ?? null;
-      } catch {}
-    }
+    [entry.rpc_method, entry.rpc_id] = rpcOf(init && init.body);
     out.http.push(entry);
     let response;
     try {
@@ -237,13 +190,9 @@ async function run(args, out) {
     const rec = { step: 'call', label, message: label, started: now() };
     const t0 = performance.now();
     const lo = out.http.length;
-    try {
-      const result = await callTool('chat_send', { sender: args.sender, message: label, channel: 'general', choices: [] });
-      rec.result = textJson(result);
-      rec.is_error = Boolean(result.isError);
-    } catch (e) {
-      rec.error = errorOf(e);
-    }
+    await recordCall(rec, () =>
+      callTool('chat_send', { sender: args.sender, message: label, channel: 'general', choices: [] }),
+    );
     rec.elapsed_ms = performance.now() - t0;
     rec.session_id = sessionId();
     rec.http_range = [lo, out.http.length];
@@ -302,9 +251,7 @@ async function run(args, out) {
     else if (kind === 'stream') rec = await stream(rest[0], Number(rest[1] || 0));
     else if (kind === 'pause') {
       pauseT = now();
-      process.stdout.write(`PAUSE ${rest[0]}\n`);
-      const line = await nextLine();
-      if (line === null) throw new Error(`stdin closed at pause ${rest[0]}`);
+      await stdin.pause(rest[0]);
       markT = now();
       rec = { step: 'pause', label: rest[0], paused: pauseT, resumed: markT };
     } else throw new Error(`unknown step ${step}`);
@@ -336,8 +283,8 @@ async function main() {
   const out = { sdk: sdkVersion(), node: process.version, http: [], steps: [], transport_errors: [], error: null };
   await runBounded('agentchattr_client.cjs', parseArgs, run, out);
   describePosts(out);
-  rl.close();
-  process.stdout.write('RESULT ' + JSON.stringify(out) + '\n', () => process.exit(0));
+  stdin.close();
+  printResult(out);
 }
 
 main();

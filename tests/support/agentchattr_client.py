@@ -32,16 +32,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 import time
-import traceback
 from datetime import timedelta
 from importlib.metadata import version
 from urllib.parse import parse_qs
 
 import anyio
 
-from client_common import error_of, rpc_of, text_json
+from client_common import error_of, last_sent_session_id, pause, print_result, record_call, rpc_of, run_reported
 
 try:  # SDK 2.x
     import httpx2 as httpx
@@ -202,17 +200,6 @@ class Run:
         self.list_tools = None
         self.session_id = None
 
-    def last_sent_session_id(self):
-        """2.x keeps its transport out of reach: its view is the id on its latest request, or, before it sent
-        one, the id its initialize was answered with."""
-        for h in reversed(self.http):
-            if h["sent_session_id"]:
-                return h["sent_session_id"]
-        for h in self.http:
-            if h["rpc_method"] == "initialize":
-                return h["session_get"]
-        return None
-
     def sse_session_id(self):
         """Legacy SSE: the session is the `session_id` query parameter of the endpoint the server announced."""
         for h in reversed(self.http):
@@ -226,14 +213,8 @@ class Run:
         rec = {"step": "call", "label": label, "message": label, "started": time.time()}
         t0 = time.monotonic()
         n_http = len(self.http)
-        try:
-            result = await self.call(
-                "chat_send", {"sender": self.args.sender, "message": label, "channel": "general", "choices": []}
-            )
-            rec["result"] = text_json(result)
-            rec["is_error"] = bool(getattr(result, "isError", getattr(result, "is_error", False)))
-        except Exception as e:  # noqa: BLE001 - recorded for the test
-            rec["error"] = error_of(e)
+        arguments = {"sender": self.args.sender, "message": label, "channel": "general", "choices": []}
+        await record_call(rec, self.call, "chat_send", arguments)
         rec["elapsed_ms"] = (time.monotonic() - t0) * 1000
         rec["session_id"] = self.session_id()
         # The POSTs this call made, described at the end (see `describe_posts`).
@@ -285,10 +266,7 @@ class Run:
 
     async def step_pause(self, name: str) -> dict:
         self.pause_t = time.time()
-        print(f"PAUSE {name}", flush=True)
-        line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
-        if not line:
-            raise RuntimeError(f"stdin closed at pause {name}")
+        await pause(name)
         self.mark_t = time.time()
         return {"step": "pause", "label": name, "paused": self.pause_t, "resumed": self.mark_t}
 
@@ -346,7 +324,7 @@ class Run:
             async with self.make_http_client() as http_client:
                 transport = streamable_http_client(self.args.url, http_client=http_client)
                 async with Client(transport) as client:
-                    self.session_id = self.last_sent_session_id
+                    self.session_id = lambda: last_sent_session_id(self.http)
                     self.call = lambda name, a: client.call_tool(name, a, read_timeout_seconds=CALL_TIMEOUT_S)
                     self.list_tools = client.list_tools
                     await self.steps()
@@ -366,11 +344,6 @@ def describe_posts(out: dict) -> None:
             ]
 
 
-async def run_bounded(args, out: dict) -> None:
-    with anyio.fail_after(args.timeout):
-        await Run(args, out).run()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
@@ -385,18 +358,12 @@ def main() -> None:
     mcp_logger = logging.getLogger("mcp")
     mcp_logger.addHandler(handler)
     mcp_logger.setLevel(logging.INFO)
-    started = time.monotonic()
-    try:
-        anyio.run(run_bounded, args, out)
-    except BaseException as e:  # noqa: BLE001 - report everything, including ExceptionGroups
-        out["error"] = "".join(traceback.format_exception(e))
-    out["elapsed_ms"] = (time.monotonic() - started) * 1000
+    out["elapsed_ms"] = run_reported(Run(args, out).run, args.timeout, out)
     describe_posts(out)
     for h in out["http"]:  # chunk lists only for GET streams: the rest is summarised
         if h["method"] != "GET":
             h.pop("chunks", None)
-    sys.stdout.write("RESULT " + json.dumps(out) + "\n")
-    sys.stdout.flush()
+    print_result(out)
 
 
 if __name__ == "__main__":

@@ -22,19 +22,15 @@ Prints `RESULT <json>` last; exits 0 even if something failed ("error").
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
-import traceback
 from datetime import timedelta
 from importlib.metadata import version
 
-import anyio
 import httpx
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from client_common import error_of, rpc_of, text_json
+from client_common import error_of, pause, print_result, record_call, rpc_of, run_reported
 
 CALL_TIMEOUT_S = 15
 
@@ -60,15 +56,11 @@ class Run:
         entry["rpc_method"], entry["rpc_id"] = rpc_of(req.content)
         self.http.append(entry)
 
+    def call_tool(self, name: str, arguments: dict):
+        return self.session.call_tool(name, arguments, read_timeout_seconds=timedelta(seconds=CALL_TIMEOUT_S))
+
     async def tool(self, rec: dict, name: str, arguments: dict) -> dict:
-        try:
-            result = await self.session.call_tool(
-                name, arguments, read_timeout_seconds=timedelta(seconds=CALL_TIMEOUT_S)
-            )
-            rec["result"] = text_json(result)
-            rec["is_error"] = bool(result.isError)
-        except Exception as e:  # noqa: BLE001 - recorded for the test
-            rec["error"] = error_of(e)
+        await record_call(rec, self.call_tool, name, arguments)
         return rec
 
     async def step(self, step: str) -> dict:
@@ -89,10 +81,7 @@ class Run:
         if kind == "read":
             return await self.tool({"step": "read"}, "chat_read", {"channel": "general"})
         if kind == "pause":
-            print(f"PAUSE {rest}", flush=True)
-            line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
-            if not line:
-                raise RuntimeError(f"stdin closed at pause {rest}")
+            await pause(rest)
             return {"step": "pause", "label": rest, "resumed": time.time()}
         raise ValueError(f"unknown step {step!r}")
 
@@ -110,11 +99,6 @@ class Run:
         self.out["closed"] = True
 
 
-async def run_bounded(args, out: dict) -> None:
-    with anyio.fail_after(args.timeout):
-        await Run(args, out).run()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
@@ -122,12 +106,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=60, help="bound on the whole run, pauses included")
     args = parser.parse_args()
     out: dict = {"sdk": version("mcp"), "http": [], "steps": [], "error": None}
-    try:
-        anyio.run(run_bounded, args, out)
-    except BaseException as e:  # noqa: BLE001 - report everything, including ExceptionGroups
-        out["error"] = "".join(traceback.format_exception(e))
-    sys.stdout.write("RESULT " + json.dumps(out) + "\n")
-    sys.stdout.flush()
+    run_reported(Run(args, out).run, args.timeout, out)
+    print_result(out)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import sys
 
-import uvicorn
+from server_common import serve
 
 
 def main() -> None:
@@ -35,21 +34,7 @@ def main() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
-
-    async def serve() -> None:
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            if task.done():
-                task.result()
-                return
-            await asyncio.sleep(0.01)
-        print(f"PORT {port}", flush=True)
-        await task
-
-    asyncio.run(serve())
+    serve(app, sock)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import socket
 import sys
 import time
 
-import uvicorn
+from server_common import serve
 
 try:  # SDK 1.x
     from mcp.server.fastmcp import Context, FastMCP
@@ -312,20 +312,7 @@ def main() -> None:
     app = RequireBearer(app)
     if args.record:
         app = Recorder(app, args.record)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
-
-    async def serve() -> None:
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            if task.done():
-                task.result()
-                return
-            await asyncio.sleep(0.01)
-        print(f"PORT {port}", flush=True)
-        await task
-
-    asyncio.run(serve())
+    serve(app, sock)
 
 
 if __name__ == "__main__":

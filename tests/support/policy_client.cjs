@@ -13,12 +13,10 @@
 // exits 0 either way.
 'use strict';
 
-const fs = require('fs');
-const path = require('path');
 const { Client } = require('@modelcontextprotocol/sdk/client/index.js');
 const { SSEClientTransport } = require('@modelcontextprotocol/sdk/client/sse.js');
 const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/client/streamableHttp.js');
-const { runBounded } = require('./client_common.cjs');
+const { errorOf, runBounded, sdkVersion } = require('./client_common.cjs');
 
 const CALL_TIMEOUT_MS = 10000;
 
@@ -28,16 +26,6 @@ function parseArgs(argv) {
     throw new Error('usage: policy_client.cjs URL {http|sse} MESSAGE DENIED_TOOL');
   }
   return { url, transport, message, denied, timeout: 40 };
-}
-
-// The SDK's version, from its package.json on NODE_PATH (the `exports` map does not reach it).
-function sdkVersion() {
-  try {
-    const file = path.join(process.env.NODE_PATH || '', '@modelcontextprotocol', 'sdk', 'package.json');
-    return JSON.parse(fs.readFileSync(file, 'utf8')).version;
-  } catch {
-    return null;
-  }
 }
 
 const hasSender = (t) => Boolean(t.inputSchema && t.inputSchema.properties && 'sender' in t.inputSchema.properties);
@@ -63,7 +51,7 @@ async function run(args, out) {
     const r = await call(args.denied, {});
     out.denied = { answered: true, is_error: Boolean(r.isError), text: texts(r).join(' ') };
   } catch (e) {
-    out.denied = { code: typeof e.code === 'number' ? e.code : null, message: String(e && e.message ? e.message : e) };
+    out.denied = errorOf(e);
   }
 
   if (args.transport === 'http') await transport.terminateSession();

@@ -19,12 +19,9 @@ Mcp-Session-Id value and what `headers.get` reads). Prints one JSON object; exit
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-import time
-import traceback
 from importlib.metadata import version
 
 import anyio
@@ -33,7 +30,7 @@ from mcp import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from client_common import text_json
+from client_common import latency_recorders, lifecycle_parser, run_reported, spoofed_headers, text_json
 
 
 async def run(args, out: dict) -> None:
@@ -51,28 +48,9 @@ async def run(args, out: dict) -> None:
             }
         )
 
-    spoof_headers = {}
-    if args.authorization is not None:
-        spoof_headers["Authorization"] = args.authorization
-    if args.x_agent_token is not None:
-        spoof_headers["X-Agent-Token"] = args.x_agent_token
+    spoof_headers = spoofed_headers(args)
 
-    progress: list[dict] = out["progress"]
-    logs: list[dict] = out["logs"]
-
-    async def on_progress(p: float, total: float | None, message: str | None) -> None:
-        now = time.time()
-        sent = json.loads(message)["sent"] if message else None
-        progress.append({"progress": p, "total": total, "latency_ms": (now - sent) * 1000 if sent else None})
-
-    async def on_log(params) -> None:
-        now = time.time()
-        try:
-            data = json.loads(params.data)
-            latency = (now - data["sent"]) * 1000
-        except (TypeError, ValueError, KeyError):
-            data, latency = params.data, None
-        logs.append({"level": params.level, "data": data, "latency_ms": latency})
+    on_progress, on_log = latency_recorders(out)
 
     def make_client(headers=None, timeout=None, auth=None) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -131,31 +109,15 @@ async def session_calls(args, out: dict, read, write, get_session_id, on_log, on
         )
 
 
-async def run_bounded(args, out: dict) -> None:
-    with anyio.fail_after(args.timeout):
-        await run(args, out)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("url")
-    parser.add_argument("--authorization")
-    parser.add_argument("--x-agent-token")
-    parser.add_argument("--sender", default="mallory")
-    parser.add_argument("--count", type=int, default=3)
-    parser.add_argument("--timeout", type=float, default=30, help="bound on the whole run, seconds")
+    parser = lifecycle_parser()
     parser.add_argument("--transport", choices=["streamable-http", "sse"], default="streamable-http")
     parser.add_argument("--switch-identity", nargs=2, metavar=("FILE", "JSON"))
     parser.add_argument("--switch-wait", type=float, default=1.0)
     args = parser.parse_args()
     out: dict = {"sdk": version("mcp"), "httpx": version("httpx"), "http": [], "progress": [], "logs": [],
                  "calls": {}, "error": None}
-    started = time.monotonic()
-    try:
-        anyio.run(run_bounded, args, out)
-    except BaseException as e:  # noqa: BLE001 - report everything, including ExceptionGroups
-        out["error"] = "".join(traceback.format_exception(e))
-    out["elapsed_ms"] = (time.monotonic() - started) * 1000
+    out["elapsed_ms"] = run_reported(lambda: run(args, out), args.timeout, out)
     json.dump(out, sys.stdout, indent=1)
     sys.stdout.write("\n")
 

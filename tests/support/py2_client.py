@@ -11,19 +11,15 @@ every Mcp-Session-Id value received). Prints one JSON object; exits 0 even if a 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-import time
-import traceback
 from importlib.metadata import version
 
-import anyio
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from client_common import text_json
+from client_common import latency_recorders, lifecycle_parser, run_reported, spoofed_headers, text_json
 
 
 async def _ignore(*_args) -> None:
@@ -50,31 +46,11 @@ async def run(args, out: dict) -> None:
             }
         )
 
-    headers = {}
-    if args.authorization is not None:
-        headers["Authorization"] = args.authorization
-    if args.x_agent_token is not None:
-        headers["X-Agent-Token"] = args.x_agent_token
-
-    progress: list[dict] = out["progress"]
     logs: list[dict] = out["logs"]
-
-    async def on_progress(p: float, total: float | None, message: str | None) -> None:
-        now = time.time()
-        sent = json.loads(message)["sent"] if message else None
-        progress.append({"progress": p, "total": total, "latency_ms": (now - sent) * 1000 if sent else None})
-
-    async def on_log(params) -> None:
-        now = time.time()
-        try:
-            data = json.loads(params.data)
-            latency = (now - data["sent"]) * 1000
-        except (TypeError, ValueError, KeyError):
-            data, latency = params.data, None
-        logs.append({"level": params.level, "data": data, "latency_ms": latency})
+    on_progress, on_log = latency_recorders(out)
 
     http_client = httpx2.AsyncClient(
-        headers=headers,
+        headers=spoofed_headers(args),
         timeout=httpx2.Timeout(30, read=300),
         event_hooks={"response": [on_response]},
     )
@@ -105,28 +81,11 @@ async def run(args, out: dict) -> None:
         out["closed"] = True
 
 
-async def run_bounded(args, out: dict) -> None:
-    with anyio.fail_after(args.timeout):
-        await run(args, out)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("url")
-    parser.add_argument("--authorization")
-    parser.add_argument("--x-agent-token")
-    parser.add_argument("--sender", default="mallory")
-    parser.add_argument("--count", type=int, default=3)
-    parser.add_argument("--timeout", type=float, default=30, help="bound on the whole run, seconds")
-    args = parser.parse_args()
+    args = lifecycle_parser().parse_args()
     out: dict = {"sdk": version("mcp"), "httpx2": version("httpx2"), "http": [], "progress": [], "logs": [],
                  "calls": {}, "error": None}
-    started = time.monotonic()
-    try:
-        anyio.run(run_bounded, args, out)
-    except BaseException as e:  # noqa: BLE001 - report everything, including ExceptionGroups
-        out["error"] = "".join(traceback.format_exception(e))
-    out["elapsed_ms"] = (time.monotonic() - started) * 1000
+    out["elapsed_ms"] = run_reported(lambda: run(args, out), args.timeout, out)
     json.dump(out, sys.stdout, indent=1)
     sys.stdout.write("\n")
 

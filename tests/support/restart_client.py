@@ -25,15 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-import traceback
 from datetime import timedelta
 from importlib.metadata import version
 
 import anyio
 
-from client_common import error_of, rpc_of, text_json
+from client_common import error_of, last_sent_session_id, pause, print_result, record_call, rpc_of, run_reported
 
 try:  # SDK 2.x
     import httpx2 as httpx
@@ -94,26 +92,10 @@ class Run:
         if isinstance(data, dict) and data.get("standalone"):
             self.standalone.append(time.time())
 
-    def last_sent_session_id(self):
-        """2.x keeps its transport out of reach: its view is the id on its latest request, or, before it sent
-        one, the id its initialize was answered with."""
-        for h in reversed(self.http):
-            if h["sent_session_id"]:
-                return h["sent_session_id"]
-        for h in self.http:
-            if h["rpc_method"] == "initialize":
-                return h["session_get"]
-        return None
-
     async def chat_send(self, label: str, message: str) -> dict:
         rec = {"label": label, "message": message, "started": time.time()}
         t0 = time.monotonic()
-        try:
-            result = await self.call("chat_send", {"sender": self.args.sender, "message": message})
-            rec["result"] = text_json(result)
-            rec["is_error"] = bool(getattr(result, "isError", getattr(result, "is_error", False)))
-        except Exception as e:  # noqa: BLE001 - recorded for the test
-            rec["error"] = error_of(e)
+        await record_call(rec, self.call, "chat_send", {"sender": self.args.sender, "message": message})
         rec["elapsed_ms"] = (time.monotonic() - t0) * 1000
         rec["session_id"] = self.session_id()
         return rec
@@ -162,10 +144,7 @@ class Run:
         return rec
 
     async def step_pause(self, name: str) -> dict:
-        print(f"PAUSE {name}", flush=True)
-        line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
-        if not line:
-            raise RuntimeError(f"stdin closed at pause {name}")
+        await pause(name)
         self.mark = len(self.http)
         return {"step": "pause", "label": name, "resumed": time.time()}
 
@@ -210,15 +189,10 @@ class Run:
             else:
                 transport = streamable_http_client(self.args.url, http_client=http_client)
                 async with Client(transport, logging_callback=self.on_log) as client:
-                    self.session_id = self.last_sent_session_id
+                    self.session_id = lambda: last_sent_session_id(self.http)
                     self.call = lambda name, a: client.call_tool(name, a, read_timeout_seconds=CALL_TIMEOUT_S)
                     await self.steps()
         self.out["closed"] = True
-
-
-async def run_bounded(args, out: dict) -> None:
-    with anyio.fail_after(args.timeout):
-        await Run(args, out).run()
 
 
 def main() -> None:
@@ -230,14 +204,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=40, help="bound on the whole run, pauses included")
     args = parser.parse_args()
     out: dict = {"sdk": version("mcp"), "sdk_major": SDK_MAJOR, "http": [], "steps": [], "error": None}
-    started = time.monotonic()
-    try:
-        anyio.run(run_bounded, args, out)
-    except BaseException as e:  # noqa: BLE001 - report everything, including ExceptionGroups
-        out["error"] = "".join(traceback.format_exception(e))
-    out["elapsed_ms"] = (time.monotonic() - started) * 1000
-    sys.stdout.write("RESULT " + json.dumps(out) + "\n")
-    sys.stdout.flush()
+    out["elapsed_ms"] = run_reported(Run(args, out).run, args.timeout, out)
+    print_result(out)
 
 
 if __name__ == "__main__":

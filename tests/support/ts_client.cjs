@@ -20,25 +20,13 @@ const {
   LoggingMessageNotificationSchema,
   ToolListChangedNotificationSchema,
 } = require('@modelcontextprotocol/sdk/types.js');
-const sdkVersion = require('@modelcontextprotocol/sdk/package.json').version;
-const { textJson, runBounded } = require('./client_common.cjs');
+const { flagParser, runBounded, sdkVersion, textJson } = require('./client_common.cjs');
 
-function parseArgs(argv) {
-  const args = { url: null, authorization: null, xAgentToken: null, sender: 'mallory', count: 3, transport: 'streamable-http', timeout: 30 };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (a === '--authorization') args.authorization = argv[++i];
-    else if (a === '--x-agent-token') args.xAgentToken = argv[++i];
-    else if (a === '--sender') args.sender = argv[++i];
-    else if (a === '--count') args.count = Number(argv[++i]);
-    else if (a === '--transport') args.transport = argv[++i];
-    else if (a === '--timeout') args.timeout = Number(argv[++i]);
-    else if (args.url === null) args.url = a;
-    else throw new Error(`unexpected argument ${a}`);
-  }
-  if (!args.url) throw new Error('usage: ts_client.cjs URL [options]');
-  return args;
-}
+const parseArgs = flagParser(
+  { authorization: null, xAgentToken: null, sender: 'mallory', count: 3, transport: 'streamable-http', timeout: 30 },
+  [],
+  'usage: ts_client.cjs URL [options]',
+);
 
 const nowSec = () => Date.now() / 1000;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -189,7 +177,7 @@ async function run(args, out) {
 
 async function main() {
   const out = {
-    sdk: sdkVersion,
+    sdk: sdkVersion(),
     node: process.version,
     http: [],
     progress: [],

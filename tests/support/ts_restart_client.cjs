@@ -21,61 +21,31 @@
 // a POST), plus the transport's errors. Exits 0 even if something failed ("error").
 'use strict';
 
-const readline = require('readline');
 const { Client } = require('@modelcontextprotocol/sdk/client/index.js');
 const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/client/streamableHttp.js');
 const { LoggingMessageNotificationSchema } = require('@modelcontextprotocol/sdk/types.js');
-const sdkVersion = require('@modelcontextprotocol/sdk/package.json').version;
-const { textJson, runBounded } = require('./client_common.cjs');
+const {
+  errorOf,
+  flagParser,
+  printResult,
+  recordCall,
+  rpcOf,
+  runBounded,
+  sdkVersion,
+  stdinPauses,
+} = require('./client_common.cjs');
 
 const CALL_TIMEOUT_MS = 10000;
 
-function parseArgs(argv) {
-  const args = { url: null, steps: null, authorization: null, sender: 'mallory', timeout: 40 };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (a === '--steps') args.steps = argv[++i];
-    else if (a === '--authorization') args.authorization = argv[++i];
-    else if (a === '--sender') args.sender = argv[++i];
-    else if (a === '--timeout') args.timeout = Number(argv[++i]);
-    else if (args.url === null) args.url = a;
-    else throw new Error(`unexpected argument ${a}`);
-  }
-  if (!args.url || !args.steps) throw new Error('usage: ts_restart_client.cjs URL --steps STEPS [options]');
-  return args;
-}
+const parseArgs = flagParser(
+  { steps: null, authorization: null, sender: 'mallory', timeout: 40 },
+  ['steps'],
+  'usage: ts_restart_client.cjs URL --steps STEPS [options]',
+);
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// stdin lines, one at a time.
-const stdinLines = [];
-let stdinWaiter = null;
-let stdinClosed = false;
-const rl = readline.createInterface({ input: process.stdin });
-rl.on('line', (line) => {
-  if (stdinWaiter) {
-    const w = stdinWaiter;
-    stdinWaiter = null;
-    w(line);
-  } else stdinLines.push(line);
-});
-rl.on('close', () => {
-  stdinClosed = true;
-  if (stdinWaiter) {
-    const w = stdinWaiter;
-    stdinWaiter = null;
-    w(null);
-  }
-});
-function nextLine() {
-  if (stdinLines.length) return Promise.resolve(stdinLines.shift());
-  if (stdinClosed) return Promise.resolve(null);
-  return new Promise((r) => (stdinWaiter = r));
-}
-
-function errorOf(e) {
-  return { code: e && typeof e.code === 'number' ? e.code : null, message: String(e && e.message ? e.message : e) };
-}
+const stdin = stdinPauses();
 
 async function run(args, out) {
   let mark = 0; // index into out.http at the last pause
@@ -92,13 +62,7 @@ async function run(args, out) {
       rpc_method: null,
       rpc_id: null,
     };
-    if (init && typeof init.body === 'string') {
-      try {
-        const sent = JSON.parse(init.body);
-        entry.rpc_method = sent.method ?? null;
-        entry.rpc_id = sent.id ?? null;
-      } catch {}
-    }
+    [entry.rpc_method, entry.rpc_id] = rpcOf(init && init.body);
     const response = await fetch(url, init);
     entry.status = response.status;
     entry.content_type = response.headers.get('content-type');
@@ -136,13 +100,7 @@ async function run(args, out) {
   async function chatSend(label, message) {
     const rec = { label, message, started: Date.now() / 1000 };
     const t0 = performance.now();
-    try {
-      const result = await callTool('chat_send', { sender: args.sender, message });
-      rec.result = textJson(result);
-      rec.is_error = Boolean(result.isError);
-    } catch (e) {
-      rec.error = errorOf(e);
-    }
+    await recordCall(rec, () => callTool('chat_send', { sender: args.sender, message }));
     rec.elapsed_ms = performance.now() - t0;
     rec.session_id = sessionId();
     return rec;
@@ -193,9 +151,7 @@ async function run(args, out) {
     } else if (kind === 'notify') {
       rec = await notify(rest[0]);
     } else if (kind === 'pause') {
-      process.stdout.write(`PAUSE ${rest[0]}\n`);
-      const line = await nextLine();
-      if (line === null) throw new Error(`stdin closed at pause ${rest[0]}`);
+      await stdin.pause(rest[0]);
       mark = out.http.length;
       rec = { step: 'pause', label: rest[0], resumed: Date.now() / 1000 };
     } else {
@@ -212,10 +168,10 @@ async function run(args, out) {
 }
 
 async function main() {
-  const out = { sdk: sdkVersion, node: process.version, http: [], steps: [], transport_errors: [], error: null };
+  const out = { sdk: sdkVersion(), node: process.version, http: [], steps: [], transport_errors: [], error: null };
   await runBounded('ts_restart_client.cjs', parseArgs, run, out);
-  rl.close();
-  process.stdout.write('RESULT ' + JSON.stringify(out) + '\n', () => process.exit(0));
+  stdin.close();
+  printResult(out);
 }
 
 main();

@@ -22,3 +22,26 @@ pub mod restarting;
 pub mod setup;
 /// Both ends of the raw HTTP/1.1 wire: `StubUpstream`, `RawClient` and their strict head parser.
 pub mod wire;
+
+/// `cases! { scenario; name => args; ... }`: one `#[test] fn name()` per line, each running
+/// `scenario(stringify!(name), args)`, so a scenario written once runs for each SDK, transport or
+/// route under a test name of its own (the name is also the scenario's label in its evidence).
+///
+/// ```ignore
+/// cases! { session_survives_an_upstream_restart;
+///     python_sdk_1x_session_survives_an_upstream_restart => Sdk::Py1;
+///     typescript_sdk_session_survives_an_upstream_restart => Sdk::Ts;
+/// }
+/// ```
+// Its users are the real-client suites, all Unix-only today.
+#[cfg_attr(not(unix), allow(unused_macros))]
+macro_rules! cases {
+    ($scenario:path; $($name:ident => $($arg:expr),+;)+) => {$(
+        #[test]
+        fn $name() {
+            $scenario(stringify!($name), $($arg),+);
+        }
+    )+};
+}
+#[cfg_attr(not(unix), allow(unused_imports))]
+pub(crate) use cases;
