@@ -72,7 +72,17 @@ impl ExchangeAudit {
     ) -> ExchangeAudit {
         let mut a =
             ExchangeAudit { requests: SmallVec::new(), batch: false, scan: None, bytes_in, relayed: None };
-        let Ok(parsed) = rpc::parse(body) else {
+        // The stamp scan's envelope when it read the body (every accepted
+        // POST): the body is not parsed again. A refused body is parsed
+        // here (it may still be JSON-RPC with a duplicate key).
+        let parsed = match plan.envelope() {
+            Some(envelope) => Ok(rpc::Body::of_envelope(
+                plan.is_batch(),
+                envelope.iter().map(|&(method, id)| rpc::Message::of_object(body, method, id)),
+            )),
+            None => rpc::parse(body),
+        };
+        let Ok(parsed) = parsed else {
             if body.iter().all(u8::is_ascii_whitespace) {
                 return a; // no body (a GET, a DELETE): no request
             }
@@ -320,6 +330,43 @@ mod tests {
         assert!(read(" \r\n").requests.is_empty());
         let a = read("{not json");
         assert_eq!((a.requests.len(), &*a.requests[0].id), (1, &b"null"[..]));
+    }
+
+    #[test]
+    fn the_stamp_scans_envelope_reads_as_a_second_parse_would() {
+        let bodies = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"bob"}}}"#,
+            r#"{"id":1,"id":"two","method":"tools\u002flist"}"#,
+            r#"[{"id":NaN,"method":"a"},{"id":1e400,"method":"b"},{"id":"\ud800","method":"c"},{"id":null,"method":"d"}]"#,
+            r#"[1,{"method":"n"},{"id":3,"result":{}},[],{"id":{},"method":"x"},{"method":5,"id":6}]"#,
+            r#" [ ] "#,
+            r#"{"jsonrpc":"2.0","id":"\"q\"","method":"tools/call","params":{"name":"chat_rules"}}"#,
+        ];
+        let key = |a: &ExchangeAudit| -> Vec<(Vec<u8>, String, Option<String>, bool)> {
+            a.requests
+                .iter()
+                .map(|r| {
+                    (r.id.to_vec(), r.method.to_string(), r.tool.as_deref().map(str::to_string), r.hidden)
+                })
+                .collect()
+        };
+        for body in bodies {
+            let p = plan(body.as_bytes(), "alice", &StampMap::agentchattr()).unwrap();
+            assert!(p.envelope().is_some(), "{body}");
+            let policy = Policy::from_flags(&ToolFlags {
+                allow: None,
+                deny: vec!["chat_rules".into()],
+                show_identity_params: false,
+                identity_params: vec![],
+            });
+            let from_envelope = ExchangeAudit::read(body.as_bytes(), &p, "alice", &policy, 10);
+            // The same plan with no envelope: the body is parsed again.
+            let mut bare = p.clone();
+            bare.forget_envelope();
+            let parsed = ExchangeAudit::read(body.as_bytes(), &bare, "alice", &policy, 10);
+            assert_eq!(key(&from_envelope), key(&parsed), "{body}");
+            assert_eq!(from_envelope.batch, parsed.batch, "{body}");
+        }
     }
 
     fn outcomes(a: &mut ExchangeAudit) -> Vec<Option<Outcome>> {

@@ -150,6 +150,8 @@ pub struct Message {
     pub start: usize,
     pub end: usize,
     pub method: Option<Value>,
+    /// `id`: the last of equal keys, as the upstream reads it.
+    pub id: Option<Value>,
     pub params: Option<Value>,
     /// `params.name`, when `params` is an object.
     pub name: Option<Value>,
@@ -856,6 +858,8 @@ impl Cursor<'_> {
             if key.is(body, "method") {
                 let v = cur.value(depth)?;
                 first(&mut m.method, &mut m.duplicates.method, v);
+            } else if key.is(body, "id") {
+                m.id = Some(cur.value(depth)?);
             } else if key.is(body, "params") {
                 let v = if m.params.is_none() && cur.peek() == Some(b'{') {
                     cur.params(depth + 1, m, identity_key)?
@@ -1233,10 +1237,12 @@ mod tests {
         pub fn message(n: &Node) -> super::Message {
             let (method, dm) = member(n, "method");
             let (params, dp) = member(n, "params");
+            let id = n.members.iter().rev().find(|(k, _)| k == b"id").map(|(_, v)| v.value);
             let mut m = super::Message {
                 start: n.value.start,
                 end: n.value.end,
                 method: method.map(|v| v.value),
+                id,
                 params: params.map(|v| v.value),
                 ..Default::default()
             };

@@ -159,6 +159,12 @@ impl<'b> Body<'b> {
         &self.messages
     }
 
+    /// A body whose messages another scan already read (see
+    /// `Message::of_object`).
+    pub fn of_envelope(batch: bool, messages: impl Iterator<Item = Message<'b>>) -> Body<'b> {
+        Body { batch, messages: messages.collect() }
+    }
+
     /// The message of a body that is not a batch.
     pub fn single(&self) -> Option<&Message<'b>> {
         match self.batch {
@@ -215,13 +221,22 @@ fn message(body: &[u8], v: Value) -> Result<Message<'_>, ScanError> {
         }
         Ok::<(), ScanError>(())
     })?;
-    let role = match (method, id) {
-        (Some(_), Some(_)) => Role::Request,
-        (Some(_), None) => Role::Notification,
-        (None, _) => Role::Response,
-    };
-    let id = id.map_or(Id::Absent, |v| echo_id(body, v));
-    Ok(Message { body, role, method, id })
+    Ok(Message::of_object(body, method, id))
+}
+
+impl<'b> Message<'b> {
+    /// The message object of `body` whose `method` and `id` members (the
+    /// last of equal keys) are these spans: what another scan of the body
+    /// already found (the stamp scan's envelope), so it is not parsed again.
+    pub fn of_object(body: &'b [u8], method: Option<Value>, id: Option<Value>) -> Message<'b> {
+        let role = match (method, id) {
+            (Some(_), Some(_)) => Role::Request,
+            (Some(_), None) => Role::Notification,
+            (None, _) => Role::Response,
+        };
+        let id = id.map_or(Id::Absent, |v| echo_id(body, v));
+        Message { body, role, method, id }
+    }
 }
 
 /// What an answer may carry back of the id value `v`.

@@ -172,9 +172,34 @@ pub struct Plan {
     /// identity argument: what the client claimed (the audit log's
     /// impersonation check reads it).
     claims: SmallVec<[(usize, Value); 1]>,
+    /// The envelope the same scan read, for the readers after it (the
+    /// audit): each message object's `method` and `id` (the last `id`, as
+    /// the upstream reads it), in order; whether the body is a batch; and
+    /// whether the body was scanned at all.
+    envelope: SmallVec<[(Option<Value>, Option<Value>); 1]>,
+    batch: bool,
+    scanned: bool,
 }
 
 impl Plan {
+    /// Each message object's (`method`, `id`) spans, when the body was
+    /// scanned (`None`: it was not, or was refused).
+    pub fn envelope(&self) -> Option<&[(Option<Value>, Option<Value>)]> {
+        self.scanned.then_some(&self.envelope[..])
+    }
+
+    /// As if the body had not been scanned (tests compare the envelope with
+    /// a second parse).
+    #[cfg(test)]
+    pub fn forget_envelope(&mut self) {
+        self.scanned = false;
+    }
+
+    /// The body is a batch (a JSON array).
+    pub fn is_batch(&self) -> bool {
+        self.batch
+    }
+
     /// A message of the body names the method `tools/list`.
     pub fn lists_tools(&self) -> bool {
         self.lists_tools
@@ -315,8 +340,13 @@ pub fn plan(body: &[u8], agent: &str, map: &StampMap) -> Result<Plan, StampError
     json::scan_messages(
         body,
         |name| map.param_for_value(body, name).map(|p| &*p.name),
-        |m| plan_message(body, m, agent, map, &mut plan),
+        |m| {
+            plan.envelope.push((m.method, m.id));
+            plan_message(body, m, agent, map, &mut plan)
+        },
     )?;
+    plan.scanned = true;
+    plan.batch = body.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n')) == Some(&b'[');
     debug_assert!(plan.splices.windows(2).all(|w| w[0].end <= w[1].start));
     Ok(plan)
 }
