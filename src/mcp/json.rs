@@ -152,6 +152,9 @@ pub struct Message {
     pub method: Option<Value>,
     /// `id`: the last of equal keys, as the upstream reads it.
     pub id: Option<Value>,
+    /// `result` and `error` of an answer, the last of equal keys (as `id`).
+    pub result: Option<Value>,
+    pub error: Option<Value>,
     pub params: Option<Value>,
     /// `params.name`, when `params` is an object.
     pub name: Option<Value>,
@@ -860,6 +863,10 @@ impl Cursor<'_> {
                 first(&mut m.method, &mut m.duplicates.method, v);
             } else if key.is(body, "id") {
                 m.id = Some(cur.value(depth)?);
+            } else if key.is(body, "result") {
+                m.result = Some(cur.value(depth)?);
+            } else if key.is(body, "error") {
+                m.error = Some(cur.value(depth)?);
             } else if key.is(body, "params") {
                 let v = if m.params.is_none() && cur.peek() == Some(b'{') {
                     cur.params(depth + 1, m, identity_key)?
@@ -1237,12 +1244,15 @@ mod tests {
         pub fn message(n: &Node) -> super::Message {
             let (method, dm) = member(n, "method");
             let (params, dp) = member(n, "params");
-            let id = n.members.iter().rev().find(|(k, _)| k == b"id").map(|(_, v)| v.value);
+            let last = |key: &[u8]| n.members.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.value);
+            let (id, result, error) = (last(b"id"), last(b"result"), last(b"error"));
             let mut m = super::Message {
                 start: n.value.start,
                 end: n.value.end,
                 method: method.map(|v| v.value),
                 id,
+                result,
+                error,
                 params: params.map(|v| v.value),
                 ..Default::default()
             };

@@ -489,19 +489,24 @@ impl JsonScan {
     /// same caps on kept texts). `None` when it is not (cut short, not
     /// JSON, trailing bytes): the byte path reads it then, and says why.
     fn read_whole(&mut self, data: &[u8]) -> Option<Scan> {
-        let top = json::parse_value(data).ok()?;
-        match top.kind {
-            json::Kind::Object { .. } => self.whole_message(data, &top),
-            json::Kind::Array => {
-                let _ = json::for_each_element(data, &top, |v| {
-                    if let json::Kind::Object { .. } = v.kind {
-                        self.whole_message(data, &v);
-                    }
-                    Ok::<(), json::ScanError>(())
-                });
-            }
-            // A scalar may go on in the next read: the byte path reads it.
-            _ => return None,
+        // A scalar may go on in the next read: the byte path reads it.
+        let first = data.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+        if !matches!(first, Some(b'{' | b'[')) {
+            return None;
+        }
+        // One pass validates the body and finds each message's members.
+        let mut messages: SmallVec<[json::Message; 1]> = SmallVec::new();
+        json::scan_messages(
+            data,
+            |_| None,
+            |m| {
+                messages.push(*m);
+                Ok::<(), json::ScanError>(())
+            },
+        )
+        .ok()?;
+        for m in &messages {
+            self.whole_message(data, m);
         }
         self.commit();
         self.lex = Lex::End;
@@ -509,21 +514,9 @@ impl JsonScan {
     }
 
     /// One message of a whole body: its answer noted as `close` notes it.
-    fn whole_message(&mut self, data: &[u8], m: &json::Value) {
-        let (mut id, mut method, mut result, mut error) = (None, false, None, None);
-        let _ = json::for_each_member(data, m, |k, v| {
-            if k.is(data, "id") {
-                id = Some(v);
-            } else if k.is(data, "method") {
-                method = true;
-            } else if k.is(data, "result") {
-                result = Some(v);
-            } else if k.is(data, "error") {
-                error = Some(v);
-            }
-            Ok::<(), json::ScanError>(())
-        });
-        let Some(id) = id.filter(|_| !method) else { return };
+    fn whole_message(&mut self, data: &[u8], m: &json::Message) {
+        let (result, error) = (m.result, m.error);
+        let Some(id) = m.id.filter(|_| m.method.is_none()) else { return };
         let raw = id.bytes(data);
         let owed = |i: usize, w: &Waiter| w.answer.is_none() && !self.found.iter().any(|f| f.0 == i);
         let at = if self.sole {
@@ -539,30 +532,33 @@ impl JsonScan {
                 .position(|(i, w)| owed(i, w) && !w.long && key.is_some() && w.key == key)
         };
         let Some(at) = at else { return };
-        // A member of an object, its raw text when within `cap` (as the
-        // byte path keeps it).
-        let member = |object: Option<json::Value>, name: &str, cap: usize| {
-            let object = object.filter(|o| matches!(o.kind, json::Kind::Object { .. }))?;
-            let mut found = None;
-            let _ = json::for_each_member(data, &object, |k, v| {
-                if k.is(data, name) {
-                    found = Some(v);
-                }
-                Ok::<(), json::ScanError>(())
-            });
-            found.map(|v| v.bytes(data)).filter(|raw| raw.len() <= cap)
+        // The last member of each name in an object, its raw text when
+        // within `cap` (as the byte path keeps it): one walk for both.
+        let members = |object: Option<json::Value>, names: [(&str, usize); 2]| {
+            let mut found: [Option<&[u8]>; 2] = [None, None];
+            if let Some(object) = object.filter(|o| matches!(o.kind, json::Kind::Object { .. })) {
+                let _ = json::for_each_member(data, &object, |k, v| {
+                    for (slot, (name, cap)) in found.iter_mut().zip(names) {
+                        if k.is(data, name) {
+                            *slot = Some(v.bytes(data)).filter(|raw| raw.len() <= cap);
+                        }
+                    }
+                    Ok::<(), json::ScanError>(())
+                });
+            }
+            found
         };
-        let version = member(result, "protocolVersion", MAX_VERSION)
-            .and_then(|raw| json::parse_value(raw).ok()?.decode_str(raw));
+        let [version, is_error] = members(result, [("protocolVersion", MAX_VERSION), ("isError", MAX_CODE)]);
+        let version = version.and_then(|raw| json::parse_value(raw).ok()?.decode_str(raw));
         let answer = match version {
             Some(v) => Scan::Version(v),
             None => Scan::Missing(Why::NoVersion),
         };
         let outcome = if error.is_some() {
-            let code =
-                member(error, "code", MAX_CODE).and_then(|c| std::str::from_utf8(c).ok()?.parse().ok());
+            let [code, _] = members(error, [("code", MAX_CODE), ("", 0)]);
+            let code = code.and_then(|c| std::str::from_utf8(c).ok()?.parse().ok());
             Outcome::Error(code)
-        } else if result.is_some() && member(result, "isError", MAX_CODE) == Some(b"true") {
+        } else if result.is_some() && is_error == Some(b"true") {
             Outcome::ToolError
         } else {
             Outcome::Ok

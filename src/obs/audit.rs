@@ -124,21 +124,7 @@ fn bytes(out: &mut Vec<u8>, k: &str, v: &[u8]) {
 
 fn number(out: &mut Vec<u8>, k: &str, v: u64) {
     key(out, k);
-    let mut b = itoa(v);
-    out.append(&mut b);
-}
-
-fn itoa(mut v: u64) -> Vec<u8> {
-    let mut digits = Vec::with_capacity(20);
-    loop {
-        digits.push(b'0' + (v % 10) as u8);
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    digits.reverse();
-    digits
+    crate::http::write::push_decimal(out, v);
 }
 
 /// Appends `record` as one line: `ts` (since the epoch), `event`, `agent`
