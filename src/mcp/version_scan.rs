@@ -120,14 +120,16 @@ impl VersionScan {
     /// number, or none is given.
     pub fn for_ids(format: Format, request_ids: &[&[u8]], sole: bool) -> Option<VersionScan> {
         let mut waiters = SmallVec::new();
+        let sole = sole && request_ids.len() == 1;
         for raw in request_ids {
             let id = json::parse_value(raw).ok()?;
             if !matches!(id.kind, json::Kind::String { .. } | json::Kind::Number) {
                 return None;
             }
+            // A sole request's answer is the first response: no id to match.
             waiters.push(Waiter {
-                key: rpc::IdKey::of(raw),
-                hash: fnv(FNV_START, raw),
+                key: if sole { None } else { rpc::IdKey::of(raw) },
+                hash: if sole { 0 } else { fnv(FNV_START, raw) },
                 long: raw.len() > MAX_ID,
                 answer: None,
                 outcome: None,
@@ -138,7 +140,7 @@ impl VersionScan {
         }
         Some(VersionScan {
             format,
-            json: JsonScan::new(waiters, sole && request_ids.len() == 1),
+            json: JsonScan::new(waiters, sole),
             sse: SseLines::default(),
             seen: 0,
             state: Scan::Pending,

@@ -1,6 +1,7 @@
 //! RFC 3339 time stamps in UTC with milliseconds (`2026-12-01T23:40:05.123Z`)
 //! from a time since the Unix epoch; no time zone database, no clock read.
 
+use smallvec::SmallVec;
 use std::time::Duration;
 
 /// Appends `since_epoch` as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC).
@@ -17,13 +18,16 @@ pub fn write_rfc3339_millis(since_epoch: Duration, out: &mut Vec<u8>) {
         (rem % 60, 2, b'.'),
         (u64::from(since_epoch.subsec_millis()), 3, b'Z'),
     ];
+    // Built on the stack and appended once (24 bytes up to year 9999).
+    let mut text: SmallVec<[u8; 32]> = SmallVec::new();
     for (value, width, sep) in fields {
-        push_padded(value, width, out);
-        out.push(sep);
+        push_padded(value, width, &mut text);
+        text.push(sep);
     }
+    out.extend_from_slice(&text);
 }
 
-fn push_padded(value: u64, width: u32, out: &mut Vec<u8>) {
+fn push_padded(value: u64, width: u32, out: &mut SmallVec<[u8; 32]>) {
     let mut div = 10u64.pow(width.saturating_sub(1));
     // Years past 9999 keep all their digits.
     while value / div >= 10 {
