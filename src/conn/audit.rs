@@ -83,7 +83,7 @@ impl ExchangeAudit {
             None => rpc::parse(body),
         };
         let Ok(parsed) = parsed else {
-            if body.iter().all(u8::is_ascii_whitespace) {
+            if crate::mcp::json::first_byte(body).is_none() {
                 return a; // no body (a GET, a DELETE): no request
             }
             // Not JSON (refused): one record with a null id.

@@ -259,7 +259,7 @@ impl Conn {
         let enforce = handling == ListHandling::Rewrite;
         // A POST of one request is answered with that request's answer only:
         // every response in it is read as the list's, whatever its id.
-        let batch = self.ex.body.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n')) == Some(&b'[');
+        let batch = crate::mcp::json::is_array(&self.ex.body);
         Some(match (batch, ids.first()) {
             (false, Some(id)) => ListFilter::sole(format, id, ctx.policy, ctx.stamps, options, enforce),
             _ => ListFilter::for_ids(format, &ids, ctx.policy, ctx.stamps, options, enforce),

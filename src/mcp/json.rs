@@ -213,6 +213,22 @@ impl<E> From<ScanError> for Stop<E> {
     }
 }
 
+/// JSON's whitespace (RFC 8259 §2): space, tab, LF and CR; not a form feed
+/// (which `u8::is_ascii_whitespace` also takes). The one definition.
+pub fn is_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+/// The first byte of `body` past JSON whitespace.
+pub fn first_byte(body: &[u8]) -> Option<u8> {
+    body.iter().copied().find(|&b| !is_ws(b))
+}
+
+/// Whether `body` opens an array (a batch, or a batch's answer).
+pub fn is_array(body: &[u8]) -> bool {
+    first_byte(body) == Some(b'[')
+}
+
 /// Validates a whole body holding one JSON value and returns its span.
 pub fn parse_value(body: &[u8]) -> Result<Value, ScanError> {
     let mut cur = Cursor { b: body, pos: 0 };
@@ -478,7 +494,7 @@ impl Cursor<'_> {
 
     /// RFC 8259 §2: the four whitespace bytes and no others.
     fn ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+        while self.peek().is_some_and(is_ws) {
             self.pos += 1;
         }
     }
@@ -1079,7 +1095,7 @@ mod tests {
                 self.b.get(self.i).copied()
             }
             fn ws(&mut self) {
-                while matches!(self.at(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+                while self.at().is_some_and(crate::mcp::json::is_ws) {
                     self.i += 1;
                 }
             }

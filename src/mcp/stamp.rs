@@ -346,7 +346,7 @@ pub fn plan(body: &[u8], agent: &str, map: &StampMap) -> Result<Plan, StampError
         },
     )?;
     plan.scanned = true;
-    plan.batch = body.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n')) == Some(&b'[');
+    plan.batch = json::is_array(body);
     debug_assert!(plan.splices.windows(2).all(|w| w[0].end <= w[1].start));
     Ok(plan)
 }

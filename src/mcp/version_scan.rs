@@ -221,8 +221,7 @@ impl VersionScan {
                 // that may follow a value (whitespace, structure, a
                 // quote), as serde_json's stream reader requires;
                 // any other byte makes the text not JSON.
-                if matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'"' | b'[' | b']' | b'{' | b'}' | b',' | b':')
-                {
+                if json::is_ws(b) || matches!(b, b'"' | b'[' | b']' | b'{' | b'}' | b',' | b':') {
                     self.json.end_value();
                 } else {
                     self.json.lex = Lex::Error;
@@ -492,8 +491,7 @@ impl JsonScan {
     /// JSON, trailing bytes): the byte path reads it then, and says why.
     fn read_whole(&mut self, data: &[u8]) -> Option<Scan> {
         // A scalar may go on in the next read: the byte path reads it.
-        let first = data.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
-        if !matches!(first, Some(b'{' | b'[')) {
+        if !matches!(json::first_byte(data), Some(b'{' | b'[')) {
             return None;
         }
         // One pass validates the body and finds each message's members.
@@ -608,7 +606,7 @@ impl JsonScan {
                 }
             }
             Lex::Error => {}
-            _ if matches!(b, b' ' | b'\t' | b'\n' | b'\r') => {}
+            _ if json::is_ws(b) => {}
             Lex::End => self.lex = Lex::Error,
             Lex::Value | Lex::ValueOrClose => {
                 if b == b']' && self.lex == Lex::ValueOrClose {

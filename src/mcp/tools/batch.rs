@@ -172,7 +172,7 @@ impl BatchAnswer {
                     self.state = State::Done;
                 }
                 (Mode::Json, state) => {
-                    let ws = rest.iter().take_while(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n')).count();
+                    let ws = rest.iter().take_while(|&&b| json::is_ws(b)).count();
                     out.extend_from_slice(rest.get(..ws).unwrap_or_default());
                     rest = rest.get(ws..).unwrap_or_default();
                     let Some(&first) = rest.first() else { return };

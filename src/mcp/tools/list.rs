@@ -326,7 +326,7 @@ fn walk_message(
     message: &[u8],
     mut f: impl FnMut(Key, Value) -> Result<(), ListError>,
 ) -> Result<(), ListError> {
-    let is_ws = |c: &u8| matches!(c, b' ' | b'\t' | b'\n' | b'\r');
+    let is_ws = |c: &u8| json::is_ws(*c);
     let start = message.iter().position(|c| !is_ws(c)).unwrap_or(message.len());
     if message.get(start) != Some(&b'{') {
         // Not an object; but first, whether it is JSON at all.

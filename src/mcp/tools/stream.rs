@@ -233,7 +233,7 @@ impl ListFilter {
         self.done = true;
         match self.format {
             Format::Json if self.over => self.fail_json(NotRewritten::TooLarge, out),
-            Format::Json if is_array(&self.held) => {
+            Format::Json if json::is_array(&self.held) => {
                 let body = std::mem::take(&mut self.held);
                 match self.rewrite_batch(&body) {
                     Some(rewritten) => out.extend_from_slice(&rewritten),
@@ -375,11 +375,6 @@ impl ListFilter {
     }
 }
 
-/// The body's first byte past whitespace opens an array (a batch's answer).
-fn is_array(body: &[u8]) -> bool {
-    body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[')
-}
-
 /// The error answering list request `id` that could not be filtered.
 fn error_for(id: &[u8], why: NotRewritten) -> Vec<u8> {
     let mut m = Vec::new();
@@ -405,7 +400,7 @@ impl ListFilter {
             out.extend_from_slice(event);
             return;
         };
-        if is_array(&data) {
+        if json::is_array(&data) {
             // A batch's answers in one event.
             match self.rewrite_batch(&data) {
                 Some(rewritten) if rewritten != data => write_event_like(event, &rewritten, out),
