@@ -155,6 +155,10 @@ pub struct Message {
     /// `result` and `error` of an answer, the last of equal keys (as `id`).
     pub result: Option<Value>,
     pub error: Option<Value>,
+    /// `isError` and `protocolVersion` of that last `result` when it is an
+    /// object (the last of each), found in the same pass.
+    pub is_error: Option<Value>,
+    pub protocol_version: Option<Value>,
     pub params: Option<Value>,
     /// `params.name`, when `params` is an object.
     pub name: Option<Value>,
@@ -880,7 +884,10 @@ impl Cursor<'_> {
             } else if key.is(body, "id") {
                 m.id = Some(cur.value(depth)?);
             } else if key.is(body, "result") {
-                m.result = Some(cur.value(depth)?);
+                m.is_error = None;
+                m.protocol_version = None;
+                let v = if cur.peek() == Some(b'{') { cur.result(depth + 1, m)? } else { cur.value(depth)? };
+                m.result = Some(v);
             } else if key.is(body, "error") {
                 m.error = Some(cur.value(depth)?);
             } else if key.is(body, "params") {
@@ -931,6 +938,23 @@ impl Cursor<'_> {
                 first(&mut m.name, &mut m.duplicates.name, v);
             } else if key.is(body, "arguments") {
                 first(&mut m.arguments, &mut m.duplicates.arguments, v);
+            }
+            Ok::<(), ScanError>(())
+        })
+    }
+}
+
+impl Cursor<'_> {
+    /// An answer's `result` object: its `isError` and `protocolVersion`
+    /// (the last of each) are kept as it is walked, not walked again.
+    fn result(&mut self, depth: usize, m: &mut Message) -> Result<Value, ScanError> {
+        let body = self.b;
+        self.object(depth, |cur, key| {
+            let v = cur.value(depth)?;
+            if key.is(body, "isError") {
+                m.is_error = Some(v);
+            } else if key.is(body, "protocolVersion") {
+                m.protocol_version = Some(v);
             }
             Ok::<(), ScanError>(())
         })
@@ -1262,6 +1286,11 @@ mod tests {
             let (params, dp) = member(n, "params");
             let last = |key: &[u8]| n.members.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.value);
             let (id, result, error) = (last(b"id"), last(b"result"), last(b"error"));
+            let in_result = |key: &[u8]| {
+                let r = n.members.iter().rev().find(|(k, _)| k == b"result").map(|(_, v)| v)?;
+                r.members.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.value)
+            };
+            let (is_error, protocol_version) = (in_result(b"isError"), in_result(b"protocolVersion"));
             let mut m = super::Message {
                 start: n.value.start,
                 end: n.value.end,
@@ -1269,6 +1298,8 @@ mod tests {
                 id,
                 result,
                 error,
+                is_error,
+                protocol_version,
                 params: params.map(|v| v.value),
                 ..Default::default()
             };

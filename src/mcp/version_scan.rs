@@ -532,31 +532,29 @@ impl JsonScan {
                 .position(|(i, w)| owed(i, w) && !w.long && key.is_some() && w.key == key)
         };
         let Some(at) = at else { return };
-        // The last member of each name in an object, its raw text when
-        // within `cap` (as the byte path keeps it): one walk for both.
-        let members = |object: Option<json::Value>, names: [(&str, usize); 2]| {
-            let mut found: [Option<&[u8]>; 2] = [None, None];
-            if let Some(object) = object.filter(|o| matches!(o.kind, json::Kind::Object { .. })) {
-                let _ = json::for_each_member(data, &object, |k, v| {
-                    for (slot, (name, cap)) in found.iter_mut().zip(names) {
-                        if k.is(data, name) {
-                            *slot = Some(v.bytes(data)).filter(|raw| raw.len() <= cap);
-                        }
-                    }
-                    Ok::<(), json::ScanError>(())
-                });
-            }
-            found
-        };
-        let [version, is_error] = members(result, [("protocolVersion", MAX_VERSION), ("isError", MAX_CODE)]);
-        let version = version.and_then(|raw| json::parse_value(raw).ok()?.decode_str(raw));
+        // A kept member's raw text when within `cap` (as the byte path
+        // keeps it).
+        let kept =
+            |v: Option<json::Value>, cap: usize| v.map(|v| v.bytes(data)).filter(|raw| raw.len() <= cap);
+        let version = kept(m.protocol_version, MAX_VERSION)
+            .and_then(|raw| json::parse_value(raw).ok()?.decode_str(raw));
+        let is_error = kept(m.is_error, MAX_CODE);
         let answer = match version {
             Some(v) => Scan::Version(v),
             None => Scan::Missing(Why::NoVersion),
         };
         let outcome = if error.is_some() {
-            let [code, _] = members(error, [("code", MAX_CODE), ("", 0)]);
-            let code = code.and_then(|c| std::str::from_utf8(c).ok()?.parse().ok());
+            // The error object's `code`, the last (errors are small: one walk).
+            let mut code = None;
+            if let Some(e) = error.filter(|e| matches!(e.kind, json::Kind::Object { .. })) {
+                let _ = json::for_each_member(data, &e, |k, v| {
+                    if k.is(data, "code") {
+                        code = Some(v);
+                    }
+                    Ok::<(), json::ScanError>(())
+                });
+            }
+            let code = kept(code, MAX_CODE).and_then(|c| std::str::from_utf8(c).ok()?.parse().ok());
             Outcome::Error(code)
         } else if result.is_some() && is_error == Some(b"true") {
             Outcome::ToolError
