@@ -11,7 +11,7 @@
 //! name: these checks run before any upstream contact.
 
 use crate::http::head::RequestHead;
-use crate::http::headers::name;
+use crate::http::headers::{name, trim_ows};
 
 /// What admission needs to know of the configuration.
 #[derive(Clone, Copy, Debug)]
@@ -212,14 +212,6 @@ fn strip_prefix_ignore_case<'a>(value: &'a [u8], prefix: &[u8]) -> Option<&'a [u
     } else {
         None
     }
-}
-
-/// Strips optional whitespace (SP / HTAB, RFC 9110 §5.6.3) at both ends.
-fn trim_ows(value: &[u8]) -> &[u8] {
-    let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
-    let start = value.iter().position(|b| !is_ows(b)).unwrap_or(value.len());
-    let end = value.iter().rposition(|b| !is_ows(b)).map_or(start, |i| i + 1);
-    value.get(start..end).unwrap_or_default()
 }
 
 #[cfg(test)]

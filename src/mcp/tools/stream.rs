@@ -378,12 +378,8 @@ impl ListFilter {
 /// The error answering list request `id` that could not be filtered.
 fn error_for(id: &[u8], why: NotRewritten) -> Vec<u8> {
     let mut m = Vec::new();
-    m.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-    m.extend_from_slice(id);
-    m.extend_from_slice(br#","error":{"code":-32603,"message":"#);
     let text = format!("the tool list could not be filtered for this agent: {why}");
-    json::write_json_string(&text, &mut m);
-    m.extend_from_slice(b"}}");
+    rpc::write_error_for(&mut m, id, rpc::INTERNAL_ERROR, &text);
     m
 }
 
