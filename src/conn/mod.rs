@@ -52,6 +52,7 @@ use mio::net::TcpStream;
 use request::Exchange;
 use response::ClientOut;
 use std::fmt;
+use std::io::Read;
 use std::mem;
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -317,9 +318,11 @@ impl Conn {
 
     /// Whether the socket kept idle from this client's previous exchange
     /// may carry the next one (see `idle_usable`).
-    pub(super) fn kept_upstream_usable(&self, now: Instant) -> bool {
-        match (self.upstream_idle_since, self.upstream.as_ref()) {
-            (Some(since), Some(u)) => idle_usable(since, now, || u.ready.readable || u.ready.hup),
+    pub(super) fn kept_upstream_usable(&mut self, now: Instant) -> bool {
+        match (self.upstream_idle_since, self.upstream.as_mut()) {
+            (Some(since), Some(u)) => {
+                idle_usable(since, now, || u.stream.idle_spoke(Some(u.ready.readable || u.ready.hup)))
+            }
             _ => false,
         }
     }
@@ -509,6 +512,10 @@ impl Conn {
                     *retry_at = None;
                 }
             }
+            // Connected, the TLS handshake stalled: a TLS failure.
+            Phase::Connect { retry_at: None, .. } if self.upstream.as_ref().is_some_and(|u| u.connected) => {
+                self.upstream_tls_failed(ctx, "the handshake did not complete within --connect-timeout");
+            }
             Phase::Connect { attempt, .. } if self.reattaching() => self.reattach_retry(ctx, attempt),
             Phase::Connect { .. } if self.ex.in_session => self.answer_outage(ctx),
             Phase::Connect { .. } => {
@@ -545,7 +552,10 @@ impl Conn {
         }
         if self.upstream_idle_since.is_some()
             && matches!(self.phase, Phase::ReadHead)
-            && self.upstream.as_ref().is_some_and(|u| u.ready.readable || u.ready.hup)
+            && self
+                .upstream
+                .as_mut()
+                .is_some_and(|u| (u.ready.readable || u.ready.hup) && u.stream.idle_spoke(Some(true)))
         {
             // The upstream closed (or broke framing on) the idle socket: let
             // it go at once. (Its age is judged by `idle_usable` when it is
@@ -612,7 +622,7 @@ impl Conn {
 /// and still has to be read. mio's Windows backend re-arms a socket only
 /// after a read returned WouldBlock, so there every loop ends in WouldBlock
 /// (else a keep-alive request, a large body or a stream stalls).
-fn fill_from(stream: &mut TcpStream, ready: &mut Ready, buf: &mut Buf) -> (usize, bool) {
+fn fill_from(stream: &mut impl Read, ready: &mut Ready, buf: &mut Buf) -> (usize, bool) {
     let mut total = 0;
     while ready.readable {
         let space = buf.space();

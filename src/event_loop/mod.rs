@@ -24,6 +24,7 @@ use crate::obs::audit::Record;
 use crate::obs::metrics::Gauges;
 use crate::obs::Observer;
 use crate::sys::{self, Signals};
+use crate::transport::Transport;
 use identity::{ControlStdin, IdentityWatch, Live};
 use log::{debug, error, info, warn};
 use mio::net::TcpListener;
@@ -636,11 +637,11 @@ fn drive_slot(poll: &Poll, slab: &mut Slab, pool: &mut Pool, again: &mut Vec<usi
         }
         match conn.take_released() {
             Some(Released::Reusable(mut stream)) => {
-                let _ = poll.registry().deregister(&mut stream);
+                let _ = poll.registry().deregister(stream.tcp_mut());
                 pool.put(stream, ctx.now);
             }
             Some(Released::Spent(mut stream)) => {
-                let _ = poll.registry().deregister(&mut stream);
+                let _ = poll.registry().deregister(stream.tcp_mut());
             }
             None => {}
         }
@@ -666,7 +667,13 @@ fn drive_slot(poll: &Poll, slab: &mut Slab, pool: &mut Pool, again: &mut Vec<usi
                         let addrs = &ctx.config.upstream.addrs;
                         let addr = addrs[conn.connect_attempt() as usize % addrs.len()];
                         match sys::connect(addr) {
-                            Ok(s) => (s, false),
+                            Ok(s) => match Transport::new(s, &ctx.config.upstream) {
+                                Ok(t) => (t, false),
+                                Err(why) => {
+                                    conn.tls_setup_failed(ctx, &why);
+                                    continue;
+                                }
+                            },
                             Err(e) => {
                                 conn.connect_failed(ctx, &e);
                                 continue;
@@ -675,7 +682,7 @@ fn drive_slot(poll: &Poll, slab: &mut Slab, pool: &mut Pool, again: &mut Vec<usi
                     }
                 };
                 let interest = Interest::READABLE | Interest::WRITABLE;
-                if let Err(e) = poll.registry().register(&mut stream, token(slot, 1), interest) {
+                if let Err(e) = poll.registry().register(stream.tcp_mut(), token(slot, 1), interest) {
                     error!("cannot register upstream connection: {e}");
                     conn.connect_failed(ctx, &e);
                     continue;
