@@ -28,6 +28,9 @@ pub struct Upstream {
     pub authority: String,
     /// The path the proxy announces (`/mcp`, `/sse`).
     pub path: String,
+    /// The host as written (brackets of an IPv6 address kept), and the port.
+    pub host: String,
+    pub port: u16,
     /// `https://`: the upstream is reached over TLS.
     pub https: bool,
     /// How every TLS connection is made (`https://` only).
@@ -229,7 +232,10 @@ UPSTREAM AND IDENTITY:
                             checked against HOST (DNS name or IP address)
                             with the Mozilla roots built in, plus
                             --ca-file and SSL_CERT_FILE; no way to turn
-                            the check off. HOST is resolved once, at start
+                            the check off. A HOST name is resolved at start
+                            and again, off the event loop, after a failed
+                            connect and every 60 s (an IP or localhost
+                            never is)
     --ca-file PATH          also trust the CA certificates in this PEM
                             file (repeatable; SSL_CERT_FILE adds one more)
     --tls-client-cert PATH  mutual TLS: the client certificate chain (PEM),
@@ -940,6 +946,8 @@ fn parse_upstream(v: &str, tls: &TlsFlags) -> Result<Upstream, ConfigError> {
         addrs,
         authority,
         path: path.to_string(),
+        host: host.to_string(),
+        port,
         https,
         #[cfg(feature = "tls")]
         tls,

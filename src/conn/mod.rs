@@ -98,6 +98,9 @@ pub struct Ctx<'a> {
     /// connections owe them (one thread: never borrowed across a call that
     /// borrows it).
     pub legacy: &'a std::cell::RefCell<crate::mcp::legacy::Routes>,
+    /// Set when a connect to the upstream fails: the loop looks its host
+    /// up again (a remote host, off the loop).
+    pub connect_failed: &'a std::cell::Cell<bool>,
 }
 
 impl Ctx<'_> {

@@ -158,6 +158,7 @@ impl Conn {
     /// A connect was refused or failed: retry shortly (nothing was sent, so
     /// retrying is safe for every method), then 502.
     pub(super) fn upstream_connect_error(&mut self, ctx: &Ctx) {
+        ctx.connect_failed.set(true);
         self.drop_upstream();
         if ctx.observing {
             ctx.obs.borrow_mut().health.unreachable(ctx.now);
@@ -191,6 +192,7 @@ impl Conn {
     pub(super) fn upstream_tls_failed(&mut self, ctx: &Ctx, why: &str) {
         let host = ctx.config.upstream.authority.as_str();
         warn!("conn {}: TLS with upstream {host} failed: {why}", self.id);
+        ctx.connect_failed.set(true);
         self.drop_upstream();
         if ctx.observing {
             ctx.obs.borrow_mut().health.unreachable(ctx.now);

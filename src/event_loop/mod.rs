@@ -7,6 +7,7 @@
 mod identity;
 mod observe;
 mod pool;
+mod resolve;
 mod slab;
 mod timers;
 
@@ -90,6 +91,10 @@ pub struct Proxy {
     /// Every connection's deadline.
     timers: Timers,
     pool: Pool,
+    /// The upstream host looked up again off the loop (a remote host only).
+    resolver: Option<resolve::Resolver>,
+    /// A connect to the upstream failed this round (`Ctx::connect_failed`).
+    connect_failed: std::cell::Cell<bool>,
     /// Slots to drive in this round (events, deadlines, shutdown).
     touched: Vec<usize>,
     /// Per slot: already in `touched` this round (all false between rounds).
@@ -217,6 +222,16 @@ impl Proxy {
             None => None,
         };
         let obs = RefCell::new(Observer::new(audit.is_some()));
+        let resolver = match resolve::is_remote(&config.upstream.host) {
+            true => {
+                let wake = waker.clone();
+                let wake = move || {
+                    let _ = wake.wake();
+                };
+                resolve::Resolver::start(&config.upstream.host, config.upstream.port, wake, Instant::now())
+            }
+            false => None,
+        };
         let stop = ShutdownHandle { waker, requested: Default::default() };
         let max_conns = connection_cap();
         debug!("accepting at most {max_conns} connections");
@@ -243,6 +258,8 @@ impl Proxy {
             metrics,
             slab: Slab::default(),
             pool: Pool::default(),
+            resolver,
+            connect_failed: Default::default(),
             touched: Vec::new(),
             touched_marks: Vec::new(),
             timers: Timers::default(),
@@ -295,6 +312,12 @@ impl Proxy {
                 self.serve_metrics(&mut woken, now);
             }
             self.pool.expire(now);
+            if let Some(r) = self.resolver.as_mut() {
+                let failed = self.connect_failed.replace(false);
+                if let Some(addrs) = r.turn(now, failed, &self.config.upstream.addrs) {
+                    self.config.upstream.addrs = addrs;
+                }
+            }
             if self.audit.is_some() {
                 self.write_audit();
             }
@@ -319,6 +342,7 @@ impl Proxy {
             self.accept_paused_until,
             self.watch.as_ref().and_then(IdentityWatch::wake_at),
             self.shutdown_at.map(|t| t + SHUTDOWN_GRACE),
+            self.resolver.as_ref().and_then(resolve::Resolver::due_at),
         ]
         .into_iter()
         .flatten()
@@ -567,6 +591,7 @@ impl Proxy {
             legacy: &self.legacy,
             observing: self.audit.is_some() || self.metrics.is_some(),
             obs: &self.obs,
+            connect_failed: &self.connect_failed,
         };
         for &slot in &self.touched {
             drive_slot(&self.poll, &mut self.slab, &mut self.pool, &mut self.again, slot, &ctx);

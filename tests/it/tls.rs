@@ -15,7 +15,7 @@ use crate::support::setup::{AGENT, TOKEN};
 use crate::support::wire::{request, Resp};
 
 /// The test certificates, made once per test process (openssl must be there: this never skips).
-fn certs() -> &'static Path {
+pub(crate) fn certs() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = scratch_dir("tls-certs");
@@ -30,7 +30,7 @@ fn certs() -> &'static Path {
     })
 }
 
-fn cert(name: &str) -> String {
+pub(crate) fn cert(name: &str) -> String {
     certs().join(name).display().to_string()
 }
 
