@@ -921,10 +921,7 @@ fn parse_upstream(v: &str, tls: &TlsFlags) -> Result<Upstream, ConfigError> {
                 SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)),
             ]
         }
-        Err(_) => (lookup_host, port)
-            .to_socket_addrs()
-            .map_err(|_| ConfigError::Resolve(lookup_host.to_string()))?
-            .collect(),
+        Err(_) => lookup(lookup_host, port).map_err(|_| ConfigError::Resolve(lookup_host.to_string()))?,
     };
     if addrs.is_empty() {
         return Err(ConfigError::Resolve(lookup_host.to_string()));
@@ -952,6 +949,13 @@ fn parse_upstream(v: &str, tls: &TlsFlags) -> Result<Upstream, ConfigError> {
         #[cfg(feature = "tls")]
         tls,
     })
+}
+
+/// `host:port`'s addresses (brackets of an IPv6 literal dropped): at start,
+/// and again off the loop (`event_loop::resolve`). Not inlined: one copy.
+#[inline(never)]
+pub fn lookup(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+    (host.trim_start_matches('[').trim_end_matches(']'), port).to_socket_addrs().map(Iterator::collect)
 }
 
 /// `host[:port]` or `[v6][:port]`; port defaults to `default_port`.

@@ -7,6 +7,7 @@
 mod identity;
 mod observe;
 mod pool;
+#[cfg(feature = "dns-refresh")]
 mod resolve;
 mod slab;
 mod timers;
@@ -92,6 +93,7 @@ pub struct Proxy {
     timers: Timers,
     pool: Pool,
     /// The upstream host looked up again off the loop (a remote host only).
+    #[cfg(feature = "dns-refresh")]
     resolver: Option<resolve::Resolver>,
     /// A connect to the upstream failed this round (`Ctx::connect_failed`).
     connect_failed: std::cell::Cell<bool>,
@@ -222,13 +224,19 @@ impl Proxy {
             None => None,
         };
         let obs = RefCell::new(Observer::new(audit.is_some()));
+        #[cfg(feature = "dns-refresh")]
         let resolver = match resolve::is_remote(&config.upstream.host) {
             true => {
                 let wake = waker.clone();
                 let wake = move || {
                     let _ = wake.wake();
                 };
-                resolve::Resolver::start(&config.upstream.host, config.upstream.port, wake, Instant::now())
+                Some(resolve::Resolver::start(
+                    &config.upstream.host,
+                    config.upstream.port,
+                    wake,
+                    Instant::now(),
+                ))
             }
             false => None,
         };
@@ -258,6 +266,7 @@ impl Proxy {
             metrics,
             slab: Slab::default(),
             pool: Pool::default(),
+            #[cfg(feature = "dns-refresh")]
             resolver,
             connect_failed: Default::default(),
             touched: Vec::new(),
@@ -312,6 +321,7 @@ impl Proxy {
                 self.serve_metrics(&mut woken, now);
             }
             self.pool.expire(now);
+            #[cfg(feature = "dns-refresh")]
             if let Some(r) = self.resolver.as_mut() {
                 let failed = self.connect_failed.replace(false);
                 if let Some(addrs) = r.turn(now, failed, &self.config.upstream.addrs) {
@@ -342,6 +352,7 @@ impl Proxy {
             self.accept_paused_until,
             self.watch.as_ref().and_then(IdentityWatch::wake_at),
             self.shutdown_at.map(|t| t + SHUTDOWN_GRACE),
+            #[cfg(feature = "dns-refresh")]
             self.resolver.as_ref().and_then(resolve::Resolver::due_at),
         ]
         .into_iter()

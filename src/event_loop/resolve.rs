@@ -1,15 +1,17 @@
 //! The upstream host looked up again, off the event loop: a remote HOST
-//! (not an IP address, not `localhost`) is resolved by a thread of its own
-//! when the loop asks, after a connect failed (at most once a second) and
-//! at least every `RESOLVE_EVERY`, so an upstream behind changing DNS is
-//! followed without a restart. The loop never blocks on a lookup: it asks
-//! through a channel, the thread answers through another and wakes the
-//! loop's `mio::Waker`, and until an answer comes the addresses in force
-//! stay. A lookup that fails or finds nothing keeps them too.
+//! (not an IP address, not `localhost`) is resolved on a short-lived thread
+//! of its own after a connect failed (at most once a second) and at least
+//! every `RESOLVE_EVERY`, so an upstream behind changing DNS is followed
+//! without a restart. The loop never blocks on a lookup: the thread leaves
+//! its answer in a shared slot and wakes the loop's `mio::Waker`, and until
+//! an answer comes the addresses in force stay. A lookup that fails or
+//! finds nothing keeps them too. (A thread per lookup, once a minute at
+//! most, and no channel: little code, for the minimal build's size budget.)
 
+use crate::config::lookup;
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::mpsc;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The longest time between two lookups.
@@ -18,11 +20,14 @@ pub const RESOLVE_EVERY: Duration = Duration::from_secs(60);
 pub const RESOLVE_AFTER_FAILURE: Duration = Duration::from_secs(1);
 
 type Answer = io::Result<Vec<SocketAddr>>;
+type Lookup = dyn Fn() -> Answer + Send + Sync;
 
 pub(super) struct Resolver {
     host: String,
-    ask: mpsc::Sender<()>,
-    answers: mpsc::Receiver<Answer>,
+    lookup: Arc<Lookup>,
+    wake: Arc<dyn Fn() + Send + Sync>,
+    /// Where the lookup thread leaves its answer.
+    slot: Arc<Mutex<Option<Answer>>>,
     /// A lookup is under way.
     pending: bool,
     /// When the last lookup was asked for.
@@ -37,46 +42,46 @@ pub fn is_remote(host: &str) -> bool {
 }
 
 impl Resolver {
-    /// Starts the lookup thread for `host:port`; `wake` tells the loop an
-    /// answer is there. `None` if the thread cannot be started (the
-    /// addresses of the start then stay, as before).
+    /// The resolver of `host:port`; `wake` tells the loop an answer is there.
     pub(super) fn start(
         host: &str,
         port: u16,
-        wake: impl Fn() + Send + 'static,
+        wake: impl Fn() + Send + Sync + 'static,
         now: Instant,
-    ) -> Option<Resolver> {
-        let name = host.trim_start_matches('[').trim_end_matches(']').to_string();
-        Self::start_with(
-            host,
-            move || (name.as_str(), port).to_socket_addrs().map(Iterator::collect),
-            wake,
-            now,
-        )
+    ) -> Resolver {
+        let name = host.to_string();
+        Self::start_with(host, move || lookup(&name, port), wake, now)
     }
 
     /// `start` with the lookup given (tests).
     pub(super) fn start_with(
         host: &str,
-        lookup: impl Fn() -> Answer + Send + 'static,
-        wake: impl Fn() + Send + 'static,
+        lookup: impl Fn() -> Answer + Send + Sync + 'static,
+        wake: impl Fn() + Send + Sync + 'static,
         now: Instant,
-    ) -> Option<Resolver> {
-        let (ask, asked) = mpsc::channel::<()>();
-        let (answer, answers) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("resolver".into())
-            .spawn(move || {
-                // Ends when the loop drops its `Resolver`.
-                while asked.recv().is_ok() {
-                    if answer.send(lookup()).is_err() {
-                        return;
-                    }
-                    wake();
-                }
-            })
-            .ok()?;
-        Some(Resolver { host: host.to_string(), ask, answers, pending: false, asked: now })
+    ) -> Resolver {
+        Resolver {
+            host: host.to_string(),
+            lookup: Arc::new(lookup),
+            wake: Arc::new(wake),
+            slot: Arc::default(),
+            pending: false,
+            asked: now,
+        }
+    }
+
+    /// Starts one lookup on a thread of its own; false if no thread could
+    /// be started (the addresses stay).
+    fn ask(&self) -> bool {
+        let (lookup, wake, slot) = (self.lookup.clone(), self.wake.clone(), self.slot.clone());
+        let spawned = std::thread::Builder::new().name("resolver".into()).spawn(move || {
+            let answer = lookup();
+            if let Ok(mut s) = slot.lock() {
+                *s = Some(answer);
+            }
+            wake();
+        });
+        spawned.is_ok()
     }
 
     /// When the next periodic lookup is due (the loop's poll timeout).
@@ -84,8 +89,8 @@ impl Resolver {
         (!self.pending).then_some(self.asked + RESOLVE_EVERY)
     }
 
-    /// One turn of the loop: takes an answer if one came (the new
-    /// addresses, when they differ from `current`), and asks for a lookup
+    /// One turn of the loop: takes the answer if it came (the new
+    /// addresses, when they differ from `current`), and starts a lookup
     /// when one is due or a connect failed (`failed`).
     pub(super) fn turn(
         &mut self,
@@ -94,7 +99,11 @@ impl Resolver {
         current: &[SocketAddr],
     ) -> Option<Vec<SocketAddr>> {
         let mut changed = None;
-        while let Ok(answer) = self.answers.try_recv() {
+        let answer = match self.pending {
+            true => self.slot.lock().ok().and_then(|mut s| s.take()),
+            false => None,
+        };
+        if let Some(answer) = answer {
             self.pending = false;
             match answer {
                 Ok(addrs) if addrs.is_empty() => {
@@ -115,9 +124,7 @@ impl Resolver {
         }
         let since = now.saturating_duration_since(self.asked);
         if !self.pending && (since >= RESOLVE_EVERY || (failed && since >= RESOLVE_AFTER_FAILURE)) {
-            if self.ask.send(()).is_ok() {
-                self.pending = true;
-            }
+            self.pending = self.ask();
             self.asked = now;
         }
         changed
@@ -127,7 +134,6 @@ impl Resolver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
 
     #[test]
     fn remote_hosts_only() {
@@ -148,7 +154,8 @@ mod tests {
         let b: SocketAddr = "10.0.0.2:443".parse().unwrap();
         let dns: Arc<Mutex<Result<Vec<SocketAddr>, ()>>> = Arc::new(Mutex::new(Ok(vec![a])));
         let lookups = Arc::new(Mutex::new(0));
-        let (wake_tx, woken) = mpsc::channel();
+        let (wake_tx, woken) = std::sync::mpsc::channel();
+        let wake_tx = Mutex::new(wake_tx);
         let (d, n) = (dns.clone(), lookups.clone());
         let lookup = move || {
             *n.lock().unwrap() += 1;
@@ -158,9 +165,9 @@ mod tests {
             }
         };
         let t0 = Instant::now();
-        let mut r =
-            Resolver::start_with("mcp.example.com", lookup, move || wake_tx.send(()).unwrap(), t0).unwrap();
-        let wait = |r: &mut Resolver, woken: &mpsc::Receiver<()>, now, current: &[SocketAddr]| {
+        let wake = move || wake_tx.lock().unwrap().send(()).unwrap();
+        let mut r = Resolver::start_with("mcp.example.com", lookup, wake, t0);
+        let wait = |r: &mut Resolver, woken: &std::sync::mpsc::Receiver<()>, now, current: &[SocketAddr]| {
             woken.recv_timeout(Duration::from_secs(5)).expect("the thread wakes the loop");
             r.turn(now, false, current)
         };
