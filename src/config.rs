@@ -235,7 +235,8 @@ UPSTREAM AND IDENTITY:
                             the check off. A HOST name is resolved at start
                             and again, off the event loop, after a failed
                             connect and every 60 s (an IP or localhost
-                            never is)
+                            never is; the minimal build, without TLS,
+                            resolves once)
     --ca-file PATH          also trust the CA certificates in this PEM
                             file (repeatable; SSL_CERT_FILE adds one more)
     --tls-client-cert PATH  mutual TLS: the client certificate chain (PEM),

@@ -253,6 +253,10 @@ fn help_exits_0_and_mentions_every_flag() {
         "--audit-max-bytes",
         "--metrics-listen",
         "SIGUSR1",
+        "--ca-file",
+        "SSL_CERT_FILE",
+        "--tls-client-cert",
+        "--tls-client-key",
     ] {
         assert!(text.contains(flag), "--help does not mention {flag}: {text}");
     }
