@@ -555,10 +555,15 @@ impl Conn {
         }
         if self.upstream_idle_since.is_some()
             && matches!(self.phase, Phase::ReadHead)
-            && self
-                .upstream
-                .as_mut()
-                .is_some_and(|u| (u.ready.readable || u.ready.hup) && u.stream.idle_spoke(Some(true)))
+            && self.upstream.as_mut().is_some_and(|u| {
+                // A TLS record without data (a session ticket) was read
+                // and left the socket drained: not spoken.
+                (u.ready.readable || u.ready.hup) && {
+                    let spoke = u.stream.idle_spoke(Some(true));
+                    u.ready.readable &= spoke;
+                    spoke
+                }
+            })
         {
             // The upstream closed (or broke framing on) the idle socket: let
             // it go at once. (Its age is judged by `idle_usable` when it is
