@@ -292,7 +292,7 @@ def tls_smoke():
         url = f"https://localhost:{tls_port}/mcp"
         # A Windows path to the Linux file: wine's Z: drive is the Unix root.
         ca = "Z:" + os.path.join(certs, "root.pem").replace("/", "\\")
-        proc, port = start(0, ["--ca-file", ca], url=url)
+        proc, port = start(0, ["--control-stdin", "--ca-file", ca], url=url)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
         for i in range(3):
             status, body = post_json(conn, port, {"jsonrpc": "2.0", "id": 40 + i, "method": "ping"})
@@ -305,7 +305,7 @@ def tls_smoke():
         proc.stdin.close()
         wait_exit(proc, 15, "stdin EOF")
         # Without --ca-file the test CA is unknown: 502 with the id, the reason logged.
-        proc, port = start(0, [], url=url)
+        proc, port = start(0, ["--control-stdin"], url=url)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
         status, body = post_json(conn, port, {"jsonrpc": "2.0", "id": 50, "method": "ping"})
         conn.close()
