@@ -333,3 +333,70 @@ fn a_certificate_gone_bad_fails_the_session_s_next_call_then_it_works_again() {
     assert_eq!(r.status, 200, "{}", r.raw_text());
     assert_eq!(json(&r)["result"]["method"], "tools/call");
 }
+
+/// Debian's nginx terminating TLS (`localhost.pem`, by the test CA) in front of loopback HTTP ports, one TLS
+/// port for each; killed on drop. nginx is required: a missing one fails the test (`.ci/run` installs it).
+pub(crate) struct Nginx {
+    child: Child,
+    /// The TLS port in front of each upstream port, in order.
+    pub(crate) ports: Vec<u16>,
+}
+
+impl Nginx {
+    #[track_caller]
+    pub(crate) fn start(upstreams: &[u16]) -> Nginx {
+        let bin = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("nginx is not installed (apt-get install -y nginx; .ci/run does)");
+        let dir = scratch_dir("nginx-tls");
+        let d = dir.display();
+        let ports: Vec<u16> = upstreams
+            .iter()
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
+            .collect();
+        let servers: String = ports
+            .iter()
+            .zip(upstreams)
+            .map(|(port, upstream)| {
+                format!(
+                    "server {{ listen 127.0.0.1:{port} ssl; ssl_certificate {}; ssl_certificate_key {};\n\
+                     location / {{ proxy_pass http://127.0.0.1:{upstream}; proxy_http_version 1.1;\n\
+                     proxy_set_header Connection \"\"; proxy_set_header Host $http_host; proxy_buffering off;\n\
+                     proxy_request_buffering off; proxy_read_timeout 3600s; }} }}\n",
+                    cert("localhost.pem"),
+                    cert("localhost.key"),
+                )
+            })
+            .collect();
+        let conf = format!(
+            "worker_processes 1;\ndaemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+             events {{ worker_connections 256; }}\nhttp {{ access_log off;\n\
+             client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;\n\
+             uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n{servers}}}\n"
+        );
+        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+        let child = Command::new(bin)
+            .args(["-p", &d.to_string(), "-c", "nginx.conf", "-e", &format!("{d}/error.log")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn nginx");
+        let t0 = Instant::now();
+        for port in &ports {
+            while std::net::TcpStream::connect(("127.0.0.1", *port)).is_err() {
+                let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+                assert!(t0.elapsed() < Duration::from_secs(10), "nginx did not listen: {log}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Nginx { child, ports }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -4,85 +4,20 @@
 //! each `chat_send` is read back from agentchattr under the agent's name. nginx is required: a missing one
 //! fails the test, never skips it (`.ci/run` installs it).
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::support::agentchattr::free_port;
-use crate::support::proxy_process::{scratch_dir, token_file, ProxyProcess};
-use crate::tls::cert;
-
-/// nginx terminating TLS for agentchattr's streamable HTTP and SSE ports (killed on drop).
-struct Nginx {
-    child: Child,
-    /// TLS in front of `/mcp` and of `/sse`.
-    mcp: u16,
-    sse: u16,
-}
-
-impl Nginx {
-    #[track_caller]
-    fn start(ac: &Agentchattr) -> Nginx {
-        let bin = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
-            .into_iter()
-            .find(|p| std::path::Path::new(p).exists())
-            .expect("nginx is not installed (apt-get install -y nginx; .ci/run does)");
-        let dir = scratch_dir("nginx-tls");
-        let (mcp, sse) = (free_port(), free_port());
-        let d = dir.display();
-        let server = |port: u16, upstream: u16| {
-            format!(
-                "server {{ listen 127.0.0.1:{port} ssl; ssl_certificate {cert}; ssl_certificate_key {key};\n\
-                 location / {{ proxy_pass http://127.0.0.1:{upstream}; proxy_http_version 1.1;\n\
-                 proxy_set_header Connection \"\"; proxy_set_header Host $http_host; proxy_buffering off;\n\
-                 proxy_request_buffering off; proxy_read_timeout 3600s; }} }}\n",
-                cert = cert("localhost.pem"),
-                key = cert("localhost.key"),
-            )
-        };
-        let conf = format!(
-            "worker_processes 1;\ndaemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
-             events {{ worker_connections 256; }}\nhttp {{ access_log off;\n\
-             client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;\n\
-             uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n{}{}}}\n",
-            server(mcp, ac.http),
-            server(sse, ac.sse),
-        );
-        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-        let child = Command::new(bin)
-            .args(["-p", &d.to_string(), "-c", "nginx.conf", "-e", &format!("{d}/error.log")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn nginx");
-        let t0 = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", sse)).is_err() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "nginx did not listen: {:?}",
-                std::fs::read_to_string(dir.join("error.log"))
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Nginx { child, mcp, sse }
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::support::proxy_process::{token_file, ProxyProcess};
+use crate::tls::{cert, Nginx};
 
 /// One client session through the proxy and nginx to agentchattr: tools listed, a chat_send stored under
 /// the registered agent's name.
 fn session_over_tls(test: &str, sdk: Sdk, path: &str) {
     let started = Instant::now();
     let ac = Agentchattr::start();
-    let nginx = Nginx::start(&ac);
+    let nginx = Nginx::start(&[ac.http, ac.sse]);
     let (name, token) = ac.register("claude");
-    let port = if path == "/sse" { nginx.sse } else { nginx.mcp };
+    let port = if path == "/sse" { nginx.ports[1] } else { nginx.ports[0] };
     let p = ProxyProcess::builder(format!("https://localhost:{port}{path}"))
         .agent(&name)
         .arg("--token-file", token_file(&token))
@@ -143,9 +78,9 @@ fn python_sdk_1x_session_over_https_survives_a_restart_of_run_py() {
     const TEST: &str = "python_sdk_1x_session_over_https_survives_a_restart_of_run_py";
     let started = Instant::now();
     let mut ac = Agentchattr::start();
-    let nginx = Nginx::start(&ac);
+    let nginx = Nginx::start(&[ac.http]);
     let (name, token) = ac.register("claude");
-    let p = ProxyProcess::builder(format!("https://localhost:{}/mcp", nginx.mcp))
+    let p = ProxyProcess::builder(format!("https://localhost:{}/mcp", nginx.ports[0]))
         .agent(&name)
         .arg("--token-file", token_file(&token))
         .arg("--ca-file", cert("root.pem"))
