@@ -630,6 +630,7 @@ fn section_throughput(targets: &[Target], runs: usize, measure: Duration) {
 
 /// nginx with `servers` (the `http` block's servers and upstreams), one
 /// worker, or why not.
+#[cfg(feature = "tls")]
 fn spawn_nginx_with(name: &'static str, port: u16, servers: &str) -> Result<Proc, String> {
     let nginx = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
         .into_iter()
@@ -664,12 +665,35 @@ fn spawn_nginx_with(name: &'static str, port: u16, servers: &str) -> Result<Proc
     Ok(proc)
 }
 
+/// A direct https client of the terminator, trusting the test CA (`root`).
+#[cfg(feature = "tls")]
+fn tls_client(
+    addr: SocketAddr,
+    root: &Path,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>, String> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(root).map_err(|e| e.to_string())? {
+        roots.add(cert.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).map_err(|e| e.to_string())?;
+    Ok(rustls::StreamOwned::new(conn, client::connect_blocking(addr)?))
+}
+
 /// Section 6: an https:// upstream (nginx terminating TLS in front of the
 /// stub, its CPU charged to no one), POST tools/call through the proxy and
 /// through nginx as a TLS-originating proxy (`proxy_pass https://`,
 /// upstream keepalive, `proxy_ssl_session_reuse on`, the certificate
 /// verified as the proxy does). Certificates are made by the openssl
 /// command (tests/support/make_tls_certs.sh).
+#[cfg(feature = "tls")]
 fn section_tls(stub: SocketAddr, errs: &Path, runs: usize, measure: Duration) {
     println!();
     println!(
@@ -771,6 +795,30 @@ fn section_tls(stub: SocketAddr, errs: &Path, runs: usize, measure: Duration) {
                 "https POST x{conns}: proxy CPU per request {cpu_ratio:.2}x nginx's (target <= 1.0x)"
             ));
         }
+    }
+    // SSE over https: through the proxy, and read directly from the terminator by a rustls client.
+    let (n, size) = (1_000_000u64, 100usize);
+    let mut times = [Vec::new(), Vec::new()];
+    for _ in 0..runs {
+        match client::sse(proxy.addr(), &format!("127.0.0.1:{}", proxy.port), n, size, 0) {
+            Ok(r) => times[0].push(r.elapsed.as_secs_f64() * 1e3),
+            Err(e) => fail(format!("section 6: SSE through the proxy: {e}")),
+        }
+        let direct = tls_client(terminator.addr(), &certs.join("root.pem"))
+            .and_then(|s| client::sse_on(s, &format!("localhost:{term_port}"), n, size, 0));
+        match direct {
+            Ok(r) => times[1].push(r.elapsed.as_secs_f64() * 1e3),
+            Err(e) => fail(format!("section 6: SSE read directly over https: {e}")),
+        }
+    }
+    let [proxy_ms, direct_ms] = times.map(median);
+    let ratio = proxy_ms / direct_ms.max(1e-9);
+    println!(
+        "SSE 1,000,000 events x 100 B over https: proxy {proxy_ms:.0} ms, direct https client {direct_ms:.0} ms: \
+         {ratio:.2}x"
+    );
+    if ratio > 1.3 {
+        missed(format!("https SSE 1M x 100 B: proxy {ratio:.2}x the direct https client (target <= 1.3x)"));
     }
     if std::fs::read_to_string(errs).unwrap_or_default().contains("TLS with upstream") {
         fail("section 6: the proxy logged a TLS failure".into());
@@ -1083,7 +1131,10 @@ fn main() {
         section_instructions(&bins, stub.addr, &errs);
     }
     if sections.contains('6') {
+        #[cfg(feature = "tls")]
         section_tls(stub.addr, &errs, runs, measure);
+        #[cfg(not(feature = "tls"))]
+        println!("== 6. skipped: built without the tls feature");
     }
     if sections.contains('3') {
         // A fresh proxy: freed heap from sections 1-2 must not hide growth.
