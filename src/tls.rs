@@ -190,20 +190,25 @@ impl TlsStream {
     /// Reads TLS records from the socket once and processes them; `Ok(0)`
     /// at EOF. A record rustls refuses (or an alert) is kept as the
     /// failure, its alert sent if the socket takes it.
-    fn read_records(&mut self) -> io::Result<usize> {
+    /// The second value: the socket's read came back short (less than
+    /// rustls asked for), so the socket is drained, as `fill_from` takes a
+    /// short read.
+    fn read_records(&mut self) -> io::Result<(usize, bool)> {
+        let mut sock = Measured { tcp: &mut self.tcp, short: false };
         let n = loop {
-            match self.conn.read_tls(&mut self.tcp) {
+            match self.conn.read_tls(&mut sock) {
                 Ok(n) => break n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         };
+        let short = sock.short;
         if let Err(e) = self.conn.process_new_packets() {
             self.failure = Some(Failure::Tls(e));
             let _ = self.flush_tls();
             return Err(tls_error());
         }
-        Ok(n)
+        Ok((n, short))
     }
 
     /// Moves the handshake on as far as the socket allows. `readable` and
@@ -229,7 +234,7 @@ impl TlsStream {
                 return Handshake::Wait;
             }
             match self.read_records() {
-                Ok(0) => {
+                Ok((0, _)) => {
                     if self.failure.is_none() {
                         self.failure = Some(Failure::ClosedInHandshake);
                     }
@@ -257,7 +262,7 @@ impl TlsStream {
         }
         loop {
             match self.read_records() {
-                Ok(0) => return true,
+                Ok((0, _)) => return true,
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(_) => return true,
@@ -268,10 +273,26 @@ impl TlsStream {
     }
 }
 
+/// The socket as rustls reads it, noting a short read.
+struct Measured<'a> {
+    tcp: &'a mut TcpStream,
+    short: bool,
+}
+
+impl Read for Measured<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.tcp.read(buf)?;
+        self.short = n < buf.len();
+        Ok(n)
+    }
+}
+
 impl Read for TlsStream {
-    /// Fills `buf` with plaintext until it is full or the socket would
-    /// block (so a short read means the socket is drained, as the relay's
-    /// edge-triggered reads expect); `WouldBlock` when nothing came.
+    /// Fills `buf` with plaintext until it is full or the socket is
+    /// drained (a short socket read, or `WouldBlock`), so a short read here
+    /// means drained, as the relay's edge-triggered reads expect (on
+    /// Windows only `WouldBlock` counts, as in `fill_from`); `WouldBlock`
+    /// when no plaintext came.
     /// `Ok(0)` after the peer's close_notify, `UnexpectedEof` at a bare EOF,
     /// `InvalidData` for a TLS failure (`failure` says which).
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
@@ -279,6 +300,7 @@ impl Read for TlsStream {
             return Err(tls_error());
         }
         let mut filled = 0;
+        let mut drained = false;
         loop {
             while filled < buf.len() {
                 match self.conn.reader().read(&mut buf[filled..]) {
@@ -293,10 +315,16 @@ impl Read for TlsStream {
             if filled == buf.len() {
                 return Ok(filled);
             }
+            // Drained with plaintext to give: done. (With none, read on: a
+            // FIN that came with the last bytes must still be seen.)
+            if drained && filled > 0 {
+                return Ok(filled);
+            }
             // A handshake message rustls owes (a key update's answer).
             let _ = self.flush_tls();
             match self.read_records() {
-                Ok(_) => {}
+                // No read after a short one: it would only say WouldBlock.
+                Ok((n, short)) => drained = n > 0 && short && cfg!(not(windows)),
                 // What came first is given; a failure is kept for the next read.
                 Err(_) if filled > 0 => return Ok(filled),
                 Err(e) => return Err(e),
