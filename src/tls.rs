@@ -360,3 +360,152 @@ impl Write for TlsStream {
         self.flush_tls()
     }
 }
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use rustls::pki_types::PrivateKeyDer;
+    use std::net::TcpListener;
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+
+    /// The test certificates (tests/support/make_tls_certs.sh: the openssl command).
+    fn certs() -> &'static std::path::Path {
+        static DIR: OnceLock<std::path::PathBuf> = OnceLock::new();
+        DIR.get_or_init(|| {
+            let dir = std::env::temp_dir().join(format!("tls-unit-{}", std::process::id()));
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/make_tls_certs.sh");
+            let out = std::process::Command::new("bash").arg(script).arg(&dir).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            dir
+        })
+    }
+
+    /// A blocking rustls server on a thread: `serve` gets the connection after the handshake.
+    fn server(
+        serve: impl FnOnce(&mut rustls::StreamOwned<rustls::ServerConnection, std::net::TcpStream>)
+            + Send
+            + 'static,
+    ) -> std::net::SocketAddr {
+        let dir = certs();
+        let chain: Vec<_> =
+            CertificateDer::pem_file_iter(dir.join("localhost.pem")).unwrap().map(|c| c.unwrap()).collect();
+        let key = PrivateKeyDer::from_pem_file(dir.join("localhost.key")).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (sock, _) = listener.accept().unwrap();
+            let conn = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+            let mut s = rustls::StreamOwned::new(conn, sock);
+            while s.conn.is_handshaking() {
+                s.conn.complete_io(&mut s.sock).unwrap();
+            }
+            serve(&mut s);
+        });
+        addr
+    }
+
+    /// A client connected and through the handshake (polling: readiness taken as always there).
+    fn client(addr: std::net::SocketAddr) -> TlsStream {
+        let flags = TlsFlags { ca_files: vec![certs().join("root.pem")], ..TlsFlags::default() };
+        let setup = TlsSetup::new("localhost", &flags).unwrap();
+        let tcp = TcpStream::connect(addr).unwrap();
+        let mut t = TlsStream::new(tcp, &setup).unwrap();
+        let t0 = Instant::now();
+        loop {
+            let (mut r, mut w) = (true, true);
+            match t.handshake(&mut r, &mut w) {
+                Handshake::Done => return t,
+                Handshake::Wait => std::thread::sleep(Duration::from_millis(1)),
+                Handshake::Failed => panic!("handshake failed: {:?}", t.failure()),
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "handshake not done");
+        }
+    }
+
+    #[test]
+    fn reads_fill_the_buffer_or_stop_drained_and_idle_tickets_are_not_speech() {
+        const N: usize = 300_000;
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let addr = server(move |s| {
+            // Wait for the client's go (its idle check comes first).
+            rx.recv().unwrap();
+            let body: Vec<u8> = (0..N).map(|i| (i % 251) as u8).collect();
+            for piece in body.chunks(7_000) {
+                s.write_all(piece).unwrap();
+            }
+            s.flush().unwrap();
+            let _ = rx.recv(); // then hold the connection until the client is done
+        });
+        let mut t = client(addr);
+        // TLS 1.3 session tickets arrive after the handshake: records without data.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!t.idle_spoke(None), "session tickets counted as the server speaking");
+        tx.send(()).unwrap();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 16 * 1024];
+        let t0 = Instant::now();
+        while got.len() < N {
+            match t.read(&mut buf) {
+                Ok(0) => panic!("EOF after {}", got.len()),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Err(e) => panic!("{e}: {:?}", t.failure()),
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "{} of {N}", got.len());
+        }
+        assert_eq!(got.len(), N);
+        assert!(got.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8), "plaintext corrupted");
+        // Drained: nothing more now.
+        assert!(matches!(t.read(&mut buf), Err(e) if e.kind() == io::ErrorKind::WouldBlock));
+        drop(tx);
+    }
+
+    #[test]
+    fn a_large_write_is_sent_whole_through_pending_output() {
+        const N: usize = 32 * 1024 * 1024;
+        let (tx, rx) = std::sync::mpsc::channel::<usize>();
+        let addr = server(move |s| {
+            // Read nothing for a while: the client's socket buffer fills.
+            std::thread::sleep(Duration::from_millis(200));
+            let mut seen = 0usize;
+            let mut buf = vec![0u8; 64 * 1024];
+            while seen < N {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "EOF after {seen}");
+                assert!(buf[..n].iter().enumerate().all(|(i, &b)| b == ((seen + i) % 253) as u8));
+                seen += n;
+            }
+            tx.send(seen).unwrap();
+        });
+        let mut t = client(addr);
+        let body: Vec<u8> = (0..N).map(|i| (i % 253) as u8).collect();
+        let (mut written, mut blocked) = (0, 0);
+        let t0 = Instant::now();
+        while written < N || t.pending_output() {
+            let slices = [IoSlice::new(&body[written..])];
+            let empty: [IoSlice<'_>; 0] = [];
+            let bufs: &[IoSlice<'_>] = if written < N { &slices } else { &empty };
+            match t.write_vectored(bufs) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    blocked += 1;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => panic!("{e}"),
+            }
+            assert!(t0.elapsed() < Duration::from_secs(20), "{written} of {N}");
+        }
+        assert!(blocked > 0, "the socket never pushed back: the pending path was not taken");
+        assert_eq!(rx.recv_timeout(Duration::from_secs(20)).unwrap(), N);
+    }
+}
