@@ -8,7 +8,10 @@ a 1 MiB request body and a 1 MiB response body, an SSE stream relayed as it
 arrives, a stamped tools/call with the token injected, a new identity over
 --control-stdin, the 403 DNS-rebinding guard, shutdown by stdin EOF and by
 Ctrl-C, exit status 2 (bad arguments, --control-stdin on a file) and 3 (port
-in use). Standard library only; exits non-zero on the first failure.
+in use); an https:// upstream (tests/support/tls_upstream.py with certificates
+made by tests/support/make_tls_certs.sh): answers over one TLS handshake, and
+an unknown issuer answered 502. Standard library only (and the openssl
+command); exits non-zero on the first failure.
 """
 
 import http.client
@@ -99,8 +102,9 @@ def env():
     return e
 
 
-def start(upstream_port, extra=(), stdin=subprocess.PIPE):
-    args = [WINE, EXE, "--upstream", f"http://127.0.0.1:{upstream_port}/mcp", "--agent", "win-agent"]
+def start(upstream_port, extra=(), stdin=subprocess.PIPE, url=None):
+    url = url or f"http://127.0.0.1:{upstream_port}/mcp"
+    args = [WINE, EXE, "--upstream", url, "--agent", "win-agent"]
     proc = subprocess.Popen(
         args + list(extra), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env()
     )
@@ -271,7 +275,48 @@ def main():
     check(r.returncode == 3 and f"  MCP proxy: port {busy} in use".encode() in r.stdout,
           f"port in use: exit status {r.returncode}, stdout {r.stdout.decode(errors='replace').strip()!r}", None)
 
+    tls_smoke()
     print(f"wine smoke run passed in {time.monotonic() - t0:.1f} s")
+
+
+def tls_smoke():
+    """The .exe against an https:// upstream: rustls and ring built by mingw, run by wine."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    support = os.path.join(here, "..", "tests", "support")
+    certs = tempfile.mkdtemp(prefix="wine-tls-")
+    subprocess.run(["bash", os.path.join(support, "make_tls_certs.sh"), certs], check=True, capture_output=True)
+    server = subprocess.Popen([sys.executable, os.path.join(support, "tls_upstream.py"), "tls", certs],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        tls_port = int(server.stdout.readline().split()[-1])
+        url = f"https://localhost:{tls_port}/mcp"
+        # A Windows path to the Linux file: wine's Z: drive is the Unix root.
+        ca = "Z:" + os.path.join(certs, "root.pem").replace("/", "\\")
+        proc, port = start(0, ["--control-stdin", "--ca-file", ca], url=url)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+        for i in range(3):
+            status, body = post_json(conn, port, {"jsonrpc": "2.0", "id": 40 + i, "method": "ping"})
+            check(status == 200 and json.loads(body)["id"] == 40 + i, f"https upstream: request {i + 1} answered", proc)
+        conn.request("GET", "/stats", headers={"Host": f"127.0.0.1:{port}"})
+        stats = json.loads(conn.getresponse().read())
+        check(stats["handshakes"] == 1 and stats["agents"] == [TOKEN] * 4,
+              f"https upstream: one TLS handshake for 4 requests, the token sent over TLS ({stats})", proc)
+        conn.close()
+        proc.stdin.close()
+        wait_exit(proc, 15, "stdin EOF")
+        # Without --ca-file the test CA is unknown: 502 with the id, the reason logged.
+        proc, port = start(0, ["--control-stdin"], url=url)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+        status, body = post_json(conn, port, {"jsonrpc": "2.0", "id": 50, "method": "ping"})
+        conn.close()
+        proc.stdin.close()
+        wait_exit(proc, 15, "stdin EOF")
+        err = proc.stderr.read().decode(errors="replace")
+        check(status == 502 and json.loads(body)["id"] == 50 and "UnknownIssuer" in err,
+              "https upstream with an unknown issuer: 502 with the id, the reason logged", None)
+    finally:
+        server.kill()
+        server.wait()
 
 
 if __name__ == "__main__":

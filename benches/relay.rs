@@ -10,8 +10,9 @@
 //! per run, default 2), RELAY_BENCH_RUNS (runs per cell, median, default 3),
 //! RELAY_BENCH_NO_NGINX=1, RELAY_BENCH_PROXY_ARGS="--flag value ..." (extra
 //! flags for the proxy under test only); for profiling one cell, RELAY_BENCH_SECTIONS=1
-//! (any of 1,2,3, and 5: instructions per request under callgrind, not run
-//! by default) and RELAY_BENCH_CELLS=GET:32 (comma-separated). To see
+//! (any of 1,2,3, and 5: instructions per request under callgrind, and 6:
+//! POST to an https upstream against nginx originating TLS, neither run by
+//! default) and RELAY_BENCH_CELLS=GET:32 (comma-separated). To see
 //! what many open connections cost each request, RELAY_BENCH_IDLE_STREAMS=N
 //! keeps N idle SSE streams open through every relay during section 1.
 //! RELAY_BENCH_PIN=1 runs this process (load generator and stub) on CPU 0
@@ -194,12 +195,17 @@ fn extra_proxy_args(bin: &str) -> Vec<String> {
 
 /// Spawn `bin` as the proxy, run by the command `wrap` when it is not empty.
 fn spawn_under(wrap: &[String], bin: &str, upstream: SocketAddr, stderr: &Path) -> (Proc, Duration) {
+    spawn_url(wrap, bin, &format!("http://{upstream}/mcp"), &extra_proxy_args(bin), stderr)
+}
+
+/// Spawn `bin` as the proxy in front of `url`, with `args`.
+fn spawn_url(wrap: &[String], bin: &str, url: &str, args: &[String], stderr: &Path) -> (Proc, Duration) {
     let err = std::fs::OpenOptions::new().create(true).append(true).open(stderr).expect("stderr file");
     let mut cmd = relay_command(wrap, bin);
     let t0 = Instant::now();
     let mut child = cmd
-        .args(["--upstream", &format!("http://{upstream}/mcp"), "--agent", AGENT])
-        .args(extra_proxy_args(bin))
+        .args(["--upstream", url, "--agent", AGENT])
+        .args(args)
         .env("MCP_PROXY_TOKEN", TOKEN)
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
@@ -622,6 +628,203 @@ fn section_throughput(targets: &[Target], runs: usize, measure: Duration) {
     }
 }
 
+/// nginx with `servers` (the `http` block's servers and upstreams), one
+/// worker, or why not.
+#[cfg(feature = "tls")]
+fn spawn_nginx_with(name: &'static str, port: u16, servers: &str) -> Result<Proc, String> {
+    let nginx = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .ok_or("nginx not installed (apt-get install -y nginx)")?;
+    let dir = scratch_dir(name);
+    let d = dir.display();
+    let conf = format!(
+        "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+         worker_rlimit_nofile 30000;\nevents {{ worker_connections 20000; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+           fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+           keepalive_requests 10000000;\n  keepalive_timeout 300s;\n{servers}}}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).map_err(|e| e.to_string())?;
+    let child = Command::new(nginx)
+        .args(["-p", &d.to_string(), "-c", "nginx.conf", "-e", &format!("{d}/error.log")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("spawn nginx: {e}"))?;
+    let proc = Proc { child, port, name };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::net::TcpStream::connect(proc.addr()).is_err() {
+        if Instant::now() > deadline {
+            let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+            return Err(format!("{name} did not listen in time: {log}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(proc)
+}
+
+/// A direct https client of the terminator, trusting the test CA (`root`).
+#[cfg(feature = "tls")]
+fn tls_client(
+    addr: SocketAddr,
+    root: &Path,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>, String> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(root).map_err(|e| e.to_string())? {
+        roots.add(cert.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).map_err(|e| e.to_string())?;
+    Ok(rustls::StreamOwned::new(conn, client::connect_blocking(addr)?))
+}
+
+/// Section 6: an https:// upstream (nginx terminating TLS in front of the
+/// stub, its CPU charged to no one), POST tools/call through the proxy and
+/// through nginx as a TLS-originating proxy (`proxy_pass https://`,
+/// upstream keepalive, `proxy_ssl_session_reuse on`, the certificate
+/// verified as the proxy does). Certificates are made by the openssl
+/// command (tests/support/make_tls_certs.sh).
+#[cfg(feature = "tls")]
+fn section_tls(stub: SocketAddr, errs: &Path, runs: usize, measure: Duration) {
+    println!();
+    println!(
+        "== 6. https upstream: POST through the proxy vs nginx originating TLS (median of {runs} runs x {:.1} s) ==",
+        measure.as_secs_f64()
+    );
+    let certs = scratch_dir("tls-certs");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/make_tls_certs.sh");
+    match Command::new("bash").arg(script).arg(&certs).output() {
+        Ok(o) if o.status.success() => {}
+        other => {
+            fail(format!("section 6: cannot make the certificates (openssl): {other:?}"));
+            return;
+        }
+    }
+    let c = |f: &str| certs.join(f).display().to_string();
+    let term_port = free_port();
+    let terminator = spawn_nginx_with(
+        "nginx-tls-terminator",
+        term_port,
+        &format!(
+            "upstream stub {{ server {stub}; keepalive 512; keepalive_requests 10000000; }}\n\
+             server {{ listen 127.0.0.1:{term_port} ssl backlog=4096; ssl_certificate {}; ssl_certificate_key {};\n\
+               ssl_session_cache shared:tls:1m;\n\
+               location / {{ proxy_pass http://stub; proxy_http_version 1.1; proxy_set_header Connection \"\";\n\
+                 proxy_buffering off; }} }}\n",
+            c("localhost.pem"),
+            c("localhost.key")
+        ),
+    );
+    let terminator = match terminator {
+        Ok(t) => t,
+        Err(why) => {
+            println!("   skipped: {why}");
+            return;
+        }
+    };
+    let orig_port = free_port();
+    let originator = spawn_nginx_with(
+        "nginx",
+        orig_port,
+        &format!(
+            "upstream tlsup {{ server 127.0.0.1:{term_port}; keepalive 512; keepalive_requests 10000000; }}\n\
+             server {{ listen 127.0.0.1:{orig_port} backlog=4096;\n\
+               location / {{ proxy_pass https://tlsup; proxy_http_version 1.1; proxy_set_header Connection \"\";\n\
+                 proxy_set_header Host localhost; proxy_ssl_session_reuse on; proxy_ssl_server_name on;\n\
+                 proxy_ssl_name localhost; proxy_ssl_verify on; proxy_ssl_trusted_certificate {};\n\
+                 proxy_buffering off; proxy_buffer_size 16k; proxy_buffers 8 16k; }} }}\n",
+            c("root.pem")
+        ),
+    );
+    let originator = match originator {
+        Ok(o) => o,
+        Err(why) => {
+            fail(format!("section 6: {why}"));
+            return;
+        }
+    };
+    let url = format!("https://localhost:{term_port}/mcp");
+    let (proxy, _) = spawn_url(&[], BIN, &url, &["--ca-file".into(), c("root.pem")], errs);
+    println!(
+        "   upstream: nginx terminating TLS (pid {}, port {term_port}) -> stub; relays: proxy (pid {}), \
+         nginx originating TLS (pid {})",
+        terminator.pid(),
+        proxy.pid(),
+        originator.pid()
+    );
+    let targets = [
+        Target { name: "proxy", addr: proxy.addr(), pid: Some(proxy.pid()) },
+        Target { name: "nginx", addr: originator.addr(), pid: Some(originator.pid()) },
+    ];
+    println!(
+        "{:<5} {:>5} | {:>9} {:>8} {:>8} | {:>9} {:>8} {:>8} | r/s prx/ngx  cpu prx/ngx",
+        "req", "conns", "proxy r/s", "p99 us", "cpu/req", "nginx r/s", "p99 us", "cpu/req"
+    );
+    for conns in [1usize, 32] {
+        let mut per: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(), Vec::new()];
+        for _ in 0..runs {
+            for (i, t) in targets.iter().enumerate() {
+                if let Some((r, cpu)) = run_load(t, Kind::Post, conns, measure) {
+                    let p99 = percentile(&r.lat_ns, 0.99) as f64 / 1e3;
+                    per[i].push((r.rps(), p99, cpu.map_or(0.0, |c| c.0)));
+                }
+            }
+        }
+        let med = |i: usize, f: fn(&(f64, f64, f64)) -> f64| median(per[i].iter().map(f).collect());
+        let (prps, pp99, pcpu) = (med(0, |c| c.0), med(0, |c| c.1), med(0, |c| c.2));
+        let (nrps, np99, ncpu) = (med(1, |c| c.0), med(1, |c| c.1), med(1, |c| c.2));
+        let (rps_ratio, cpu_ratio) = (prps / nrps.max(1e-9), pcpu / ncpu.max(1e-9));
+        println!(
+            "POST  {conns:>5} | {prps:>9.0} {pp99:>8.0} {pcpu:>8.1} | {nrps:>9.0} {np99:>8.0} {ncpu:>8.1} | \
+             {rps_ratio:>9.2}x  {cpu_ratio:>9.2}x"
+        );
+        if rps_ratio < 1.0 {
+            missed(format!("https POST x{conns}: proxy throughput {rps_ratio:.2}x nginx's (target >= 1.0x)"));
+        }
+        if cpu_ratio > 1.0 {
+            missed(format!(
+                "https POST x{conns}: proxy CPU per request {cpu_ratio:.2}x nginx's (target <= 1.0x)"
+            ));
+        }
+    }
+    // SSE over https: through the proxy, and read directly from the terminator by a rustls client.
+    let (n, size) = (1_000_000u64, 100usize);
+    let mut times = [Vec::new(), Vec::new()];
+    for _ in 0..runs {
+        match client::sse(proxy.addr(), &format!("127.0.0.1:{}", proxy.port), n, size, 0) {
+            Ok(r) => times[0].push(r.elapsed.as_secs_f64() * 1e3),
+            Err(e) => fail(format!("section 6: SSE through the proxy: {e}")),
+        }
+        let direct = tls_client(terminator.addr(), &certs.join("root.pem"))
+            .and_then(|s| client::sse_on(s, &format!("localhost:{term_port}"), n, size, 0));
+        match direct {
+            Ok(r) => times[1].push(r.elapsed.as_secs_f64() * 1e3),
+            Err(e) => fail(format!("section 6: SSE read directly over https: {e}")),
+        }
+    }
+    let [proxy_ms, direct_ms] = times.map(median);
+    let ratio = proxy_ms / direct_ms.max(1e-9);
+    println!(
+        "SSE 1,000,000 events x 100 B over https: proxy {proxy_ms:.0} ms, direct https client {direct_ms:.0} ms: \
+         {ratio:.2}x"
+    );
+    if ratio > 1.3 {
+        missed(format!("https SSE 1M x 100 B: proxy {ratio:.2}x the direct https client (target <= 1.3x)"));
+    }
+    if std::fs::read_to_string(errs).unwrap_or_default().contains("TLS with upstream") {
+        fail("section 6: the proxy logged a TLS failure".into());
+    }
+}
+
 fn short(name: &str) -> &str {
     match name {
         "direct" => "dir",
@@ -926,6 +1129,12 @@ fn main() {
         let bins: Vec<(&'static str, &str)> =
             std::iter::once(("proxy", BIN)).chain(base_bin.as_deref().map(|b| ("base", b))).collect();
         section_instructions(&bins, stub.addr, &errs);
+    }
+    if sections.contains('6') {
+        #[cfg(feature = "tls")]
+        section_tls(stub.addr, &errs, runs, measure);
+        #[cfg(not(feature = "tls"))]
+        println!("== 6. skipped: built without the tls feature");
     }
     if sections.contains('3') {
         // A fresh proxy: freed heap from sections 1-2 must not hide growth.

@@ -17,16 +17,37 @@ use std::time::Duration;
 /// Environment variable holding the token when `--token-file` is absent.
 pub const TOKEN_ENV: &str = "MCP_PROXY_TOKEN";
 
-/// The upstream MCP server, from `--upstream http://HOST[:PORT][/PATH]`.
+/// The upstream MCP server, from `--upstream http[s]://HOST[:PORT][/PATH]`.
 #[derive(Clone, Debug)]
 pub struct Upstream {
     /// Resolved addresses, tried in turn when a connect is refused.
     pub addrs: Vec<SocketAddr>,
-    /// `host:port` as written (port filled in), the Host sent upstream and
-    /// the authority recognised in `Location` and SSE endpoint URLs.
+    /// `host:port` as written (port filled in; for https the default port
+    /// 443 left out, as browsers send it), the Host sent upstream and the
+    /// authority recognised in `Location` and SSE endpoint URLs.
     pub authority: String,
     /// The path the proxy announces (`/mcp`, `/sse`).
     pub path: String,
+    /// The host as written (brackets of an IPv6 address kept), and the port.
+    pub host: String,
+    pub port: u16,
+    /// `https://`: the upstream is reached over TLS.
+    pub https: bool,
+    /// How every TLS connection is made (`https://` only).
+    #[cfg(feature = "tls")]
+    pub tls: Option<std::sync::Arc<crate::tls::TlsSetup>>,
+}
+
+/// The TLS options: `--ca-file` (repeatable), `SSL_CERT_FILE`,
+/// `--tls-client-cert` with `--tls-client-key`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsFlags {
+    pub ca_files: Vec<PathBuf>,
+    /// `SSL_CERT_FILE`: a bundle; certificates rustls cannot parse in it
+    /// are skipped (system bundles carry some), unlike `--ca-file`'s.
+    pub env_ca_file: Option<PathBuf>,
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
 }
 
 /// Everything the proxy needs to run.
@@ -132,7 +153,10 @@ pub enum ConfigError {
         given: &'static str,
         missing: &'static str,
     },
+    /// `https://` in a binary built without the `tls` feature.
     Https,
+    /// The TLS setup failed (a file named, never its bytes).
+    Tls(String),
     Resolve(String),
     /// `--probe` with another argument (named, never its value).
     ProbeNotAlone(String),
@@ -161,8 +185,10 @@ impl fmt::Display for ConfigError {
                 f.write_str("the token must be visible ASCII without spaces (it is sent in a header)")
             }
             ConfigError::Https => f.write_str(
-                "--upstream: https:// is not supported (no TLS in this binary); use http:// to a local server",
+                "--upstream: https:// is not supported: this binary was built without TLS (the `tls` feature); \
+                 use the default build, or http://",
             ),
+            ConfigError::Tls(why) => write!(f, "TLS: {why}"),
             ConfigError::InvalidAgent(e) => write!(f, "invalid --agent: {e}"),
             ConfigError::IdentityFile(p, why) => write!(f, "identity file {}: {why}", p.display()),
             ConfigError::PartialIdentity { given, missing } => write!(
@@ -200,9 +226,21 @@ USAGE (the identity comes from the flags, an identity file, or both):
     (e.g. /mcp). Everything but the port line goes to stderr.
 
 UPSTREAM AND IDENTITY:
-    --upstream URL          http://HOST[:PORT][/PATH] (port 80 by default;
-                            HOST resolved once, at start; https is refused:
-                            no TLS in this binary)
+    --upstream URL          http://HOST[:PORT][/PATH] (port 80 by default)
+                            or https://HOST[:PORT][/PATH] (port 443): TLS
+                            1.2 or 1.3, ALPN http/1.1, the certificate
+                            checked against HOST (DNS name or IP address)
+                            with the Mozilla roots built in, plus
+                            --ca-file and SSL_CERT_FILE; no way to turn
+                            the check off. A HOST name is resolved at start
+                            and again, off the event loop, after a failed
+                            connect and every 60 s (an IP or localhost
+                            never is; the minimal build, without TLS,
+                            resolves once)
+    --ca-file PATH          also trust the CA certificates in this PEM
+                            file (repeatable; SSL_CERT_FILE adds one more)
+    --tls-client-cert PATH  mutual TLS: the client certificate chain (PEM),
+    --tls-client-key PATH   and its private key (PEM); both or neither
     --agent NAME            the agent's name: 1-256 bytes, no control
                             characters
     --token-file PATH       file holding the token (surrounding whitespace
@@ -314,8 +352,8 @@ AUDIT AND HEALTH:
     -V, --version           print the version
 
 HEALTH PROBE (for a HEALTHCHECK in an image without curl):
-    --probe URL             GET URL, http://HOST[:PORT][/PATH] (https is
-                            refused: no TLS), and exit: 0 on a 200, 1 on
+    --probe URL             GET URL, http://HOST[:PORT][/PATH] (plain http
+                            only: https is refused), and exit: 0 on a 200, 1 on
                             anything else (another status, a refused or
                             closed connection, garbage, no status line
                             within 3 s, a host name that does not
@@ -395,6 +433,9 @@ pub struct Flags {
     /// `--probe URL`, syntax checked: a mode of its own (`Mode::Probe`),
     /// so the walk refuses it beside any other argument.
     pub probe: Option<probe::Url>,
+    /// `--ca-file`, `--tls-client-cert`, `--tls-client-key` (`SSL_CERT_FILE`
+    /// is added by `Config::from_flags`).
+    pub tls: TlsFlags,
 }
 
 impl Default for Flags {
@@ -424,6 +465,7 @@ impl Default for Flags {
             audit_max_bytes: None,
             metrics_listen: None,
             probe: None,
+            tls: TlsFlags::default(),
         }
     }
 }
@@ -540,6 +582,9 @@ impl Flags {
                         })?;
                     f.metrics_listen = Some(addr);
                 }
+                "--ca-file" => f.tls.ca_files.push(PathBuf::from(value("--ca-file")?)),
+                "--tls-client-cert" => f.tls.client_cert = Some(PathBuf::from(value("--tls-client-cert")?)),
+                "--tls-client-key" => f.tls.client_key = Some(PathBuf::from(value("--tls-client-key")?)),
                 "--probe" => {
                     let url = probe::parse_url(&value("--probe")?)
                         .map_err(|why| ConfigError::Invalid { flag: "--probe", why })?;
@@ -621,8 +666,10 @@ impl Config {
             metrics_listen,
             // Alone by `Flags::parse`: `--upstream` is missing beside it.
             probe: _,
+            mut tls,
         } = flags;
-        let upstream = parse_upstream(&upstream.ok_or(ConfigError::Missing("--upstream"))?)?;
+        tls.env_ca_file = std::env::var_os("SSL_CERT_FILE").filter(|v| !v.is_empty()).map(PathBuf::from);
+        let upstream = parse_upstream(&upstream.ok_or(ConfigError::Missing("--upstream"))?, &tls)?;
         let identity = start_identity(agent, token_file, env_token, identity_file.as_deref())?;
         let mut stamps = if default_stamps { StampMap::agentchattr() } else { StampMap::empty() };
         for (tool, param) in &extra_stamps {
@@ -820,17 +867,36 @@ fn parse_listen(v: &str) -> Result<SocketAddr, ConfigError> {
     Ok(addr)
 }
 
-fn parse_upstream(v: &str) -> Result<Upstream, ConfigError> {
-    let lower = v.to_ascii_lowercase();
-    if lower.starts_with("https://") {
+fn parse_upstream(v: &str, tls: &TlsFlags) -> Result<Upstream, ConfigError> {
+    let https = v.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"));
+    if https && !cfg!(feature = "tls") {
         return Err(ConfigError::Https);
     }
     let invalid = |why| ConfigError::Invalid { flag: "--upstream", why };
+    let scheme_len = if https { 8 } else { 7 };
     let rest = v
-        .get(..7)
-        .filter(|s| s.eq_ignore_ascii_case("http://"))
-        .and_then(|_| v.get(7..))
-        .ok_or(invalid("expected http://HOST[:PORT][/PATH]"))?;
+        .get(..scheme_len)
+        .filter(|s| https || s.eq_ignore_ascii_case("http://"))
+        .and_then(|_| v.get(scheme_len..))
+        .ok_or(invalid("expected http://HOST[:PORT][/PATH] or https://HOST[:PORT][/PATH]"))?;
+    let flag_given = if !tls.ca_files.is_empty() {
+        Some("--ca-file")
+    } else if tls.client_cert.is_some() {
+        Some("--tls-client-cert")
+    } else if tls.client_key.is_some() {
+        Some("--tls-client-key")
+    } else {
+        None
+    };
+    if let (Some(flag), false) = (flag_given, https) {
+        return Err(ConfigError::Invalid { flag, why: "only for an https:// upstream" });
+    }
+    if tls.client_cert.is_some() != tls.client_key.is_some() {
+        return Err(ConfigError::Invalid {
+            flag: if tls.client_cert.is_some() { "--tls-client-cert" } else { "--tls-client-key" },
+            why: "--tls-client-cert and --tls-client-key go together (both or neither)",
+        });
+    }
     let (authority, path) = match rest.find(['/', '?', '#']) {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -841,7 +907,8 @@ fn parse_upstream(v: &str) -> Result<Upstream, ConfigError> {
     if path.contains('#') || !path.starts_with('/') {
         return Err(invalid("the path must start with / and have no fragment"));
     }
-    let (host, port) = split_host_port(authority).ok_or(invalid("expected HOST[:PORT]"))?;
+    let (host, port) =
+        split_host_port(authority, if https { 443 } else { 80 }).ok_or(invalid("expected HOST[:PORT]"))?;
     if host.is_empty() {
         return Err(invalid("missing host"));
     }
@@ -855,19 +922,45 @@ fn parse_upstream(v: &str) -> Result<Upstream, ConfigError> {
                 SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)),
             ]
         }
-        Err(_) => (lookup_host, port)
-            .to_socket_addrs()
-            .map_err(|_| ConfigError::Resolve(lookup_host.to_string()))?
-            .collect(),
+        Err(_) => lookup(lookup_host, port).map_err(|_| ConfigError::Resolve(lookup_host.to_string()))?,
     };
     if addrs.is_empty() {
         return Err(ConfigError::Resolve(lookup_host.to_string()));
     }
-    Ok(Upstream { addrs, authority: format!("{host}:{port}"), path: path.to_string() })
+    let authority = match (https, port) {
+        (true, 443) => host.to_string(),
+        _ => format!("{host}:{port}"),
+    };
+    #[cfg(feature = "tls")]
+    let tls = match https {
+        true => {
+            Some(std::sync::Arc::new(crate::tls::TlsSetup::new(lookup_host, tls).map_err(ConfigError::Tls)?))
+        }
+        false => None,
+    };
+    #[cfg(not(feature = "tls"))]
+    let _ = tls;
+    Ok(Upstream {
+        addrs,
+        authority,
+        path: path.to_string(),
+        host: host.to_string(),
+        port,
+        https,
+        #[cfg(feature = "tls")]
+        tls,
+    })
 }
 
-/// `host[:port]` or `[v6][:port]`; port defaults to 80.
-fn split_host_port(a: &str) -> Option<(&str, u16)> {
+/// `host:port`'s addresses (brackets of an IPv6 literal dropped): at start,
+/// and again off the loop (`event_loop::resolve`). Not inlined: one copy.
+#[inline(never)]
+pub fn lookup(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+    (host.trim_start_matches('[').trim_end_matches(']'), port).to_socket_addrs().map(Iterator::collect)
+}
+
+/// `host[:port]` or `[v6][:port]`; port defaults to `default_port`.
+fn split_host_port(a: &str, default_port: u16) -> Option<(&str, u16)> {
     let (host, port) = if a.starts_with('[') {
         let close = a.find(']')?;
         let (h, rest) = a.split_at(close + 1);
@@ -885,7 +978,7 @@ fn split_host_port(a: &str) -> Option<(&str, u16)> {
     let port = match port {
         Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => p.parse().ok()?,
         Some(_) => return None,
-        None => 80,
+        None => default_port,
     };
     if host.bytes().any(|b| !(b.is_ascii_alphanumeric() || b"-._[]:".contains(&b))) {
         return None;
@@ -988,24 +1081,69 @@ mod tests {
 
     #[test]
     fn upstream_forms() {
+        let none = TlsFlags::default();
         let ok = [
             ("http://localhost:8200", "localhost:8200", "/"),
             ("HTTP://127.0.0.1/sse", "127.0.0.1:80", "/sse"),
             ("http://[::1]:9/mcp?x=1", "[::1]:9", "/mcp?x=1"),
         ];
         for (url, authority, path) in ok {
-            let u = parse_upstream(url).unwrap();
+            let u = parse_upstream(url, &none).unwrap();
             assert_eq!((u.authority.as_str(), u.path.as_str()), (authority, path), "{url}");
+            assert!(!u.https);
         }
-        for bad in [
-            "https://127.0.0.1:1/mcp",
-            "127.0.0.1:1",
-            "http://",
-            "http://a@b:1/",
-            "http://h:x/",
-            "http://h:1#f",
+        for bad in
+            ["127.0.0.1:1", "http://", "http://a@b:1/", "http://h:x/", "http://h:1#f", "https://", "ftp://h/"]
+        {
+            assert!(parse_upstream(bad, &none).is_err(), "{bad}");
+        }
+        // https: port 443 by default, left out of the Host sent (as
+        // browsers do); TLS set up with the built-in roots.
+        #[cfg(feature = "tls")]
+        for (url, authority, addr, path) in [
+            ("https://127.0.0.1/mcp", "127.0.0.1", "127.0.0.1:443", "/mcp"),
+            ("HTTPS://localhost:8443", "localhost:8443", "127.0.0.1:8443", "/"),
+            ("https://[::1]:443/sse", "[::1]", "[::1]:443", "/sse"),
         ] {
-            assert!(parse_upstream(bad).is_err(), "{bad}");
+            let u = parse_upstream(url, &none).unwrap();
+            assert_eq!((u.authority.as_str(), u.path.as_str()), (authority, path), "{url}");
+            assert_eq!(u.addrs[0], addr.parse().unwrap(), "{url}");
+            assert!(u.https && u.tls.is_some(), "{url}");
+        }
+        #[cfg(not(feature = "tls"))]
+        assert_eq!(parse_upstream("https://127.0.0.1:1/mcp", &none).unwrap_err(), ConfigError::Https);
+    }
+
+    #[test]
+    fn tls_flags_are_checked() {
+        let flags = |s: &str| Flags::parse(args(s)).unwrap().tls;
+        let f = flags("--ca-file /a --ca-file=/b --tls-client-cert /c --tls-client-key /k");
+        assert_eq!(f.ca_files, vec![PathBuf::from("/a"), PathBuf::from("/b")]);
+        assert_eq!((f.client_cert, f.client_key), (Some("/c".into()), Some("/k".into())));
+        let https = "https://127.0.0.1:1/mcp";
+        // Both or neither.
+        for half in ["--tls-client-cert /c", "--tls-client-key /k"] {
+            let err = parse_upstream(https, &flags(half)).unwrap_err();
+            assert!(err.to_string().contains("both or neither"), "{half}: {err}");
+        }
+        // TLS flags with an http:// upstream are a mistake, said so.
+        let err = parse_upstream("http://127.0.0.1:1/", &flags("--ca-file /a")).unwrap_err();
+        assert!(err.to_string().contains("only for an https:// upstream"), "{err}");
+        #[cfg(feature = "tls")]
+        {
+            // A missing or empty file is named, never read out.
+            let err = parse_upstream(https, &flags("--ca-file /nonexistent/ca.pem")).unwrap_err();
+            assert!(matches!(&err, ConfigError::Tls(w) if w.contains("/nonexistent/ca.pem")), "{err}");
+            let empty = scratch("tls-empty").join("empty.pem");
+            std::fs::write(&empty, "not pem\n").unwrap();
+            let err = parse_upstream(https, &flags(&format!("--ca-file {}", empty.display()))).unwrap_err();
+            assert!(err.to_string().contains("no PEM certificate"), "{err}");
+            let key = scratch("tls-key").join("key.pem");
+            std::fs::write(&key, "-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----\n")
+                .unwrap();
+            let arg = format!("--tls-client-cert {} --tls-client-key {}", key.display(), key.display());
+            let err = parse_upstream(https, &flags(&arg)).unwrap_err().to_string();
+            assert!(!err.contains("c2VjcmV0") && !err.contains("secret"), "{err}");
         }
     }
 
@@ -1024,6 +1162,7 @@ mod tests {
             ),
             (up, Some("  \n"), ConfigError::EmptyToken),
             (up, Some("a b"), ConfigError::InvalidToken),
+            #[cfg(not(feature = "tls"))]
             ("--upstream https://x/mcp --agent a", Some("t"), ConfigError::Https),
             ("--help", None, ConfigError::Help),
         ];

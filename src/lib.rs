@@ -32,6 +32,9 @@ pub mod obs;
 pub mod probe;
 #[cfg(test)]
 mod test_rng;
+#[cfg(feature = "tls")]
+pub mod tls;
+pub mod transport;
 // The OS layer: the one place allowed `unsafe`.
 #[allow(unsafe_code)]
 mod sys;

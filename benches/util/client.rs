@@ -233,10 +233,27 @@ enum Chunk {
 
 /// Read one SSE stream of `n` events of `size` bytes from `GET path`.
 pub fn sse(addr: SocketAddr, host: &str, n: u64, size: usize, pace_us: u64) -> Result<SseResult, String> {
-    let mut s =
-        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    sse_on(connect_blocking(addr)?, host, n, size, pace_us)
+}
+
+/// A blocking connection for `sse_on` (no delay, a 60 s read timeout).
+#[allow(dead_code)] // not every bench that includes this file reads over TLS
+pub fn connect_blocking(addr: SocketAddr) -> Result<std::net::TcpStream, String> {
+    let s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| e.to_string())?;
     s.set_nodelay(true).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+/// `sse` over a connected stream (plain, or TLS: the relay bench's https section).
+#[allow(dead_code)] // not every bench that includes this file reads over TLS
+pub fn sse_on(
+    mut s: impl Read + Write,
+    host: &str,
+    n: u64,
+    size: usize,
+    pace_us: u64,
+) -> Result<SseResult, String> {
     let req = format!(
         "GET /sse?n={n}&size={size}&pace_us={pace_us} HTTP/1.1\r\nhost: {host}\r\n\
          accept: text/event-stream\r\ncache-control: no-cache\r\n\r\n"

@@ -4,18 +4,19 @@
 //! stream arrives whole or split at offsets chosen by `data[0]`, and it is
 //! the input with some upstream authorities replaced by the proxy's, nothing
 //! else. Also checks `rewrite_location` (a `Location` naming the upstream
-//! is rewritten to the client's Host) the same way.
+//! is rewritten to the client's Host) the same way. With `data[0]`'s top bit
+//! the upstream is https: `https://<upstream>` becomes `http://<proxy>`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_identity_proxy::mcp::sse::{rewrite_location, EndpointRewriter};
+use mcp_identity_proxy::mcp::sse::{rewrite_location_from, EndpointRewriter};
 
 const UP: &[u8] = b"127.0.0.1:8200";
 /// Unlike anything in a real stream, so that the output can be mapped back.
 const PROXY: &[u8] = b"\x00proxy:1\x00";
 
-fn run(parts: &[&[u8]]) -> Vec<u8> {
-    let mut r = EndpointRewriter::new(UP, PROXY);
+fn run(https: bool, parts: &[&[u8]]) -> Vec<u8> {
+    let mut r = EndpointRewriter::for_upstream(https, UP, PROXY);
     let mut out = Vec::new();
     for p in parts {
         r.feed(p, &mut out);
@@ -44,6 +45,8 @@ fuzz_target!(|data: &[u8]| {
     let Some((&k, input)) = data.split_first() else {
         return;
     };
+    let https = k & 0x80 != 0;
+    let run = |parts: &[&[u8]]| run(https, parts);
     let whole = run(&[input]);
 
     let a = usize::from(k) % (input.len() + 1);
@@ -57,12 +60,19 @@ fuzz_target!(|data: &[u8]| {
     if memmem(input, UP).is_none() {
         assert_eq!(whole, input);
     }
+    let scheme: &[u8] = if https { b"https://" } else { b"http://" };
     if memmem(input, PROXY).is_none() {
-        assert_eq!(replace_all(&whole, PROXY, UP), input);
+        if https {
+            // The scheme's case is not kept (it becomes http://).
+            let back = replace_all(&whole, &[&b"http://"[..], PROXY].concat(), &[scheme, UP].concat());
+            assert_eq!(back.to_ascii_lowercase(), input.to_ascii_lowercase());
+        } else {
+            assert_eq!(replace_all(&whole, PROXY, UP), input);
+        }
     }
 
-    if let Some(loc) = rewrite_location(input, UP, PROXY) {
-        let rest = &input[b"http://".len() + UP.len()..];
+    if let Some(loc) = rewrite_location_from(https, input, UP, PROXY) {
+        let rest = &input[scheme.len() + UP.len()..];
         assert_eq!(&loc[..], &[&b"http://"[..], PROXY, rest].concat()[..]);
     }
 });

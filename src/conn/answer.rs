@@ -73,6 +73,9 @@ pub enum Answer {
     UpstreamUnreachable,
     /// The upstream connect did not complete in time (504).
     ConnectTimeout,
+    /// The TLS connection to the upstream failed: handshake refused or not
+    /// done within the connect timeout, an alert, a bad record (502).
+    UpstreamTls,
     /// The upstream closed without a response (502).
     UpstreamClosed,
     /// The upstream's response head was invalid or too large (502).
@@ -107,6 +110,7 @@ impl Answer {
             Answer::MalformedBody | Answer::BodyRefused(_) => 400,
             Answer::RequestTimeout => 408,
             Answer::UpstreamUnreachable
+            | Answer::UpstreamTls
             | Answer::UpstreamClosed
             | Answer::BadUpstream
             | Answer::UpstreamUnavailable => 502,
@@ -125,6 +129,7 @@ impl Answer {
             | Answer::MalformedBody
             | Answer::RequestTimeout => INVALID_REQUEST,
             Answer::UpstreamUnreachable
+            | Answer::UpstreamTls
             | Answer::ConnectTimeout
             | Answer::UpstreamClosed
             | Answer::BadUpstream
@@ -155,6 +160,7 @@ impl Answer {
         Some(match self {
             Answer::UpstreamUnreachable | Answer::UpstreamUnavailable => Failure::ConnectRefused,
             Answer::ConnectTimeout => Failure::ConnectTimeout,
+            Answer::UpstreamTls => Failure::Tls,
             Answer::UpstreamTimeout => Failure::ResponseTimeout,
             Answer::BadUpstream | Answer::UpstreamClosed => Failure::BadAnswer,
             _ => return None,
@@ -182,6 +188,7 @@ impl Answer {
             Answer::RequestTimeout => "request not received in time",
             Answer::UpstreamUnreachable => "upstream unreachable",
             Answer::ConnectTimeout => "upstream connect timed out",
+            Answer::UpstreamTls => "upstream unreachable: TLS failure",
             Answer::UpstreamClosed => "upstream closed the connection without a response",
             Answer::BadUpstream => "invalid upstream response",
             Answer::UpstreamTimeout => "upstream did not answer in time",
@@ -278,8 +285,13 @@ impl Conn {
     /// the client its session is gone (MCP Session Management). GET and
     /// DELETE, and a body that is not JSON-RPC, get 502.
     pub(super) fn answer_outage(&mut self, ctx: &Ctx) {
-        let answer = Answer::UpstreamUnavailable;
         warn!("conn {}: upstream unavailable for a request in a recorded session", self.id);
+        self.answer_outage_as(ctx, Answer::UpstreamUnavailable);
+    }
+
+    /// `answer_outage`, saying why with `answer` (the log, the audit
+    /// record and the metric); the caller has logged the warn line.
+    pub(super) fn answer_outage_as(&mut self, ctx: &Ctx, answer: Answer) {
         if self.ex.req.method.as_slice() == b"POST" {
             let mut body = Vec::new();
             let written =
@@ -350,6 +362,7 @@ mod tests {
             Answer::MalformedBody,
             Answer::RequestTimeout,
             Answer::UpstreamUnreachable,
+            Answer::UpstreamTls,
             Answer::ConnectTimeout,
             Answer::UpstreamClosed,
             Answer::BadUpstream,
@@ -417,6 +430,7 @@ mod tests {
             (Answer::BodyTooLarge, 413, -32600, true, CloseReason::BadRequest),
             (Answer::RequestTimeout, 408, -32600, true, CloseReason::RequestTimeout),
             (Answer::UpstreamUnreachable, 502, -32000, false, CloseReason::UpstreamFailed),
+            (Answer::UpstreamTls, 502, -32000, false, CloseReason::UpstreamFailed),
             (Answer::BadUpstream, 502, -32000, false, CloseReason::UpstreamFailed),
             (Answer::UpstreamTimeout, 504, -32000, false, CloseReason::UpstreamTimeout),
             (Answer::ConnectTimeout, 504, -32000, false, CloseReason::UpstreamTimeout),

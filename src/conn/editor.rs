@@ -129,8 +129,19 @@ pub fn is_event_stream(headers: &HeaderList) -> bool {
 /// intermediary after us (nginx honours it) passes each event on as it
 /// comes.
 pub fn edit_response(headers: &mut HeaderList, upstream_authority: &[u8], client_host: &[u8]) {
+    edit_response_from(false, headers, upstream_authority, client_host)
+}
+
+/// `edit_response` for an upstream reached over `https` when `https`.
+pub fn edit_response_from(
+    https: bool,
+    headers: &mut HeaderList,
+    upstream_authority: &[u8],
+    client_host: &[u8],
+) {
     if let Some(loc) = headers.get_name(name::LOCATION) {
-        if let Some(new) = crate::mcp::sse::rewrite_location(loc, upstream_authority, client_host) {
+        if let Some(new) = crate::mcp::sse::rewrite_location_from(https, loc, upstream_authority, client_host)
+        {
             let _ = headers.set_name(name::LOCATION, &new);
         }
     }

@@ -52,6 +52,7 @@ use mio::net::TcpStream;
 use request::Exchange;
 use response::ClientOut;
 use std::fmt;
+use std::io::Read;
 use std::mem;
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -97,6 +98,9 @@ pub struct Ctx<'a> {
     /// connections owe them (one thread: never borrowed across a call that
     /// borrows it).
     pub legacy: &'a std::cell::RefCell<crate::mcp::legacy::Routes>,
+    /// Set when a connect to the upstream fails: the loop looks its host
+    /// up again (a remote host, off the loop).
+    pub connect_failed: &'a std::cell::Cell<bool>,
 }
 
 impl Ctx<'_> {
@@ -317,9 +321,11 @@ impl Conn {
 
     /// Whether the socket kept idle from this client's previous exchange
     /// may carry the next one (see `idle_usable`).
-    pub(super) fn kept_upstream_usable(&self, now: Instant) -> bool {
-        match (self.upstream_idle_since, self.upstream.as_ref()) {
-            (Some(since), Some(u)) => idle_usable(since, now, || u.ready.readable || u.ready.hup),
+    pub(super) fn kept_upstream_usable(&mut self, now: Instant) -> bool {
+        match (self.upstream_idle_since, self.upstream.as_mut()) {
+            (Some(since), Some(u)) => {
+                idle_usable(since, now, || u.stream.idle_spoke(Some(u.ready.readable || u.ready.hup)))
+            }
             _ => false,
         }
     }
@@ -509,6 +515,10 @@ impl Conn {
                     *retry_at = None;
                 }
             }
+            // Connected, the TLS handshake stalled: a TLS failure.
+            Phase::Connect { retry_at: None, .. } if self.upstream.as_ref().is_some_and(|u| u.connected) => {
+                self.upstream_tls_failed(ctx, "the handshake did not complete within --connect-timeout");
+            }
             Phase::Connect { attempt, .. } if self.reattaching() => self.reattach_retry(ctx, attempt),
             Phase::Connect { .. } if self.ex.in_session => self.answer_outage(ctx),
             Phase::Connect { .. } => {
@@ -545,7 +555,15 @@ impl Conn {
         }
         if self.upstream_idle_since.is_some()
             && matches!(self.phase, Phase::ReadHead)
-            && self.upstream.as_ref().is_some_and(|u| u.ready.readable || u.ready.hup)
+            && self.upstream.as_mut().is_some_and(|u| {
+                // A TLS record without data (a session ticket) was read
+                // and left the socket drained: not spoken.
+                (u.ready.readable || u.ready.hup) && {
+                    let spoke = u.stream.idle_spoke(Some(true));
+                    u.ready.readable &= spoke;
+                    spoke
+                }
+            })
         {
             // The upstream closed (or broke framing on) the idle socket: let
             // it go at once. (Its age is judged by `idle_usable` when it is
@@ -612,7 +630,7 @@ impl Conn {
 /// and still has to be read. mio's Windows backend re-arms a socket only
 /// after a read returned WouldBlock, so there every loop ends in WouldBlock
 /// (else a keep-alive request, a large body or a stream stalls).
-fn fill_from(stream: &mut TcpStream, ready: &mut Ready, buf: &mut Buf) -> (usize, bool) {
+fn fill_from(stream: &mut impl Read, ready: &mut Ready, buf: &mut Buf) -> (usize, bool) {
     let mut total = 0;
     while ready.readable {
         let space = buf.space();

@@ -486,7 +486,9 @@ impl Conn {
             parts.extend(self.ex.plan.parts(&self.ex.body));
         }
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        while *written < total && u.ready.writable {
+        // TLS: the records of the last bytes may still wait in rustls; the
+        // request is sent once they are out.
+        while (*written < total || u.stream.pending_output()) && u.ready.writable {
             let slices = slices_after::<8>(&parts, *written);
             let (n, outcome) = write_vectored(&mut u.stream, &slices);
             *written += n;
@@ -500,7 +502,7 @@ impl Conn {
                 }
             }
         }
-        let done = *written >= total;
+        let done = *written >= total && !u.stream.pending_output();
         drop(parts);
         if lost {
             self.upstream_lost_before_response(ctx);

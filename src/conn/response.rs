@@ -187,7 +187,11 @@ impl Conn {
             (None, Some(b)) => Some(Box::new(BodyRewriter::Batch(b))),
             (None, None) => rewrite.then(|| {
                 let authority = ctx.config.upstream.authority.as_bytes();
-                let endpoint = EndpointRewriter::new(authority, &self.ex.client_host);
+                let endpoint = EndpointRewriter::for_upstream(
+                    ctx.config.upstream.https,
+                    authority,
+                    &self.ex.client_host,
+                );
                 // Under a tool policy a legacy stream carries the answers
                 // to filter (lists) and to add (refused calls) of POSTs
                 // made on other connections.
@@ -203,7 +207,8 @@ impl Conn {
         if out == Encoder::CloseDelimited {
             self.close_after = true;
         }
-        editor::edit_response(
+        editor::edit_response_from(
+            ctx.config.upstream.https,
             &mut resp.headers,
             ctx.config.upstream.authority.as_bytes(),
             &self.ex.client_host,

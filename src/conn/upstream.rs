@@ -6,18 +6,18 @@
 use super::answer::Answer;
 use super::{Conn, Ctx, Phase, Ready};
 use crate::limits::{CONNECT_RETRIES, CONNECT_RETRY_DELAY, POOL_IDLE_TIMEOUT};
+use crate::transport::{Handshake, Transport};
 use log::{debug, warn};
-use mio::net::TcpStream;
 use std::time::Instant;
 
 /// An upstream socket handed back to the event loop, and what to do with it.
 #[derive(Debug)]
 pub enum Released {
     /// Idle, healthy and between exchanges: to the keep-alive pool.
-    Reusable(TcpStream),
+    Reusable(Transport),
     /// Anything else (cut, failed, owed to a dead server): deregister and
     /// close.
-    Spent(TcpStream),
+    Spent(Transport),
 }
 
 /// The one test of whether an idle upstream connection may carry another
@@ -33,8 +33,10 @@ pub fn idle_usable(idle_since: Instant, now: Instant, spoke: impl FnOnce() -> bo
 }
 
 pub(super) struct UpstreamSock {
-    pub(super) stream: TcpStream,
+    pub(super) stream: Transport,
     pub(super) ready: Ready,
+    /// The TCP connect completed (a TLS handshake may still be under way:
+    /// the phase stays `Connect` until it is done).
     pub(super) connected: bool,
     /// Taken from the keep-alive pool (may have been closed by the peer).
     pub(super) reused: bool,
@@ -71,10 +73,10 @@ impl Conn {
     }
 
     /// Hand over an upstream socket: fresh (connecting) or from the pool.
-    pub fn attach_upstream(&mut self, stream: TcpStream, reused: bool) {
+    pub fn attach_upstream(&mut self, stream: Transport, reused: bool) {
         if !reused {
             // Pooled sockets already have it: one syscall less per request.
-            let _ = stream.set_nodelay(true);
+            let _ = stream.tcp().set_nodelay(true);
         }
         self.upstream = Some(UpstreamSock {
             stream,
@@ -89,6 +91,13 @@ impl Conn {
     pub fn connect_failed(&mut self, ctx: &Ctx, err: &std::io::Error) {
         debug!("conn {}: upstream connect failed: {}", self.id, err.kind());
         self.upstream_connect_error(ctx);
+    }
+
+    /// A TLS connection could not even be set up (rustls refused it).
+    pub fn tls_setup_failed(&mut self, ctx: &Ctx, why: &str) {
+        if matches!(self.phase, Phase::Connect { .. }) {
+            self.upstream_tls_failed(ctx, why);
+        }
     }
 
     pub(super) fn connect_progress(&mut self, ctx: &Ctx) -> bool {
@@ -109,11 +118,11 @@ impl Conn {
             if !u.ready.writable && !u.ready.readable {
                 return false;
             }
-            if let Ok(Some(_)) | Err(_) = u.stream.take_error() {
+            if let Ok(Some(_)) | Err(_) = u.stream.tcp().take_error() {
                 self.upstream_connect_error(ctx);
                 return true;
             }
-            match u.stream.peer_addr() {
+            match u.stream.tcp().peer_addr() {
                 Ok(_) => {
                     u.connected = true;
                     if ctx.observing {
@@ -130,6 +139,17 @@ impl Conn {
                 }
             }
         }
+        // TLS: the handshake, within the connect's deadline (a plain
+        // socket is done at once).
+        match u.stream.handshake(&mut u.ready.readable, &mut u.ready.writable) {
+            Handshake::Done => {}
+            Handshake::Wait => return false,
+            Handshake::Failed => {
+                let why = u.stream.tls_failure().unwrap_or_default();
+                self.upstream_tls_failed(ctx, &why);
+                return true;
+            }
+        }
         self.last_activity = ctx.now;
         self.set_phase(Phase::SendRequest { written: 0 });
         true
@@ -138,6 +158,7 @@ impl Conn {
     /// A connect was refused or failed: retry shortly (nothing was sent, so
     /// retrying is safe for every method), then 502.
     pub(super) fn upstream_connect_error(&mut self, ctx: &Ctx) {
+        ctx.connect_failed.set(true);
         self.drop_upstream();
         if ctx.observing {
             ctx.obs.borrow_mut().health.unreachable(ctx.now);
@@ -163,6 +184,26 @@ impl Conn {
         }
     }
 
+    /// A TLS connection to the upstream failed (handshake refused or not
+    /// done in time, an alert, a record rustls refused): the answer a
+    /// request gets for an unreachable upstream, at once (a bad
+    /// certificate does not get better by retrying), with one warn line
+    /// naming the reason and the host.
+    pub(super) fn upstream_tls_failed(&mut self, ctx: &Ctx, why: &str) {
+        let host = ctx.config.upstream.authority.as_str();
+        warn!("conn {}: TLS with upstream {host} failed: {why}", self.id);
+        ctx.connect_failed.set(true);
+        self.drop_upstream();
+        if ctx.observing {
+            ctx.obs.borrow_mut().health.unreachable(ctx.now);
+        }
+        if self.ex.in_session {
+            self.answer_outage_as(ctx, Answer::UpstreamTls);
+        } else {
+            self.reply_error(ctx, Answer::UpstreamTls);
+        }
+    }
+
     /// The upstream connection failed before any response byte. A stale
     /// pooled connection is replaced once for idempotent requests; a POST
     /// whose bytes were written is never replayed (RFC 9110 §9.2.2: a proxy
@@ -171,6 +212,12 @@ impl Conn {
         if self.reattaching() {
             // Reset before an answer: the upstream is not back yet.
             self.reattach_retry(ctx, 0);
+            return;
+        }
+        if let Some(why) = self.upstream.as_ref().and_then(|u| u.stream.tls_failure()) {
+            // An alert after the handshake (TLS 1.3: a refused client
+            // certificate shows on the first read) or a refused record.
+            self.upstream_tls_failed(ctx, &why);
             return;
         }
         let stale = self.upstream.as_ref().is_some_and(|u| u.reused && !u.received);

@@ -7,6 +7,8 @@
 mod identity;
 mod observe;
 mod pool;
+#[cfg(feature = "dns-refresh")]
+mod resolve;
 mod slab;
 mod timers;
 
@@ -24,6 +26,7 @@ use crate::obs::audit::Record;
 use crate::obs::metrics::Gauges;
 use crate::obs::Observer;
 use crate::sys::{self, Signals};
+use crate::transport::Transport;
 use identity::{ControlStdin, IdentityWatch, Live};
 use log::{debug, error, info, warn};
 use mio::net::TcpListener;
@@ -89,6 +92,11 @@ pub struct Proxy {
     /// Every connection's deadline.
     timers: Timers,
     pool: Pool,
+    /// The upstream host looked up again off the loop (a remote host only).
+    #[cfg(feature = "dns-refresh")]
+    resolver: Option<resolve::Resolver>,
+    /// A connect to the upstream failed this round (`Ctx::connect_failed`).
+    connect_failed: std::cell::Cell<bool>,
     /// Slots to drive in this round (events, deadlines, shutdown).
     touched: Vec<usize>,
     /// Per slot: already in `touched` this round (all false between rounds).
@@ -216,6 +224,22 @@ impl Proxy {
             None => None,
         };
         let obs = RefCell::new(Observer::new(audit.is_some()));
+        #[cfg(feature = "dns-refresh")]
+        let resolver = match resolve::is_remote(&config.upstream.host) {
+            true => {
+                let wake = waker.clone();
+                let wake = move || {
+                    let _ = wake.wake();
+                };
+                Some(resolve::Resolver::start(
+                    &config.upstream.host,
+                    config.upstream.port,
+                    wake,
+                    Instant::now(),
+                ))
+            }
+            false => None,
+        };
         let stop = ShutdownHandle { waker, requested: Default::default() };
         let max_conns = connection_cap();
         debug!("accepting at most {max_conns} connections");
@@ -242,6 +266,9 @@ impl Proxy {
             metrics,
             slab: Slab::default(),
             pool: Pool::default(),
+            #[cfg(feature = "dns-refresh")]
+            resolver,
+            connect_failed: Default::default(),
             touched: Vec::new(),
             touched_marks: Vec::new(),
             timers: Timers::default(),
@@ -294,6 +321,13 @@ impl Proxy {
                 self.serve_metrics(&mut woken, now);
             }
             self.pool.expire(now);
+            #[cfg(feature = "dns-refresh")]
+            if let Some(r) = self.resolver.as_mut() {
+                let failed = self.connect_failed.replace(false);
+                if let Some(addrs) = r.turn(now, failed, &self.config.upstream.addrs) {
+                    self.config.upstream.addrs = addrs;
+                }
+            }
             if self.audit.is_some() {
                 self.write_audit();
             }
@@ -318,6 +352,8 @@ impl Proxy {
             self.accept_paused_until,
             self.watch.as_ref().and_then(IdentityWatch::wake_at),
             self.shutdown_at.map(|t| t + SHUTDOWN_GRACE),
+            #[cfg(feature = "dns-refresh")]
+            self.resolver.as_ref().and_then(resolve::Resolver::due_at),
         ]
         .into_iter()
         .flatten()
@@ -566,6 +602,7 @@ impl Proxy {
             legacy: &self.legacy,
             observing: self.audit.is_some() || self.metrics.is_some(),
             obs: &self.obs,
+            connect_failed: &self.connect_failed,
         };
         for &slot in &self.touched {
             drive_slot(&self.poll, &mut self.slab, &mut self.pool, &mut self.again, slot, &ctx);
@@ -636,11 +673,11 @@ fn drive_slot(poll: &Poll, slab: &mut Slab, pool: &mut Pool, again: &mut Vec<usi
         }
         match conn.take_released() {
             Some(Released::Reusable(mut stream)) => {
-                let _ = poll.registry().deregister(&mut stream);
+                let _ = poll.registry().deregister(stream.tcp_mut());
                 pool.put(stream, ctx.now);
             }
             Some(Released::Spent(mut stream)) => {
-                let _ = poll.registry().deregister(&mut stream);
+                let _ = poll.registry().deregister(stream.tcp_mut());
             }
             None => {}
         }
@@ -666,7 +703,13 @@ fn drive_slot(poll: &Poll, slab: &mut Slab, pool: &mut Pool, again: &mut Vec<usi
                         let addrs = &ctx.config.upstream.addrs;
                         let addr = addrs[conn.connect_attempt() as usize % addrs.len()];
                         match sys::connect(addr) {
-                            Ok(s) => (s, false),
+                            Ok(s) => match Transport::new(s, &ctx.config.upstream) {
+                                Ok(t) => (t, false),
+                                Err(why) => {
+                                    conn.tls_setup_failed(ctx, &why);
+                                    continue;
+                                }
+                            },
                             Err(e) => {
                                 conn.connect_failed(ctx, &e);
                                 continue;
@@ -675,7 +718,7 @@ fn drive_slot(poll: &Poll, slab: &mut Slab, pool: &mut Pool, again: &mut Vec<usi
                     }
                 };
                 let interest = Interest::READABLE | Interest::WRITABLE;
-                if let Err(e) = poll.registry().register(&mut stream, token(slot, 1), interest) {
+                if let Err(e) = poll.registry().register(stream.tcp_mut(), token(slot, 1), interest) {
                     error!("cannot register upstream connection: {e}");
                     conn.connect_failed(ctx, &e);
                     continue;

@@ -2,33 +2,30 @@
 
 use crate::conn::idle_usable;
 use crate::limits::{MAX_POOLED_UPSTREAM, POOL_IDLE_TIMEOUT};
-use mio::net::TcpStream;
-use std::io;
+use crate::transport::Transport;
 use std::time::Instant;
 
 #[derive(Default)]
 pub(super) struct Pool {
-    idle: Vec<(TcpStream, Instant)>,
+    idle: Vec<(Transport, Instant)>,
 }
 
 impl Pool {
     /// Keep `stream` (already deregistered) if there is room.
-    pub(super) fn put(&mut self, stream: TcpStream, now: Instant) {
+    /// A TLS connection keeps its session: reused, it needs no handshake.
+    pub(super) fn put(&mut self, stream: Transport, now: Instant) {
         if self.idle.len() < MAX_POOLED_UPSTREAM {
             self.idle.push((stream, now));
         }
     }
 
     /// The most recently pooled connection that is still open and silent.
-    pub(super) fn take(&mut self, now: Instant) -> Option<TcpStream> {
-        while let Some((stream, since)) = self.idle.pop() {
-            // Deregistered, so its readiness is unknown: a peek tells
-            // whether it spoke (data, EOF or an error) while pooled.
-            let spoke = || {
-                let mut probe = [0u8; 1];
-                !matches!(stream.peek(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-            };
-            if idle_usable(since, now, spoke) {
+    pub(super) fn take(&mut self, now: Instant) -> Option<Transport> {
+        while let Some((mut stream, since)) = self.idle.pop() {
+            // Deregistered, so its readiness is unknown: a peek (a read of
+            // its TLS records) tells whether it spoke (data, EOF or an
+            // error) while pooled.
+            if idle_usable(since, now, || stream.idle_spoke(None)) {
                 return Some(stream);
             }
         }

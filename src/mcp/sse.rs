@@ -19,6 +19,7 @@ use crate::limits::{MAX_SSE_HELD_EVENT, MAX_SSE_SCAN};
 /// §9.2.6), which is not part of the first field's name.
 pub(crate) const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 const HTTP_SCHEME: &[u8] = b"http://";
+const HTTPS_SCHEME: &[u8] = b"https://";
 
 type Authority = SmallVec<[u8; 64]>;
 
@@ -30,6 +31,9 @@ type Authority = SmallVec<[u8; 64]>;
 /// (bounded by [`MAX_SSE_HELD_EVENT`]): only then is its type known.
 #[derive(Debug)]
 pub struct EndpointRewriter {
+    /// The upstream's scheme, `http://` or `https://` (the proxy's own is
+    /// always `http://`).
+    scheme: &'static [u8],
     upstream: Authority,
     proxy: Authority,
     /// Bytes of the current event not yet sent: complete lines, then the
@@ -37,8 +41,9 @@ pub struct EndpointRewriter {
     held: Vec<u8>,
     /// Where the incomplete line begins in `held`.
     line_start: usize,
-    /// Offsets in `held` of upstream authorities found at the start of a
-    /// `data:` value; spliced only if the event turns out to be `endpoint`.
+    /// Offsets in `held` of upstream URLs (scheme and authority) found at
+    /// the start of a `data:` value; spliced only if the event turns out
+    /// to be `endpoint`.
     data_authorities: SmallVec<[usize; 2]>,
     /// The current event has a `data` field, so its blank line dispatches it.
     has_data: bool,
@@ -59,7 +64,14 @@ impl EndpointRewriter {
     /// `--upstream`); `proxy_authority` e.g. `b"127.0.0.1:40123"` (the Host
     /// the client used).
     pub fn new(upstream_authority: &[u8], proxy_authority: &[u8]) -> Self {
+        Self::for_upstream(false, upstream_authority, proxy_authority)
+    }
+
+    /// `new` for an upstream reached over `https` when `https`: its
+    /// `https://<upstream>` URLs become `http://<proxy>` ones.
+    pub fn for_upstream(https: bool, upstream_authority: &[u8], proxy_authority: &[u8]) -> Self {
         EndpointRewriter {
+            scheme: if https { HTTPS_SCHEME } else { HTTP_SCHEME },
             upstream: Authority::from_slice(upstream_authority),
             proxy: Authority::from_slice(proxy_authority),
             held: Vec::new(),
@@ -170,8 +182,8 @@ impl EndpointRewriter {
             b"event" => self.is_endpoint = value == b"endpoint",
             b"data" => {
                 self.has_data = true;
-                if let Some(authority) = upstream_url_authority(value, &self.upstream) {
-                    self.data_authorities.push(value_offset + at + authority);
+                if upstream_url_authority(value, self.scheme, &self.upstream).is_some() {
+                    self.data_authorities.push(value_offset + at);
                 }
             }
             _ => {} // comments (empty name), `id`, `retry`, unknown fields
@@ -189,9 +201,15 @@ impl EndpointRewriter {
         if self.is_endpoint && !self.data_authorities.is_empty() {
             let mut from = 0;
             for &at in &self.data_authorities {
-                out.extend_from_slice(self.held.get(from..at).unwrap_or_default());
+                // An http:// scheme stays as it was written; https:// becomes http://.
+                let https = self.scheme == HTTPS_SCHEME;
+                let kept = if https { at } else { at + HTTP_SCHEME.len() };
+                out.extend_from_slice(self.held.get(from..kept).unwrap_or_default());
+                if https {
+                    out.extend_from_slice(HTTP_SCHEME);
+                }
                 out.extend_from_slice(&self.proxy);
-                from = at + self.upstream.len();
+                from = at + self.scheme.len() + self.upstream.len();
             }
             out.extend_from_slice(self.held.get(from..).unwrap_or_default());
         } else {
@@ -274,21 +292,21 @@ pub(crate) fn field(line: &[u8]) -> (&[u8], usize) {
 /// with `/`, `?` or `#`, returns the offset of `<upstream>` in `value`.
 /// Scheme and authority compare ASCII-case-insensitively; the authority must
 /// match exactly (`localhost` is not `127.0.0.1`, `:8200` is not `:82001`).
-fn upstream_url_authority(value: &[u8], upstream: &[u8]) -> Option<usize> {
+fn upstream_url_authority(value: &[u8], scheme: &[u8], upstream: &[u8]) -> Option<usize> {
     if upstream.is_empty() {
         return None;
     }
-    let scheme = value.get(..HTTP_SCHEME.len())?;
-    if !scheme.eq_ignore_ascii_case(HTTP_SCHEME) {
+    let given = value.get(..scheme.len())?;
+    if !given.eq_ignore_ascii_case(scheme) {
         return None;
     }
-    let authority_end = HTTP_SCHEME.len().checked_add(upstream.len())?;
-    let authority = value.get(HTTP_SCHEME.len()..authority_end)?;
+    let authority_end = scheme.len().checked_add(upstream.len())?;
+    let authority = value.get(scheme.len()..authority_end)?;
     if !authority.eq_ignore_ascii_case(upstream) {
         return None;
     }
     match value.get(authority_end) {
-        None | Some(b'/' | b'?' | b'#') => Some(HTTP_SCHEME.len()),
+        None | Some(b'/' | b'?' | b'#') => Some(scheme.len()),
         Some(_) => None,
     }
 }
@@ -302,7 +320,18 @@ pub fn rewrite_location(
     upstream_authority: &[u8],
     proxy_authority: &[u8],
 ) -> Option<SmallVec<[u8; 128]>> {
-    let at = upstream_url_authority(value, upstream_authority)?;
+    rewrite_location_from(false, value, upstream_authority, proxy_authority)
+}
+
+/// `rewrite_location` for an upstream reached over `https` when `https`.
+pub fn rewrite_location_from(
+    https: bool,
+    value: &[u8],
+    upstream_authority: &[u8],
+    proxy_authority: &[u8],
+) -> Option<SmallVec<[u8; 128]>> {
+    let scheme = if https { HTTPS_SCHEME } else { HTTP_SCHEME };
+    let at = upstream_url_authority(value, scheme, upstream_authority)?;
     let rest = value.get(at + upstream_authority.len()..)?;
     let mut out = SmallVec::new();
     out.extend_from_slice(HTTP_SCHEME);
@@ -652,6 +681,37 @@ mod tests {
             assert_eq!(got.as_deref(), *want, "{}", String::from_utf8_lossy(value));
         }
         assert_eq!(rewrite_location(b"http:///x", b"", PROXY), None);
+    }
+
+    #[test]
+    fn an_https_upstream_is_rewritten_to_the_proxy_s_http_url() {
+        let up: &[u8] = b"mcp.example.com";
+        let cases: &[(&[u8], Option<&[u8]>)] = &[
+            (b"https://mcp.example.com/mcp", Some(b"http://127.0.0.1:40123/mcp")),
+            (b"HTTPS://MCP.example.com?x", Some(b"http://127.0.0.1:40123?x")),
+            (b"http://mcp.example.com/mcp", None),
+            (b"https://mcp.example.com:8443/mcp", None),
+            (b"https://mcp.example.com.evil/mcp", None),
+        ];
+        for (value, want) in cases {
+            let got = rewrite_location_from(true, value, up, PROXY);
+            assert_eq!(got.as_deref(), *want, "{}", String::from_utf8_lossy(value));
+        }
+        let input: &[u8] = b"event: endpoint\r\ndata: https://mcp.example.com/messages/?session_id=1\r\n\r\nevent: message\ndata: https://mcp.example.com/x\n\n";
+        let want: &[u8] = b"event: endpoint\r\ndata: http://127.0.0.1:40123/messages/?session_id=1\r\n\r\nevent: message\ndata: https://mcp.example.com/x\n\n";
+        for split in 0..=input.len() {
+            let mut r = EndpointRewriter::for_upstream(true, up, PROXY);
+            let mut out = Vec::new();
+            r.feed(&input[..split], &mut out);
+            r.feed(&input[split..], &mut out);
+            r.finish(&mut out);
+            assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(want), "split at {split}");
+        }
+        // An http:// endpoint is not the https upstream's: relayed as it came.
+        let mut r = EndpointRewriter::for_upstream(true, up, PROXY);
+        let mut out = Vec::new();
+        r.feed(b"event: endpoint\ndata: http://mcp.example.com/m\n\n", &mut out);
+        assert_eq!(out, b"event: endpoint\ndata: http://mcp.example.com/m\n\n");
     }
 
     /// A deterministic generator of SSE-like streams: split invariance, and

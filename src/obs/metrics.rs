@@ -16,11 +16,18 @@ pub enum Failure {
     ConnectTimeout,
     ResponseTimeout,
     BadAnswer,
+    /// The TLS connection to the upstream failed.
+    Tls,
 }
 
 impl Failure {
-    const ALL: [Failure; 4] =
-        [Failure::ConnectRefused, Failure::ConnectTimeout, Failure::ResponseTimeout, Failure::BadAnswer];
+    const ALL: [Failure; 5] = [
+        Failure::ConnectRefused,
+        Failure::ConnectTimeout,
+        Failure::ResponseTimeout,
+        Failure::BadAnswer,
+        Failure::Tls,
+    ];
 
     fn as_str(self) -> &'static str {
         match self {
@@ -28,6 +35,7 @@ impl Failure {
             Failure::ConnectTimeout => "connect_timeout",
             Failure::ResponseTimeout => "response_timeout",
             Failure::BadAnswer => "bad_answer",
+            Failure::Tls => "tls",
         }
     }
 }
@@ -73,7 +81,7 @@ pub struct Metrics {
     /// Per tool: only the first column is used.
     impersonations: ByLabel,
     refusals: Vec<(&'static str, u64)>,
-    failures: [u64; 4],
+    failures: [u64; 5],
     reinit: [u64; 2],
     bytes_in: u64,
     bytes_out: u64,

@@ -34,6 +34,9 @@ use crate::support::cases;
 use crate::support::checks::{http, step, Checks};
 use crate::support::realenv::{self, ScriptRun};
 
+/// The same sessions over https:// through nginx as a TLS terminator.
+mod over_tls;
+
 /// Bound on one client run, pauses included (the scripts bound themselves at 60 s).
 const SCRIPT_LIMIT: Duration = Duration::from_secs(90);
 /// What the client claims to be; the proxy stamps the agent's name instead (agentchattr uses the token's).

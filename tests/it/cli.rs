@@ -87,6 +87,8 @@ fn empty_token_in_environment_exits_2() {
     assert_bad_arguments(&["--upstream", UP, "--agent", "a"], &[("MCP_PROXY_TOKEN", "")]);
 }
 
+/// The minimal build (`--no-default-features`) has no TLS: it says so.
+#[cfg(not(feature = "tls"))]
 #[test]
 fn https_upstream_exits_2_and_says_why() {
     let t = tf();
@@ -94,11 +96,29 @@ fn https_upstream_exits_2_and_says_why() {
         &["--upstream", "https://127.0.0.1:8200/mcp", "--agent", "a", "--token-file", &t],
         &[],
     );
-    let lower = err.to_ascii_lowercase();
-    assert!(
-        lower.contains("https") || lower.contains("tls"),
-        "message does not say https is refused: {err:?}"
+    assert!(err.contains("built without TLS"), "message does not say the binary has no TLS: {err:?}");
+}
+
+/// The default build takes https://, and a TLS setup it cannot make exits
+/// 2 naming the file (never its bytes); TLS flags beside http:// too.
+#[cfg(feature = "tls")]
+#[test]
+fn https_upstream_with_a_bad_ca_file_exits_2_and_names_it() {
+    let t = tf();
+    let up = "https://127.0.0.1:8200/mcp";
+    let err = assert_bad_arguments(
+        &["--upstream", up, "--agent", "a", "--token-file", &t, "--ca-file", "/nonexistent/ca.pem"],
+        &[],
     );
+    assert!(err.contains("/nonexistent/ca.pem"), "{err:?}");
+    let err = assert_bad_arguments(
+        &["--upstream", up, "--agent", "a", "--token-file", &t, "--tls-client-cert", "/c.pem"],
+        &[],
+    );
+    assert!(err.contains("both or neither"), "{err:?}");
+    let err =
+        assert_bad_arguments(&["--upstream", UP, "--agent", "a", "--token-file", &t, "--ca-file", "/a"], &[]);
+    assert!(err.contains("only for an https:// upstream"), "{err:?}");
 }
 
 #[test]
@@ -233,6 +253,10 @@ fn help_exits_0_and_mentions_every_flag() {
         "--audit-max-bytes",
         "--metrics-listen",
         "SIGUSR1",
+        "--ca-file",
+        "SSL_CERT_FILE",
+        "--tls-client-cert",
+        "--tls-client-key",
     ] {
         assert!(text.contains(flag), "--help does not mention {flag}: {text}");
     }

@@ -315,8 +315,19 @@ fn sent_id(text: &str) -> Option<u64> {
 
 #[test]
 fn a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stamped() {
+    codex_turn(false);
+}
+
+/// The same turn with the proxy's upstream `https://`, agentchattr behind nginx terminating TLS.
+#[test]
+fn a_codex_turn_over_https_through_nginx_lands_stamped() {
+    codex_turn(true);
+}
+
+fn codex_turn(https: bool) {
     let started = Instant::now();
     let ac = Agentchattr::start();
+    let nginx = https.then(|| crate::tls::Nginx::start(&[ac.http]));
     let (name, token) = ac.register("codex");
     let upstream = upstream_tools(&ac);
     let upstream_names: Vec<&str> = upstream.iter().filter_map(|t| t["name"].as_str()).collect();
@@ -338,11 +349,19 @@ fn a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stam
     let mut want: Vec<&str> = upstream_names.iter().copied().filter(|n| !DENIED.contains(n)).collect();
     want.sort_unstable();
 
-    let mut p = ProxyProcess::builder(format!("{}/mcp", ac.mcp_base()))
+    let (url, ca) = match &nginx {
+        Some(n) => (
+            format!("https://localhost:{}/mcp", n.ports[0]),
+            vec!["--ca-file".to_string(), crate::tls::cert("root.pem")],
+        ),
+        None => (format!("{}/mcp", ac.mcp_base()), Vec::new()),
+    };
+    let mut p = ProxyProcess::builder(url)
         .agent(&name)
         .token(&token)
         .arg("--deny-tool", DENIED[0])
         .arg("--deny-tool", DENIED[1])
+        .args(ca)
         .env("RUST_LOG", "info")
         .start();
     let model = model();
@@ -469,7 +488,14 @@ fn a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stam
         ("the proxy's log", p.stderr_text()),
         ("agentchattr's output", ac.log_text()),
     ];
-    c.finish("a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stamped", &evidence);
+    if https {
+        c.check(!p.stderr_text().contains("TLS with upstream"), "a TLS failure was logged".to_string());
+    }
+    let test = match https {
+        true => "a_codex_turn_over_https_through_nginx_lands_stamped",
+        false => "a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stamped",
+    };
+    c.finish(test, &evidence);
     eprintln!(
         "codex turn: codex exec {:.1} s (setup {:.1} s, whole test {:.1} s); agent {name}, message id {:?}",
         run.elapsed.as_secs_f64(),

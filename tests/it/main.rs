@@ -66,6 +66,10 @@ mod stream_hold;
 mod streaming;
 /// Shared helpers: the proxy process, stub upstream, raw client, real-client environment.
 mod support;
+/// https:// upstreams against stand-in TLS servers (Python's ssl, certificates by the openssl command):
+/// streaming, keep-alive reuse, every TLS failure answered within its bound. Unix only (python3, bash).
+#[cfg(unix)]
+mod tls;
 /// The tool policy (allow/deny, identity parameters hidden and learned), against the real agentchattr.
 #[cfg(unix)]
 mod tool_policy;
