@@ -246,6 +246,13 @@ fn an_ip_upstream_with_an_ip_san_and_a_chain_through_an_intermediate_pass() {
 }
 
 #[test]
+fn no_protocol_version_in_common_is_a_tls_failure() {
+    let up = Upstream::start("tls", &["localhost", "--tls1.1"]);
+    let p = proxy(&up.url("localhost"), &["--ca-file", &cert("root.pem")]);
+    assert_tls_failure(&p, 12, "ProtocolVersion", Duration::from_secs(3));
+}
+
+#[test]
 fn a_plain_http_server_and_a_cut_record_are_tls_failures() {
     for (mode, reason) in
         [("plain", "corrupt message"), ("cut", "closed the connection during the handshake")]

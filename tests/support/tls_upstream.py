@@ -12,6 +12,7 @@ Prints `port N` once listening on 127.0.0.1 (port 0: the OS picks), then serves 
           --client-ca: mutual TLS, a client certificate signed by CERTDIR/root.pem required.
           --bad-flag PATH: while PATH exists new connections get CERTDIR/expired.pem, and idle connections
             are closed (a certificate gone bad, as after a reload).
+          --tls1.1: TLS 1.1 at most (no version in common with the proxy's 1.2 and 1.3).
   stall   accepts, reads the ClientHello and never answers.
   plain   answers every request with plain HTTP (no TLS on the port).
   cut     answers the ClientHello with the first bytes of a TLS record, then closes.
@@ -30,6 +31,7 @@ rest = sys.argv[3:]
 cert = rest[0] if rest and not rest[0].startswith("--") else "localhost"
 client_ca = "--client-ca" in rest
 bad_flag = rest[rest.index("--bad-flag") + 1] if "--bad-flag" in rest else None
+old_only = "--tls1.1" in rest
 stats = {"connections": 0, "handshakes": 0, "requests": 0, "agents": []}
 lock = threading.Lock()
 
@@ -38,6 +40,10 @@ def context(name):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(os.path.join(certdir, name + ".pem"), os.path.join(certdir, name + ".key"))
     ctx.set_alpn_protocols(["http/1.1"])
+    if old_only:
+        ctx.minimum_version = ssl.TLSVersion.TLSv1
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_1
+        ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
     if client_ca:
         ctx.verify_mode = ssl.CERT_REQUIRED
         ctx.load_verify_locations(os.path.join(certdir, "root.pem"))
