@@ -133,6 +133,7 @@ impl VersionScan {
                 long: raw.len() > MAX_ID,
                 answer: None,
                 outcome: None,
+                pending: false,
             });
         }
         if waiters.is_empty() {
@@ -231,9 +232,11 @@ impl VersionScan {
                 self.seen += 1;
                 i += 1;
             }
-            if let Some(s) = self.json_settled() {
-                self.state = s;
-                break;
+            if matches!(self.json.lex, Lex::End | Lex::Error) {
+                if let Some(s) = self.json_settled() {
+                    self.state = s;
+                    break;
+                }
             }
         }
     }
@@ -396,6 +399,8 @@ struct Waiter {
     /// What its answer said, once a whole value held it.
     answer: Option<Scan>,
     outcome: Option<Outcome>,
+    /// Answered in the value being read (in `found`, not yet kept).
+    pending: bool,
 }
 
 /// One JSON value (a message or a batch) read byte by byte.
@@ -468,7 +473,11 @@ impl JsonScan {
         self.too_deep = false;
         self.stack.clear();
         self.target = Target::None;
-        self.found.clear();
+        for (i, _, _) in self.found.drain(..) {
+            if let Some(w) = self.waiters.get_mut(i) {
+                w.pending = false;
+            }
+        }
         self.utf8 = Utf8::default();
     }
 
@@ -476,6 +485,7 @@ impl JsonScan {
     fn commit(&mut self) {
         for (i, answer, outcome) in self.found.drain(..) {
             if let Some(w) = self.waiters.get_mut(i) {
+                w.pending = false;
                 if w.answer.is_none() {
                     w.answer = Some(answer);
                     w.outcome = Some(outcome);
@@ -518,7 +528,7 @@ impl JsonScan {
         let (result, error) = (m.result, m.error);
         let Some(id) = m.id.filter(|_| m.method.is_none()) else { return };
         let raw = id.bytes(data);
-        let owed = |i: usize, w: &Waiter| w.answer.is_none() && !self.found.iter().any(|f| f.0 == i);
+        let owed = |_: usize, w: &Waiter| w.answer.is_none() && !w.pending;
         let at = if self.sole {
             self.waiters.first().filter(|w| owed(0, w)).map(|_| 0)
         } else if raw.len() > MAX_ID {
@@ -561,6 +571,9 @@ impl JsonScan {
         } else {
             Outcome::Ok
         };
+        if let Some(w) = self.waiters.get_mut(at) {
+            w.pending = true;
+        }
         self.found.push((at, answer, outcome));
     }
 
@@ -861,6 +874,9 @@ impl JsonScan {
             } else {
                 Outcome::Ok
             };
+            if let Some(w) = self.waiters.get_mut(i) {
+                w.pending = true;
+            }
             self.found.push((i, answer, outcome));
         }
         self.after_value();
@@ -871,7 +887,7 @@ impl JsonScan {
     /// hash for an id too long to keep); in a `sole` scan, the one waiter,
     /// whatever the id.
     fn waiter_answered(&self) -> Option<usize> {
-        let owed = |i: usize, w: &Waiter| w.answer.is_none() && !self.found.iter().any(|f| f.0 == i);
+        let owed = |_: usize, w: &Waiter| w.answer.is_none() && !w.pending;
         if self.sole {
             return self.waiters.first().filter(|w| owed(0, w)).map(|_| 0);
         }
