@@ -34,6 +34,7 @@ mod reopen;
 mod request;
 mod response;
 mod session;
+mod tool_policy;
 mod upstream;
 #[cfg(test)]
 mod upstream_invariant;
