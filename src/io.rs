@@ -1,4 +1,4 @@
-//! Socket reads and writes as `(bytes, Outcome)` pairs (sozu's
+//! Socket reads and writes as `(bytes, SocketState)` pairs (sozu's
 //! `SocketResult`): one call can both make progress and hit EOF. The only
 //! module that looks at `io::ErrorKind`.
 
@@ -6,7 +6,7 @@ use std::io::{self, IoSlice, Read, Write};
 
 /// What the socket said after the bytes were moved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum SocketState {
     /// More may follow at once.
     Open,
     /// Nothing more now; wait for the next readiness event.
@@ -17,14 +17,14 @@ pub enum Outcome {
     Error(io::ErrorKind),
 }
 
-fn outcome(e: &io::Error) -> Outcome {
+fn socket_state(e: &io::Error) -> SocketState {
     match e.kind() {
-        io::ErrorKind::WouldBlock => Outcome::WouldBlock,
+        io::ErrorKind::WouldBlock => SocketState::WouldBlock,
         io::ErrorKind::BrokenPipe
         | io::ErrorKind::ConnectionReset
         | io::ErrorKind::ConnectionAborted
-        | io::ErrorKind::UnexpectedEof => Outcome::Closed,
-        k => Outcome::Error(k),
+        | io::ErrorKind::UnexpectedEof => SocketState::Closed,
+        k => SocketState::Error(k),
     }
 }
 
@@ -36,25 +36,25 @@ pub fn timed_out(kind: io::ErrorKind) -> bool {
 }
 
 /// One `read` into `buf`, retried on EINTR.
-pub fn read_into<R: Read>(r: &mut R, buf: &mut [u8]) -> (usize, Outcome) {
+pub fn read_into<R: Read>(r: &mut R, buf: &mut [u8]) -> (usize, SocketState) {
     loop {
         return match r.read(buf) {
-            Ok(0) if !buf.is_empty() => (0, Outcome::Closed),
-            Ok(n) => (n, Outcome::Open),
+            Ok(0) if !buf.is_empty() => (0, SocketState::Closed),
+            Ok(n) => (n, SocketState::Open),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => (0, outcome(&e)),
+            Err(e) => (0, socket_state(&e)),
         };
     }
 }
 
 /// One vectored `write`, retried on EINTR.
-pub fn write_vectored<W: Write>(w: &mut W, bufs: &[IoSlice<'_>]) -> (usize, Outcome) {
+pub fn write_vectored<W: Write>(w: &mut W, bufs: &[IoSlice<'_>]) -> (usize, SocketState) {
     loop {
         return match w.write_vectored(bufs) {
-            Ok(0) if bufs.iter().any(|b| !b.is_empty()) => (0, Outcome::Closed),
-            Ok(n) => (n, Outcome::Open),
+            Ok(0) if bufs.iter().any(|b| !b.is_empty()) => (0, SocketState::Closed),
+            Ok(n) => (n, SocketState::Open),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => (0, outcome(&e)),
+            Err(e) => (0, socket_state(&e)),
         };
     }
 }
@@ -84,9 +84,9 @@ mod tests {
     fn read_eof_and_progress() {
         let mut src: &[u8] = b"abc";
         let mut buf = [0u8; 2];
-        assert_eq!(read_into(&mut src, &mut buf), (2, Outcome::Open));
-        assert_eq!(read_into(&mut src, &mut buf), (1, Outcome::Open));
-        assert_eq!(read_into(&mut src, &mut buf), (0, Outcome::Closed));
+        assert_eq!(read_into(&mut src, &mut buf), (2, SocketState::Open));
+        assert_eq!(read_into(&mut src, &mut buf), (1, SocketState::Open));
+        assert_eq!(read_into(&mut src, &mut buf), (0, SocketState::Closed));
     }
 
     #[test]

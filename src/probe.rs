@@ -4,7 +4,7 @@
 //! The URL parser, the request writer and the status-line reader are pure
 //! (tested at every split offset); `run` alone touches a socket.
 
-use crate::io::{read_into, timed_out, Outcome};
+use crate::io::{read_into, timed_out, SocketState};
 use crate::limits;
 use std::fmt;
 use std::io::{self, Write};
@@ -360,13 +360,13 @@ fn probe(url: &Url, timeout: Duration) -> Result<(), Failure> {
         // cannot stretch the probe past its deadline.
         stream.set_read_timeout(Some(left(Phase::Waiting)?)).map_err(|e| Failure::Read(e.kind()))?;
         match read_into(&mut stream, reader.space()) {
-            (n, Outcome::Open) => reader.fill(n),
-            (_, Outcome::Closed) => return Err(Failure::Closed(reader.received().to_vec())),
-            (_, Outcome::WouldBlock) => return Err(Failure::Timeout(Phase::Waiting, timeout)),
-            (_, Outcome::Error(kind)) if timed_out(kind) => {
+            (n, SocketState::Open) => reader.fill(n),
+            (_, SocketState::Closed) => return Err(Failure::Closed(reader.received().to_vec())),
+            (_, SocketState::WouldBlock) => return Err(Failure::Timeout(Phase::Waiting, timeout)),
+            (_, SocketState::Error(kind)) if timed_out(kind) => {
                 return Err(Failure::Timeout(Phase::Waiting, timeout))
             }
-            (_, Outcome::Error(kind)) => return Err(Failure::Read(kind)),
+            (_, SocketState::Error(kind)) => return Err(Failure::Read(kind)),
         }
     }
 }

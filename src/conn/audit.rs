@@ -10,7 +10,7 @@ use super::answer::Answer;
 use super::Conn;
 use crate::mcp::initialize::Format;
 use crate::mcp::rpc::{self, Role};
-use crate::mcp::version_scan::{Outcome as Answered, VersionScan};
+use crate::mcp::version_scan::{Answered, VersionScan};
 use crate::obs::audit::{cut, Outcome, Record, Request, MAX_CLAIMED, MAX_NAME};
 use log::warn;
 use smallvec::SmallVec;

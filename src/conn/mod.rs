@@ -43,7 +43,7 @@ use crate::buf::Buf;
 use crate::config::Config;
 use crate::http::body::{Decoder, Encoder};
 use crate::http::framing::Framing;
-use crate::io::{read_into, Outcome};
+use crate::io::{read_into, SocketState};
 use crate::limits::{ANSWER_FLUSH_TIMEOUT, MAX_IO_PER_EVENT, MAX_REQUEST_HEAD};
 use crate::mcp::session::SessionTable;
 use crate::mcp::stamp::StampError;
@@ -643,10 +643,10 @@ fn fill_from(stream: &mut impl Read, ready: &mut Ready, buf: &mut Buf) -> (usize
         buf.fill(n);
         total += n;
         match outcome {
-            Outcome::Open if n < room && !ready.hup && cfg!(not(windows)) => ready.readable = false,
-            Outcome::Open => {}
-            Outcome::WouldBlock => ready.readable = false,
-            Outcome::Closed | Outcome::Error(_) => return (total, true),
+            SocketState::Open if n < room && !ready.hup && cfg!(not(windows)) => ready.readable = false,
+            SocketState::Open => {}
+            SocketState::WouldBlock => ready.readable = false,
+            SocketState::Closed | SocketState::Error(_) => return (total, true),
         }
     }
     (total, false)

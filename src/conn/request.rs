@@ -10,7 +10,7 @@ use crate::http::framing::Framing;
 use crate::http::guard::{self, Policy};
 use crate::http::head::{self, RequestHead};
 use crate::http::headers::name;
-use crate::io::{slices_after, write_vectored, Outcome};
+use crate::io::{slices_after, write_vectored, SocketState};
 use crate::limits::{MAX_REQUEST_HEAD, MAX_STAMP_BODY};
 use crate::mcp::legacy;
 use crate::mcp::stamp::Plan;
@@ -380,9 +380,9 @@ impl Conn {
             *written += n;
             progressed |= n > 0;
             match outcome {
-                Outcome::Open => {}
-                Outcome::WouldBlock => u.ready.writable = false,
-                Outcome::Closed | Outcome::Error(_) => {
+                SocketState::Open => {}
+                SocketState::WouldBlock => u.ready.writable = false,
+                SocketState::Closed | SocketState::Error(_) => {
                     lost = true;
                     break;
                 }

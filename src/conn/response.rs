@@ -11,7 +11,7 @@ use crate::http::framing::Framing;
 use crate::http::head::{self, ResponseHead};
 use crate::http::headers::name;
 use crate::http::write;
-use crate::io::{slices_after, write_vectored, Outcome};
+use crate::io::{slices_after, write_vectored, SocketState};
 use crate::mcp::initialize::Format;
 use crate::mcp::legacy::LegacyStream;
 use crate::mcp::sse::EndpointRewriter;
@@ -25,7 +25,11 @@ pub(super) use super::client_out::ClientOut;
 impl ClientOut {
     /// One vectored write of `own[pos..]` then the passed bytes; returns
     /// (bytes written, of which passed, outcome).
-    fn write_to(&mut self, sock: &mut mio::net::TcpStream, upstream: &mut Buf) -> (usize, usize, Outcome) {
+    fn write_to(
+        &mut self,
+        sock: &mut mio::net::TcpStream,
+        upstream: &mut Buf,
+    ) -> (usize, usize, SocketState) {
         self.check(upstream);
         let (n, outcome) = {
             let own = self.own.get(self.pos..).unwrap_or_default();
@@ -62,9 +66,9 @@ impl Conn {
                 self.last_activity = now;
             }
             match outcome {
-                Outcome::Open => {}
-                Outcome::WouldBlock => self.client_ready.writable = false,
-                Outcome::Closed | Outcome::Error(_) => {
+                SocketState::Open => {}
+                SocketState::WouldBlock => self.client_ready.writable = false,
+                SocketState::Closed | SocketState::Error(_) => {
                     self.log_exchange(now, &CloseReason::ClientClosed, End::Cut);
                     self.close(CloseReason::ClientClosed);
                     return true;
@@ -343,7 +347,7 @@ impl Conn {
         }
     }
 
-    fn list_outcome(&mut self, o: crate::mcp::tools::ListOutcome, ctx: &Ctx) {
+    fn list_outcome(&mut self, o: crate::mcp::tools::ListReport, ctx: &Ctx) {
         if let Some(why) = o.failed {
             if o.refused {
                 warn!(

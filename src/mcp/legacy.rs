@@ -18,7 +18,7 @@
 
 use super::sse::{field, lines, EndpointRewriter};
 use super::stamp::StampMap;
-use super::tools::{ListFilter, ListOptions, ListOutcome, Policy};
+use super::tools::{ListFilter, ListOptions, ListReport, Policy};
 use crate::limits::{MAX_LEGACY_QUEUED, MAX_LEGACY_STREAMS, MAX_PENDING_LISTS, MAX_SSE_SCAN};
 use crate::mcp::initialize::Format;
 
@@ -243,7 +243,7 @@ pub struct LegacyStream {
     /// The proxy's events waiting for a boundary.
     events: Vec<u8>,
     boundary: Boundary,
-    outcomes: Vec<ListOutcome>,
+    outcomes: Vec<ListReport>,
     /// The stream so far, until its endpoint event names the session
     /// (bounded by `MAX_SSE_SCAN`; `None` once found or given up).
     before_session: Option<Vec<u8>>,
@@ -282,7 +282,7 @@ impl LegacyStream {
     }
 
     /// Finished lists' outcomes (stamps learned, what was hidden or refused).
-    pub fn take_outcomes(&mut self) -> Vec<ListOutcome> {
+    pub fn take_outcomes(&mut self) -> Vec<ListReport> {
         std::mem::take(&mut self.outcomes)
     }
 

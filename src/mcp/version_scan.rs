@@ -50,7 +50,7 @@ pub enum Scan {
 
 /// What an answer says (read from the same pass as the version).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Answered {
     /// A `result` that is not a tool error.
     Ok,
     /// An `error`, with its `code` when that is an integer.
@@ -155,12 +155,12 @@ impl VersionScan {
 
     /// What the answer said, once it was read (any request's answer, not
     /// only an `initialize`'s: the audit log reads outcomes this way).
-    pub fn outcome(&self) -> Option<Outcome> {
+    pub fn outcome(&self) -> Option<Answered> {
         self.outcome_of(0)
     }
 
     /// What the answer to the `i`th request id said, once it was read.
-    pub fn outcome_of(&self, i: usize) -> Option<Outcome> {
+    pub fn outcome_of(&self, i: usize) -> Option<Answered> {
         self.json.waiters.get(i).and_then(|w| w.outcome)
     }
 
@@ -398,7 +398,7 @@ struct Waiter {
     long: bool,
     /// What its answer said, once a whole value held it.
     answer: Option<Scan>,
-    outcome: Option<Outcome>,
+    outcome: Option<Answered>,
     /// Answered in the value being read (in `found`, not yet kept).
     pending: bool,
 }
@@ -411,7 +411,7 @@ struct JsonScan {
     sole: bool,
     /// Answers found in the value being read: (waiter, answer, outcome),
     /// kept once the value is whole (`commit`).
-    found: SmallVec<[(usize, Scan, Outcome); 1]>,
+    found: SmallVec<[(usize, Scan, Answered); 1]>,
     lex: Lex,
     too_deep: bool,
     /// (is an object, role) per open container.
@@ -565,11 +565,11 @@ impl JsonScan {
                 });
             }
             let code = kept(code, MAX_CODE).and_then(|c| std::str::from_utf8(c).ok()?.parse().ok());
-            Outcome::Error(code)
+            Answered::Error(code)
         } else if result.is_some() && is_error == Some(b"true") {
-            Outcome::ToolError
+            Answered::ToolError
         } else {
-            Outcome::Ok
+            Answered::Ok
         };
         if let Some(w) = self.waiters.get_mut(at) {
             w.pending = true;
@@ -868,11 +868,11 @@ impl JsonScan {
             };
             let outcome = if self.error {
                 let code = self.code.whole().and_then(|c| std::str::from_utf8(c).ok()?.parse().ok());
-                Outcome::Error(code)
+                Answered::Error(code)
             } else if self.result && self.is_error.whole() == Some(b"true") {
-                Outcome::ToolError
+                Answered::ToolError
             } else {
-                Outcome::Ok
+                Answered::Ok
             };
             if let Some(w) = self.waiters.get_mut(i) {
                 w.pending = true;
@@ -1545,7 +1545,7 @@ mod outcome_tests {
 
     /// The outcome of the answer to id 7 in `body`, fed in two pieces cut at
     /// every offset: the same wherever the cut.
-    fn outcome(format: Format, body: &str) -> Option<Outcome> {
+    fn outcome(format: Format, body: &str) -> Option<Answered> {
         let b = body.as_bytes();
         let mut seen = None;
         for cut in 0..=b.len() {
@@ -1570,11 +1570,11 @@ mod outcome_tests {
             )
         };
         let cases = [
-            (r#""result":{"content":[],"isError":true}"#, Some(Outcome::ToolError)),
-            (r#""result":{"isError":false}"#, Some(Outcome::Ok)),
-            (r#""result":{"content":[{"isError":true}]}"#, Some(Outcome::Ok)),
-            (r#""error":{"message":"m","code":-32601}"#, Some(Outcome::Error(Some(-32601)))),
-            (r#""error":{"code":"x"}"#, Some(Outcome::Error(None))),
+            (r#""result":{"content":[],"isError":true}"#, Some(Answered::ToolError)),
+            (r#""result":{"isError":false}"#, Some(Answered::Ok)),
+            (r#""result":{"content":[{"isError":true}]}"#, Some(Answered::Ok)),
+            (r#""error":{"message":"m","code":-32601}"#, Some(Answered::Error(Some(-32601)))),
+            (r#""error":{"code":"x"}"#, Some(Answered::Error(None))),
         ];
         for (member, want) in cases {
             assert_eq!(outcome(Format::Json, &json(member)), want, "{member}");
@@ -1583,7 +1583,7 @@ mod outcome_tests {
         assert_eq!(outcome(Format::Json, r#"{"jsonrpc":"2.0","id":8,"result":{}}"#), None, "another id");
         assert_eq!(
             outcome(Format::Json, r#"[{"id":8,"result":{}},{"id":7,"result":{"isError":true}}]"#),
-            Some(Outcome::ToolError),
+            Some(Answered::ToolError),
             "in a batch"
         );
     }

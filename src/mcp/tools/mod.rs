@@ -14,4 +14,4 @@ pub use batch::{split_batch, BatchAnswer, BatchSplit};
 pub use glob::Glob;
 pub use list::{rewrite_list, Edit, Learned, ListEdit, ListError, ListKey, ListOptions};
 pub use policy::{ListHandling, Policy, ToolFlags};
-pub use stream::{ListFilter, Outcome as ListOutcome, MAX_LIST_ANSWER};
+pub use stream::{ListFilter, ListReport, MAX_LIST_ANSWER};

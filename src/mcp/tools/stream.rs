@@ -48,7 +48,7 @@ impl fmt::Display for NotRewritten {
 
 /// What a finished filter reports.
 #[derive(Debug, Default)]
-pub struct Outcome {
+pub struct ListReport {
     /// Stamps the list taught.
     pub learned: Vec<Learned>,
     /// Tools and identity parameters removed.
@@ -99,7 +99,7 @@ pub struct ListFilter {
     /// How far the held event was looked at for its end, and where the
     /// line there began (so a long event is walked once, not per read).
     scan: Scan,
-    outcome: Outcome,
+    outcome: ListReport,
 }
 
 impl ListFilter {
@@ -161,7 +161,7 @@ impl ListFilter {
             over: false,
             done: false,
             scan: Scan::default(),
-            outcome: Outcome::default(),
+            outcome: ListReport::default(),
         }
     }
 
@@ -171,7 +171,7 @@ impl ListFilter {
     }
 
     /// What the filter did, once finished.
-    pub fn take_outcome(&mut self) -> Outcome {
+    pub fn take_outcome(&mut self) -> ListReport {
         std::mem::take(&mut self.outcome)
     }
 
@@ -598,7 +598,7 @@ mod tests {
 
     const LIST: &str = r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"chat_send","description":"Send \u00e9","inputSchema":{"type":"object","properties":{"sender":{"type":"string"},"message":{"type":"string"}},"required":["sender","message"]}},{"name":"chat_rules","inputSchema":{"type":"object","properties":{}}}]}}"#;
 
-    fn run(format: Format, pieces: &[&[u8]], deny: &[&str]) -> (Vec<u8>, Outcome) {
+    fn run(format: Format, pieces: &[&[u8]], deny: &[&str]) -> (Vec<u8>, ListReport) {
         let p = policy(deny);
         let map = StampMap::agentchattr();
         let mut f = ListFilter::new(
