@@ -266,10 +266,8 @@ impl Conn {
             insert_cache_scope: revision >= &b"2026-07-28"[..],
         };
         let enforce = handling == ListHandling::Rewrite;
-        // A POST of one request is answered with that request's answer only:
-        // every response in it is read as the list's, whatever its id.
-        let batch = crate::mcp::json::is_array(&self.ex.body);
-        Some(match (batch, ids.first()) {
+        // One request's answer: every response in it is the list's (`sole`).
+        Some(match (crate::mcp::json::is_array(&self.ex.body), ids.first()) {
             (false, Some(id)) => ListFilter::sole(format, id, ctx.policy, ctx.stamps, options, enforce),
             _ => ListFilter::for_ids(format, &ids, ctx.policy, ctx.stamps, options, enforce),
         })
