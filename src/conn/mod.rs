@@ -26,6 +26,8 @@
 
 mod answer;
 mod audit;
+mod ctx;
+mod phase;
 pub use answer::CloseReason;
 pub mod client_out;
 pub mod editor;
@@ -41,15 +43,16 @@ mod upstream_invariant;
 
 use crate::buf::Buf;
 use crate::config::Config;
-use crate::http::body::{Decoder, Encoder};
 use crate::http::framing::Framing;
 use crate::io::{read_into, SocketState};
 use crate::limits::{ANSWER_FLUSH_TIMEOUT, MAX_IO_PER_EVENT, MAX_REQUEST_HEAD};
-use crate::mcp::session::SessionTable;
 use crate::mcp::stamp::StampError;
 use answer::Answer;
+pub use ctx::Ctx;
 use log::{debug, info, trace, warn};
 use mio::net::TcpStream;
+use phase::Phase;
+pub use phase::{Ready, Verdict};
 use request::Exchange;
 use response::ClientOut;
 use std::fmt;
@@ -59,168 +62,6 @@ use std::net::SocketAddr;
 use std::time::Instant;
 use upstream::UpstreamSock;
 pub use upstream::{idle_usable, Released};
-
-/// What the event loop hands a connection on every drive: configuration,
-/// the current identity and the time.
-pub struct Ctx<'a> {
-    pub config: &'a Config,
-    /// `Bearer <token>`, the value set as `authorization` upstream.
-    pub bearer: &'a [u8],
-    /// The token alone, set as `x-agent-token`.
-    pub token: &'a [u8],
-    /// The agent name stamped into tools/call arguments.
-    pub agent: &'a str,
-    pub now: Instant,
-    /// The port the proxy listens on (the DNS-rebinding guard's Host check).
-    pub listen_port: u16,
-    /// SIGINT/SIGTERM received: finish the current exchange, then close.
-    pub shutting_down: bool,
-    /// The MCP sessions seen created through this proxy (one thread: the
-    /// cell is never borrowed across a call that could borrow it again).
-    pub sessions: &'a std::cell::RefCell<SessionTable>,
-    /// Where a response head is parsed in place: one for every connection,
-    /// since a head is done with (relayed, or taken over by a reopen)
-    /// within the call that parsed it; a waiting connection holds none.
-    /// Borrowed only by `read_response_head`.
-    pub response_head: &'a std::cell::RefCell<crate::http::head::ResponseHead>,
-    /// The tool policy in force (the flags with the identity's lists).
-    pub policy: &'a crate::mcp::tools::Policy,
-    /// The stamp map in force, learned entries included.
-    pub stamps: &'a crate::mcp::stamp::StampMap,
-    /// Stamps a `tools/list` answer taught, for the loop to add after the
-    /// round (one thread: never borrowed across a call that borrows it).
-    pub learned: &'a std::cell::RefCell<Vec<crate::mcp::tools::Learned>>,
-    /// The audit log and the metrics are on: exchanges keep records.
-    pub observing: bool,
-    /// The counters and the upstream's health (one thread: never borrowed
-    /// across a call that borrows it).
-    pub obs: &'a std::cell::RefCell<crate::obs::Observer>,
-    /// The legacy SSE streams relayed, by session: what POSTs on other
-    /// connections owe them (one thread: never borrowed across a call that
-    /// borrows it).
-    pub legacy: &'a std::cell::RefCell<crate::mcp::legacy::Routes>,
-    /// Set when a connect to the upstream fails: the loop looks its host
-    /// up again (a remote host, off the loop).
-    pub connect_failed: &'a std::cell::Cell<bool>,
-}
-
-impl Ctx<'_> {
-    /// Exchanges keep audit records (the audit log or the metrics are on).
-    pub fn observing(&self) -> bool {
-        self.observing
-    }
-
-    /// The identity in force now (a live identity change applies to the
-    /// next request planned, a replay included).
-    fn credentials(&self) -> editor::Credentials<'_> {
-        editor::Credentials { agent: self.agent, bearer: self.bearer, token: self.token }
-    }
-
-    fn route(&self) -> editor::Route<'_> {
-        editor::Route { authority: self.config.upstream.authority.as_bytes(), stamps: self.stamps }
-    }
-}
-
-/// What the loop must do after a drive.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Wait for readiness or the deadline.
-    Wait,
-    /// Progress was cut short by the per-event bound: drive again soon.
-    Again,
-    /// Give this connection an upstream socket (`attach_upstream`).
-    NeedUpstream,
-    /// Drop the connection (its reason has been logged).
-    Close,
-}
-
-/// Readiness seen on a socket since the last WouldBlock (edge-triggered).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Ready {
-    pub readable: bool,
-    pub writable: bool,
-    /// The peer's FIN (or an error) was reported: a short read does not
-    /// mean drained, the EOF is still to be read.
-    pub hup: bool,
-}
-
-enum Phase {
-    ReadHead,
-    ReadBody {
-        decoder: Decoder,
-    },
-    Connect {
-        attempt: u32,
-        retry_at: Option<Instant>,
-        since: Instant,
-    },
-    SendRequest {
-        written: usize,
-    },
-    ReadResponseHead {
-        since: Instant,
-    },
-    /// An upstream answer read whole instead of relayed (a 404 the session
-    /// may recover from, or the answer to a request of a re-initialisation):
-    /// `upstream_buf` holds it from its head; `at` is how far it was walked.
-    Collect {
-        input: Decoder,
-        at: usize,
-    },
-    /// A recorded session's GET stream lost its upstream: the client's
-    /// response is held open (`reattach`) until `until` at most.
-    Hold {
-        until: Instant,
-    },
-    /// Another exchange is re-initialising this one's session.
-    AwaitReopen {
-        until: Instant,
-        next_check: Instant,
-    },
-    Relay {
-        input: Decoder,
-        out: Encoder,
-        input_done: bool,
-        /// Legacy SSE (MCP specification 2024-11-05, Transports, HTTP with
-        /// SSE: the server's first event is `endpoint`, the URI the client
-        /// must post to): rewrites an absolute upstream URL in it to name
-        /// the proxy; dropped once it is done.
-        rewriter: Option<Box<client_out::BodyRewriter>>,
-    },
-    /// A proxy-generated response (or what arrived of a truncated one) is
-    /// being flushed; then close or go on.
-    Reply {
-        close: bool,
-        reason: CloseReason,
-    },
-    /// Our side is shut for writing; unread client bytes are drained so the
-    /// kernel does not answer them with a reset that could destroy the
-    /// response in flight (lingering close, as nginx does).
-    Linger {
-        until: Instant,
-        reason: CloseReason,
-    },
-    Closed(CloseReason),
-}
-
-impl Phase {
-    fn name(&self) -> &'static str {
-        match self {
-            Phase::ReadHead => "read-head",
-            Phase::ReadBody { .. } => "read-body",
-            Phase::Connect { .. } => "connect",
-            Phase::SendRequest { .. } => "send-request",
-            Phase::ReadResponseHead { .. } => "read-response-head",
-            Phase::Collect { .. } => "collect",
-            Phase::Hold { .. } => "hold",
-            Phase::AwaitReopen { .. } => "await-reopen",
-            Phase::Relay { .. } => "relay",
-            Phase::Reply { .. } => "reply",
-            Phase::Linger { .. } => "linger",
-            Phase::Closed(_) => "closed",
-        }
-    }
-}
 
 pub struct Conn {
     id: u64,
