@@ -266,11 +266,9 @@ impl Conn {
             insert_cache_scope: revision >= &b"2026-07-28"[..],
         };
         let enforce = handling == ListHandling::Rewrite;
-        // One request's answer: every response in it is the list's (`sole`).
-        Some(match (crate::mcp::json::is_array(&self.ex.body), ids.first()) {
-            (false, Some(id)) => ListFilter::sole(format, id, ctx.policy, ctx.stamps, options, enforce),
-            _ => ListFilter::for_ids(format, &ids, ctx.policy, ctx.stamps, options, enforce),
-        })
+        let filter = ListFilter::for_ids(format, &ids, ctx.policy, ctx.stamps, options, enforce);
+        // One request's answer: every response in it is the list's.
+        Some(if crate::mcp::json::is_array(&self.ex.body) { filter } else { filter.answering_alone() })
     }
 
     /// The completion of a batch's answer with the proxy's errors for its

@@ -118,20 +118,12 @@ impl ListFilter {
         ListFilter::for_ids(format, &[request_id], policy, map, options, enforce)
     }
 
-    /// A filter for the answer to a POST whose one request is the list
-    /// `request_id`: every response in that answer is the list's, whatever
-    /// its id (see `sole`).
-    pub fn sole(
-        format: Format,
-        request_id: &[u8],
-        policy: &Policy,
-        map: &StampMap,
-        options: ListOptions,
-        enforce: bool,
-    ) -> ListFilter {
-        let mut f = ListFilter::for_ids(format, &[request_id], policy, map, options, enforce);
-        f.sole = true;
-        f
+    /// The filter is for the answer to a POST whose one request is the
+    /// list: every response in that answer is the list's, whatever its id
+    /// (see `sole`).
+    pub fn answering_alone(mut self) -> ListFilter {
+        self.sole = true;
+        self
     }
 
     /// A filter for the answers to the `tools/list` requests of a batch
@@ -730,7 +722,7 @@ mod tests {
         let map = StampMap::agentchattr();
         let options = ListOptions { learn_room: 8, insert_cache_scope: false };
         match asked {
-            Asked::Sole => ListFilter::sole(format, id, &p, &map, options, true),
+            Asked::Sole => ListFilter::new(format, id, &p, &map, options, true).answering_alone(),
             Asked::Batch => ListFilter::for_ids(format, &[id], &p, &map, options, true),
             Asked::Legacy => ListFilter::new(format, id, &p, &map, options, true),
         }
