@@ -1041,6 +1041,18 @@ mod tests {
     }
 
     #[test]
+    fn stdio_refuses_a_listener_and_control_stdin_beside_it() {
+        let base = "--upstream http://127.0.0.1:1/mcp --agent a --stdio";
+        let c = parse(args(base), Some("tok".into())).unwrap();
+        assert!(c.stdio);
+        for extra in ["--listen 127.0.0.1:0", "--listen 127.0.0.1:9000", "--control-stdin"] {
+            let e = parse(args(&format!("{base} {extra}")), Some("tok".into())).unwrap_err();
+            assert!(matches!(e, ConfigError::Invalid { flag: "--stdio", .. }), "{extra}: {e}");
+        }
+        assert!(!parse(args("--upstream http://127.0.0.1:1/mcp --agent a"), Some("t".into())).unwrap().stdio);
+    }
+
+    #[test]
     fn flags_alone_are_the_argv_walk() {
         let f = Flags::parse(args(
             "--upstream http://h:1/mcp --agent a --token-file /t --listen 127.0.0.1:7 --connect-timeout 0.5 \
@@ -1054,6 +1066,7 @@ mod tests {
             agent: Some("a".into()),
             token_file: Some("/t".into()),
             listen: "127.0.0.1:7".parse().unwrap(),
+            listen_given: true,
             connect_timeout: Duration::from_millis(500),
             response_timeout: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(3),
