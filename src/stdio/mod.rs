@@ -525,6 +525,13 @@ impl Bridge {
             v.fallback_answer.push(m);
             return;
         }
+        if json::parse_value(&m).is_err() {
+            // stdout carries JSON-RPC only: what the upstream sent is not
+            // JSON. A request it should have answered gets an error at
+            // the end of the answer.
+            warn!("stdio: a message of {} bytes from the upstream that is not JSON; not written", m.len());
+            return;
+        }
         let status = v.head.as_ref().map_or(200, |h| h.status);
         let answers = answered_ids(&m);
         let is_legacy_stream = matches!(v.job, Job::Stream);
