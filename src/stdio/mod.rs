@@ -114,6 +114,8 @@ struct VConn {
     /// The answer to a fallback `initialize` is kept, not written.
     fallback: bool,
     fallback_answer: Vec<Vec<u8>>,
+    /// The start of a body that was not a message (for the error).
+    dropped: String,
     done: bool,
 }
 
@@ -458,6 +460,7 @@ impl Bridge {
                         v.reader = Reader::default();
                         v.head = None;
                         v.fallback = false;
+                        v.dropped.clear();
                         v.reused = true;
                         v.idle_since = now;
                     } else {
@@ -525,14 +528,24 @@ impl Bridge {
             v.fallback_answer.push(m);
             return;
         }
-        if json::parse_value(&m).is_err() {
-            // stdout carries JSON-RPC only: what the upstream sent is not
-            // JSON. A request it should have answered gets an error at
-            // the end of the answer.
-            warn!("stdio: a message of {} bytes from the upstream that is not JSON; not written", m.len());
+        let status = v.head.as_ref().map_or(200, |h| h.status);
+        let stream = matches!(v.job, Job::Get | Job::Stream);
+        if !is_jsonrpc(&m) || (stream && status != 200) {
+            // stdout carries JSON-RPC only: a body that is not (an OAuth
+            // error, a framework's 404 page, a refused stream's error) is
+            // logged; a request it should have answered gets an error
+            // naming the status at the end of the answer.
+            warn!(
+                "stdio: {} bytes from the upstream (HTTP {status}) that are not a message for the host",
+                m.len()
+            );
+            if v.dropped.is_empty() {
+                // The start of it names the cause in the error (an OAuth
+                // `invalid_token`, a framework's `Not Found`).
+                v.dropped = String::from_utf8_lossy(m.get(..200).unwrap_or(&m)).into_owned();
+            }
             return;
         }
-        let status = v.head.as_ref().map_or(200, |h| h.status);
         let answers = answered_ids(&m);
         let is_legacy_stream = matches!(v.job, Job::Stream);
         match &mut v.job {
@@ -639,6 +652,7 @@ impl Bridge {
                 if legacy && ok {
                     self.legacy_owed.extend(o.owed.iter().cloned());
                 } else if !o.owed.is_empty() && !o.replay {
+                    let text = if text.trim().is_empty() { v.dropped.as_str() } else { text };
                     let cause = failure(status, &reason, why, text);
                     for id in &o.owed {
                         self.reply_local(id, rpc::INTERNAL_ERROR, &cause);
@@ -755,17 +769,18 @@ impl Bridge {
     }
 
     fn open_streams(&mut self, core: &mut impl Core, now: Instant) {
-        if self.stop != Stop::Running {
-            return;
-        }
         if let GetStream::Due(t) = self.get {
-            if now >= t && self.session.is_some() {
+            if now >= t && self.session.is_some() && self.stop == Stop::Running {
                 self.get = GetStream::Open;
                 let request = self.request("GET", &self.path.clone(), None, true);
                 if self.send(core, request, Job::Get, now).is_err() {
                     self.get = GetStream::Due(now + REOPEN_FAILED);
                 }
             }
+        }
+        // A legacy stream carries answers owed: opened while draining too.
+        if !matches!(self.stop, Stop::Running | Stop::Draining(_)) {
+            return;
         }
         let due = match &self.transport {
             Transport::Legacy { stream_open: false, retry_at, .. } => retry_at.map_or(true, |t| now >= t),
@@ -795,7 +810,14 @@ impl Bridge {
             self.stop = Stop::Draining(now);
         }
         if let Stop::Draining(since) = self.stop {
-            let idle = self.queue.is_empty() && self.in_flight() == 0 && self.local.is_empty();
+            // Owed: lines not sent, answers not read, a legacy answer
+            // still to come on the stream, an initialize whose transport
+            // is being probed.
+            let idle = self.queue.is_empty()
+                && self.in_flight() == 0
+                && self.local.is_empty()
+                && self.legacy_owed.is_empty()
+                && !matches!(self.transport, Transport::Probing { .. });
             if idle || self.hurry || now >= since + DRAIN {
                 if !idle {
                     warn!("stdio: answers still in flight after {DRAIN:?}; ending");
@@ -873,6 +895,7 @@ impl Bridge {
                     reused: false,
                     fallback: false,
                     fallback_answer: Vec::new(),
+                    dropped: String::new(),
                     done: false,
                 });
                 self.vconns.len() - 1
@@ -965,6 +988,31 @@ fn answered_ids(m: &[u8]) -> Vec<(Vec<u8>, bool)> {
         _ => {}
     }
     out
+}
+
+/// `m` is a JSON-RPC 2.0 message, or a batch of them: each an object with
+/// `"jsonrpc": "2.0"` and a `method`, a `result` or an `error`.
+fn is_jsonrpc(m: &[u8]) -> bool {
+    let Ok(top) = json::parse_value(m) else { return false };
+    let one = |v: &json::Value| {
+        let member = |k| json::find_member(m, v, k).ok().and_then(|l| l.value);
+        matches!(v.kind, json::Kind::Object { .. })
+            && member("jsonrpc").is_some_and(|j| j.is_str(m, "2.0"))
+            && (member("method").is_some() || member("result").is_some() || member("error").is_some())
+    };
+    match top.kind {
+        json::Kind::Array => {
+            let mut all = true;
+            let mut any = false;
+            let _ = json::for_each_element(m, &top, |v| {
+                any = true;
+                all &= one(&v);
+                Ok::<(), json::ScanError>(())
+            });
+            any && all
+        }
+        _ => one(&top),
+    }
 }
 
 fn same_id(a: &[u8], b: &[u8]) -> bool {
