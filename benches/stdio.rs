@@ -216,6 +216,8 @@ struct Direct {
     token: String,
     session: Option<String>,
     next_id: u64,
+    /// The upstream's own `initialize`: connect, request, answer.
+    init: Duration,
 }
 
 /// The JSON-RPC messages of an answer body: the body itself, or each SSE event's `data:` lines joined.
@@ -240,6 +242,7 @@ fn body_messages(content_type: &str, body: &[u8]) -> Vec<Value> {
 
 impl Direct {
     fn connect(up: &Upstream) -> Result<Direct, String> {
+        let t0 = Instant::now();
         let stream = TcpStream::connect(("127.0.0.1", up.port)).map_err(|e| format!("connect: {e}"))?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
         stream.set_read_timeout(Some(ANSWER_LIMIT)).map_err(|e| e.to_string())?;
@@ -249,8 +252,10 @@ impl Direct {
             token: up.token.clone(),
             session: None,
             next_id: 1,
+            init: Duration::ZERO,
         };
         let (init, _) = d.request("initialize", initialize_params())?;
+        d.init = t0.elapsed();
         if init.get("result").is_none() {
             return Err(format!("initialize: {init}"));
         }
@@ -568,6 +573,8 @@ struct Figures {
 
 struct Measured {
     upstream: &'static str,
+    /// Sorted: the raw client's connect + `initialize` on a new connection, once per spawn round.
+    direct_init_ms: Vec<f64>,
     direct_ms: Vec<f64>,
     bridges: Vec<(Kind, Figures)>,
 }
@@ -579,8 +586,11 @@ fn measure(up: &Upstream, kinds: &[Kind], calls: usize, spawns: usize) -> Result
     let failed =
         |kind: Kind, what: &str, e: String| format!("{} {what}: {e}{}", kind.name(), files.stderr_tail(kind));
     let mut figures: Vec<(Kind, Figures)> = kinds.iter().map(|&k| (k, Figures::default())).collect();
-    // Spawn to the initialize answer, the bridges in turn.
+    // Spawn to the initialize answer, the bridges in turn, and the upstream's own connect + initialize.
+    let mut direct_init_ms = Vec::new();
     for _ in 0..spawns {
+        let fresh = Direct::connect(up).map_err(|e| format!("the raw client: {e}"))?;
+        direct_init_ms.push(ms(fresh.init));
         for (kind, f) in figures.iter_mut() {
             let (bridge, took) = Bridge::start(*kind, up, &files)
                 .map_err(|e| failed(*kind, "did not answer initialize", e))?;
@@ -632,7 +642,12 @@ fn measure(up: &Upstream, kinds: &[Kind], calls: usize, spawns: usize) -> Result
         f.calls_ms = sorted(std::mem::take(&mut f.calls_ms));
         f.spawn_ms = sorted(std::mem::take(&mut f.spawn_ms));
     }
-    Ok(Measured { upstream: up.name, direct_ms: sorted(direct_ms), bridges: figures })
+    Ok(Measured {
+        upstream: up.name,
+        direct_init_ms: sorted(direct_init_ms),
+        direct_ms: sorted(direct_ms),
+        bridges: figures,
+    })
 }
 
 // ---------- report ----------
@@ -656,7 +671,11 @@ fn judge(upstream: &str, what: &str, ours: f64, theirs: f64, goal: Option<f64>, 
 fn report(m: &Measured, calls: usize, spawns: usize, gate: Option<f64>) {
     let d = &m.direct_ms;
     let (d50, d99) = (percentile(d, 0.5), percentile(d, 0.99));
-    println!("   raw keep-alive client, {} tools/call: p50 {d50:.3} ms, p99 {d99:.3} ms", d.len());
+    println!(
+        "   raw keep-alive client: connect + initialize p50 {:.1} ms; {} tools/call: p50 {d50:.3} ms, p99 {d99:.3} ms",
+        percentile(&m.direct_init_ms, 0.5),
+        d.len()
+    );
     println!(
         "   {:<11} {:>16} {:>10} {:>10} {:>11} {:>11} {:>14}",
         "bridge", "spawn->init p50", "call p50", "call p99", "added p50", "added p99", "RSS"
