@@ -33,7 +33,6 @@ pub mod reader;
 use crate::conn::client_sock::Pipe;
 use crate::mcp::json;
 use crate::mcp::rpc::{self, IdKey};
-use crate::sys::{StdinChannel, StdinRead};
 use log::{debug, info, warn};
 use out::Stdout;
 use reader::{Event, Head, Reader};
@@ -158,9 +157,7 @@ pub struct Bridge {
     path: String,
     host: String,
     client_token: Option<String>,
-    stdin: StdinChannel,
     stdin_buf: Vec<u8>,
-    stdin_ready: bool,
     stdin_eof: bool,
     /// A line longer than `MAX_LINE` is being skipped.
     discarding: bool,
@@ -189,21 +186,13 @@ pub struct Bridge {
 impl Bridge {
     /// `path`: the upstream URL's path; `listen_port`: what the exchange
     /// checks `Host` against (0: there is no listener).
-    pub fn new(
-        path: &str,
-        listen_port: u16,
-        client_token: Option<String>,
-        stdin: StdinChannel,
-        out: Stdout,
-    ) -> Bridge {
+    pub fn new(path: &str, listen_port: u16, client_token: Option<String>, out: Stdout) -> Bridge {
         let legacy = path.trim_end_matches('/').ends_with("/sse");
         Bridge {
             path: path.to_string(),
             host: format!("127.0.0.1:{listen_port}"),
             client_token,
-            stdin,
             stdin_buf: Vec::new(),
-            stdin_ready: true,
             stdin_eof: false,
             discarding: false,
             out,
@@ -226,10 +215,31 @@ impl Bridge {
         }
     }
 
-    /// One round: stdin read, answers read and written, lines sent.
-    pub fn turn(&mut self, core: &mut impl Core, stdin_ready: bool, now: Instant) {
-        self.stdin_ready |= stdin_ready;
-        self.read_stdin(now);
+    /// Whether stdin should be read now: not at its end, and not while
+    /// `MAX_QUEUED` lines wait to be sent (the host waits instead).
+    pub fn wants_input(&self) -> bool {
+        !self.stdin_eof && self.queue.len() < MAX_QUEUED
+    }
+
+    /// Reads stdin: `read` appends what is available to the buffer it is
+    /// given and says whether stdin ended.
+    pub fn input(&mut self, read: impl FnOnce(&mut Vec<u8>) -> bool, now: Instant) {
+        if !self.wants_input() {
+            return;
+        }
+        let eof = read(&mut self.stdin_buf);
+        self.take_lines(eof);
+        if eof {
+            info!("stdio: stdin closed");
+            self.stdin_eof = true;
+            if self.stop == Stop::Running {
+                self.stop = Stop::Draining(now);
+            }
+        }
+    }
+
+    /// One round: answers read and written, lines sent.
+    pub fn turn(&mut self, core: &mut impl Core, now: Instant) {
         self.pump(core, now);
         self.send_queued(core, now);
         self.open_streams(core, now);
@@ -276,26 +286,6 @@ impl Bridge {
 
     // ------------------------------------------------------------------
     // stdin
-
-    fn read_stdin(&mut self, now: Instant) {
-        while self.stdin_ready && !self.stdin_eof && self.queue.len() < MAX_QUEUED {
-            let before = self.stdin_buf.len();
-            let eof = self.stdin.read(&mut self.stdin_buf) == StdinRead::Eof;
-            self.take_lines(eof);
-            if eof {
-                info!("stdio: stdin closed");
-                self.stdin_eof = true;
-                if self.stop == Stop::Running {
-                    self.stop = Stop::Draining(now);
-                }
-            } else if self.stdin_buf.len() == before {
-                self.stdin_ready = false;
-            }
-            if self.stdin_buf.len() == before && !eof {
-                break;
-            }
-        }
-    }
 
     fn take_lines(&mut self, eof: bool) {
         let mut start = 0;
