@@ -68,6 +68,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def handle(self):
+        # mcp-remote (undici) sometimes resets its connection as it exits: not this server's error.
+        try:
+            super().handle()
+        except ConnectionResetError:
+            pass
+
     def reply(self, status, body=b"", fields=()):
         head = f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n"
         if body:
