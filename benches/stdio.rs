@@ -3,12 +3,12 @@
 //! stdin and reads lines from its stdout), goals at most 0.1x mcp-remote's: the time from spawn to the
 //! `initialize` answer (median of N spawns), the latency each bridge adds to a sequential `tools/call` over the
 //! upstream alone (a raw keep-alive HTTP client measures the upstream's own time in the same run; p99 shown
-//! too), and the bridge's RSS after N calls. Every answer is checked; the proxy's must carry the agent it
-//! stamped. The program exits non-zero when a check fails (a bridge that does not answer, a wrong answer, the
+//! too), and the bridge's RSS after N calls. Every answer is checked; on the stand-in, the proxy's must carry
+//! the agent it stamped. The program exits non-zero when a check fails (a bridge that does not answer, a wrong answer, the
 //! proxy not exiting 0 when its stdin ends), and when a ratio is above STDIO_BENCH_MAX_RATIO if that is set
 //! (.ci/run sets 0.5); a missed goal is printed, never an exit status.
 //!
-//! Upstreams: `stand-in`, `benches/util/mcp_upstream.py` (Python's standard library only, about 0.2 ms a
+//! Upstreams: `stand-in`, `benches/util/mcp_upstream.py` (Python's standard library only, under 0.2 ms a
 //! call), and `agentchattr`, the real server from the snapshot beside the work tree
 //! (`tests/it/support/agentchattr.rs`; 2-2.6 ms a call). mcp-remote is installed under `target/realenv/` by
 //! `tests/it/support/realenv.rs` (`npm ci` of `tests/support/mcp-remote/`) and run as `node dist/proxy.js URL
