@@ -442,10 +442,10 @@ impl Bridge {
             Event::Head(head) => self.on_head(i, head),
             Event::Message(m) => self.on_message(i, m),
             Event::Streamed => {
+                // Too large to read for ids: taken as the answer it
+                // almost surely is (a tool's result, a batch's array).
                 if let Job::Post(o) = &mut v.job {
-                    if o.single.is_some() {
-                        o.owed.clear();
-                    }
+                    o.owed.clear();
                 }
             }
             Event::Endpoint(data) => self.on_endpoint(&data),
