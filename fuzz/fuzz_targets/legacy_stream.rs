@@ -31,8 +31,11 @@ fn reference(stream: &[u8]) -> Vec<u8> {
     out
 }
 
-/// `prefix` ends between two events: after a blank line (or it is empty).
+/// `prefix` ends between two events: after a blank line (or it is empty, or
+/// only the stream's BOM).
 fn at_boundary(prefix: &[u8]) -> bool {
+    // A leading BOM is not part of the stream's first line (WHATWG HTML §9.2.6).
+    let prefix = prefix.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(prefix);
     if prefix.is_empty() {
         return true;
     }

@@ -179,59 +179,6 @@ pub fn write_message_event(message: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n\r\n");
 }
 
-/// Where the event stream written so far stands: between events (where an
-/// event of the proxy's may go) or inside one. Lines end with CRLF, LF or
-/// CR (WHATWG HTML §9.2.6); an event ends with a blank line.
-#[derive(Clone, Copy, Debug)]
-struct Boundary {
-    /// The line being written has no content yet.
-    line_empty: bool,
-    /// The last line ended was blank (or nothing was written yet).
-    blank_before: bool,
-    /// The last byte was a CR: an LF next is part of its line ending.
-    after_cr: bool,
-}
-
-impl Default for Boundary {
-    fn default() -> Self {
-        Boundary { line_empty: true, blank_before: true, after_cr: false }
-    }
-}
-
-impl Boundary {
-    fn at(&self) -> bool {
-        self.line_empty && self.blank_before
-    }
-
-    /// Moves over `bytes`; with `stop`, returns at the first offset that is
-    /// a boundary (past a blank line), having moved only that far.
-    fn advance(&mut self, bytes: &[u8], stop: bool) -> Option<usize> {
-        let mut i = 0;
-        while i < bytes.len() {
-            if std::mem::take(&mut self.after_cr) && bytes.get(i) == Some(&b'\n') {
-                i += 1;
-                continue;
-            }
-            let rest = bytes.get(i..).unwrap_or_default();
-            let Some(k) = memchr::memchr2(b'\n', b'\r', rest) else {
-                self.line_empty = false;
-                return None;
-            };
-            if k > 0 {
-                self.line_empty = false;
-            }
-            self.blank_before = self.line_empty;
-            self.line_empty = true;
-            self.after_cr = rest.get(k) == Some(&b'\r');
-            i += k + 1;
-            if stop && self.at() {
-                return Some(i);
-            }
-        }
-        None
-    }
-}
-
 /// The body rewriter of a legacy `GET /sse` stream (see the module doc).
 #[derive(Debug)]
 pub struct LegacyStream {
@@ -242,7 +189,9 @@ pub struct LegacyStream {
     filters: Vec<ListFilter>,
     /// The proxy's events waiting for a boundary.
     events: Vec<u8>,
-    boundary: Boundary,
+    /// The stream as written so far (`at_boundary`: where an event of the
+    /// proxy's may go).
+    boundary: super::sse::Framer,
     outcomes: Vec<ListReport>,
     /// The stream so far, until its endpoint event names the session
     /// (bounded by `MAX_SSE_SCAN`; `None` once found or given up).
@@ -258,7 +207,7 @@ impl LegacyStream {
             new_session: None,
             filters: Vec::new(),
             events: Vec::new(),
-            boundary: Boundary::default(),
+            boundary: super::sse::Framer::default(),
             outcomes: Vec::new(),
             before_session: Some(Vec::new()),
             stage: Vec::new(),
@@ -324,7 +273,7 @@ impl LegacyStream {
     /// Nothing arrived: the proxy's events go out if the stream is between
     /// events.
     pub fn idle(&mut self, out: &mut Vec<u8>) {
-        if !self.events.is_empty() && self.boundary.at() && self.endpoint.is_done() {
+        if !self.events.is_empty() && self.boundary.at_boundary() && self.endpoint.is_done() {
             out.append(&mut self.events);
         }
     }
@@ -347,7 +296,7 @@ impl LegacyStream {
             self.spare = std::mem::replace(&mut stage, next);
         }
         self.write(&stage, out);
-        if self.boundary.at() {
+        if self.boundary.at_boundary() {
             out.append(&mut self.events);
         }
         self.stage = stage;
@@ -378,8 +327,8 @@ impl LegacyStream {
     fn write(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
         let mut rest = bytes;
         if !self.events.is_empty() && self.endpoint.is_done() {
-            if !self.boundary.at() {
-                match self.boundary.advance(rest, true) {
+            if !self.boundary.at_boundary() {
+                match self.boundary.to_boundary(rest) {
                     Some(at) => {
                         out.extend_from_slice(rest.get(..at).unwrap_or_default());
                         rest = rest.get(at..).unwrap_or_default();
@@ -392,7 +341,10 @@ impl LegacyStream {
             }
             out.append(&mut self.events);
         }
-        self.boundary.advance(rest, false);
+        let mut unread = rest;
+        while let Some(at) = self.boundary.to_boundary(unread) {
+            unread = unread.get(at..).unwrap_or_default();
+        }
         out.extend_from_slice(rest);
     }
 }

@@ -352,6 +352,15 @@ pub trait EventSink {
     fn dispatch(&mut self, had_data: bool);
 }
 
+/// A sink that keeps nothing: the framer only finds where events end.
+pub struct NoEvents;
+
+impl EventSink for NoEvents {
+    fn data(&mut self, _: &[u8]) {}
+    fn event_type(&mut self, _: &[u8]) {}
+    fn dispatch(&mut self, _: bool) {}
+}
+
 /// An event stream read as it arrives, in any split, by WHATWG HTML §9.2.6
 /// "Interpreting an event stream": lines end with CRLF, LF or CR; one
 /// leading BOM is ignored; a line starting with `:` is a comment; one space
@@ -372,6 +381,8 @@ pub struct Framer {
     /// The space after the colon is still to be dropped.
     skip_space: bool,
     has_data: bool,
+    /// A line other than a blank one came since the last dispatch.
+    in_event: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -435,6 +446,23 @@ impl Framer {
         (at, false)
     }
 
+    /// Between events: at the start of a line, no field line since the
+    /// stream began or the last blank line. An event written here cannot
+    /// split one of the stream's.
+    pub fn at_boundary(&self) -> bool {
+        self.at == FramerAt::LineStart && !self.in_event
+    }
+
+    /// Reads `input` up to and including the first boundary it reaches
+    /// (returns its offset), or all of it (`None`): where the stream can
+    /// take an event of the proxy's.
+    pub fn to_boundary(&mut self, input: &[u8]) -> Option<usize> {
+        match self.feed(input, &mut NoEvents) {
+            (n, true) => Some(n),
+            (_, false) => None,
+        }
+    }
+
     /// One byte; true when it dispatched an event.
     fn byte(&mut self, b: u8, sink: &mut impl EventSink) -> bool {
         let after_cr = std::mem::replace(&mut self.after_cr, false);
@@ -445,6 +473,7 @@ impl Framer {
                 self.end_line(sink)
             }
             _ => {
+                self.in_event = true;
                 match self.at {
                     FramerAt::LineStart | FramerAt::Name => {
                         self.at = FramerAt::Name;
@@ -491,6 +520,7 @@ impl Framer {
     fn end_line(&mut self, sink: &mut impl EventSink) -> bool {
         if self.at == FramerAt::LineStart {
             self.skip_space = false;
+            self.in_event = false;
             let had_data = std::mem::take(&mut self.has_data);
             sink.dispatch(had_data);
             return true;
