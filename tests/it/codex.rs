@@ -11,18 +11,17 @@
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::support::agentchattr::{Agentchattr, TOOLS};
 use crate::support::checks::Checks;
-use crate::support::proxy_process::{drain, scratch_dir, ProxyProcess};
+use crate::support::hosts::{self, sent_id, Run};
+use crate::support::proxy_process::{scratch_dir, ProxyProcess};
 use crate::support::realenv;
-use crate::support::wire::{request, response, Next, RawClient, Req, Resp, StubUpstream};
+use crate::support::wire::{response, Next, Req, StubUpstream};
 
 /// The tools the proxy hides.
 const DENIED: [&str; 2] = ["chat_rules", "chat_decision"];
@@ -131,47 +130,7 @@ fn call_output(body: &Value) -> Option<String> {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// agentchattr's own list, and Codex.
-
-/// agentchattr's `tools/list`, asked directly (no proxy) on one connection: initialize, initialized, list.
-fn upstream_tools(ac: &Agentchattr) -> Vec<Value> {
-    let stream = TcpStream::connect(("127.0.0.1", ac.http)).expect("connect to agentchattr's MCP port");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut c = RawClient::new(stream);
-    let host = format!("127.0.0.1:{}", ac.http);
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "codex-test", "version": "0"}}});
-    let resp = rpc(&mut c, &host, None, &init);
-    let session = resp.one("mcp-session-id").to_string();
-    let resp =
-        rpc(&mut c, &host, Some(&session), &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    assert_eq!(resp.status, 202, "notifications/initialized: {}", resp.raw_text());
-    let resp =
-        rpc(&mut c, &host, Some(&session), &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
-    let answer = answer_of(&resp);
-    answer["result"]["tools"]
-        .as_array()
-        .cloned()
-        .unwrap_or_else(|| panic!("agentchattr's tools/list: no tools in {answer}"))
-}
-
-fn rpc(c: &mut RawClient, host: &str, session: Option<&str>, body: &Value) -> Resp {
-    let mut fields =
-        vec![("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
-    if let Some(s) = session {
-        fields.push(("Mcp-Session-Id", s));
-    }
-    c.send(&request("POST", "/mcp", host, &fields, body.to_string().as_bytes()));
-    c.read_response("POST")
-}
-
-/// The JSON-RPC answer in a JSON body or in an event stream's `data:` line.
-fn answer_of(resp: &Resp) -> Value {
-    let text = resp.text();
-    let data = text.lines().find_map(|l| l.strip_prefix("data:")).unwrap_or(&text);
-    serde_json::from_str(data.trim())
-        .unwrap_or_else(|e| panic!("not a JSON-RPC answer ({e}): {}", resp.raw_text()))
-}
+// Codex.
 
 /// `$CODEX_HOME/config.toml`: the stand-in as the model provider, agentchattr through the proxy as the MCP
 /// server, no prompts, nothing that phones home.
@@ -213,21 +172,10 @@ default_tools_approval_mode = "approve"
     )
 }
 
-/// What one `codex exec` run left.
-struct Run {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-    elapsed: Duration,
-}
-
-/// `codex exec --json` with `prompt` in `work`, `home` as its `CODEX_HOME` and `HOME`, an environment of
-/// its own (PATH only from ours) with every proxy variable on `trap`, bounded by [`TURN_LIMIT`]. It runs in a
-/// process group of its own (the launcher spawns the native binary, which spawns helpers), killed whole on
-/// the way out.
+/// `codex exec --json` with `prompt` in `work`, `home` as its `CODEX_HOME` and `HOME` (see [`hosts::command`]),
+/// bounded by [`TURN_LIMIT`].
 fn codex_exec(home: &Path, work: &Path, trap: &StubUpstream, prompt: &str) -> Run {
-    let trap_url = format!("http://{}", trap.authority());
-    let mut cmd = Command::new("node");
+    let mut cmd = hosts::command("node", home, work, trap);
     cmd.arg(realenv::codex())
         .args([
             "exec",
@@ -241,60 +189,9 @@ fn codex_exec(home: &Path, work: &Path, trap: &StubUpstream, prompt: &str) -> Ru
         .arg("-C")
         .arg(work)
         .arg(prompt)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
         .env("CODEX_HOME", home)
-        .env(KEY_VAR, "dummy-key")
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .env("no_proxy", "127.0.0.1,localhost")
-        .current_dir(work)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
-        cmd.env(var, &trap_url);
-    }
-    let started = Instant::now();
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start `node codex.js exec`: {e}"));
-    let out = drain(child.stdout.take().unwrap());
-    let err = drain(child.stderr.take().unwrap());
-    let mut timed_out = false;
-    while !exited(&child) {
-        if started.elapsed() > TURN_LIMIT {
-            timed_out = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // SAFETY: kill(2) on the process group this test created, its leader not reaped yet (so the group's id is
-    // still ours); what Codex started and left running goes with it.
-    unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
-    let status = child.wait().expect("reap codex");
-    let elapsed = started.elapsed();
-    std::thread::sleep(Duration::from_millis(50));
-    let text = |b: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>| {
-        String::from_utf8_lossy(&b.lock().unwrap()).into_owned()
-    };
-    let run = Run { status, stdout: text(&out), stderr: text(&err), elapsed };
-    assert!(
-        !timed_out,
-        "codex exec ran past {TURN_LIMIT:?} and was killed\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        run.stdout, run.stderr
-    );
-    run
-}
-
-/// Whether `child` has exited, left unreaped (`WNOWAIT`): until `Child::wait` its pid, and so the id of the
-/// process group it leads, cannot be taken by another process.
-fn exited(child: &std::process::Child) -> bool {
-    // SAFETY: zeroed is a valid siginfo_t; waitid(2) on our own child writes it on success.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let options = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
-    let rc = unsafe { libc::waitid(libc::P_PID, child.id() as libc::id_t, &mut info, options) };
-    // With WNOHANG and nothing to report, waitid returns 0 and leaves si_pid 0.
-    rc == 0 && unsafe { info.si_pid() } != 0
+        .env(KEY_VAR, "dummy-key");
+    hosts::run("node codex.js exec", cmd, TURN_LIMIT)
 }
 
 /// The `mcp_tool_call` items Codex reported complete on its `--json` stdout.
@@ -305,12 +202,6 @@ fn tool_calls(stdout: &str) -> Vec<Value> {
         .filter(|e| e["type"] == "item.completed" && e["item"]["type"] == "mcp_tool_call")
         .map(|e| e["item"].clone())
         .collect()
-}
-
-/// `Sent (id=N)`, agentchattr's answer to a `chat_send`, somewhere in `text`: N.
-fn sent_id(text: &str) -> Option<u64> {
-    let rest = &text[text.find("Sent (id=")? + "Sent (id=".len()..];
-    rest[..rest.find(')')?].parse().ok()
 }
 
 #[test]
@@ -329,7 +220,7 @@ fn codex_turn(https: bool) {
     let ac = Agentchattr::start();
     let nginx = https.then(|| crate::tls::Nginx::start(&[ac.http]));
     let (name, token) = ac.register("codex");
-    let upstream = upstream_tools(&ac);
+    let upstream = ac.tools();
     let upstream_names: Vec<&str> = upstream.iter().filter_map(|t| t["name"].as_str()).collect();
     // The premise: agentchattr lists its twelve tools, the denied ones among them, and its chat_send asks
     // for a sender.
@@ -365,10 +256,7 @@ fn codex_turn(https: bool) {
         .env("RUST_LOG", "info")
         .start();
     let model = model();
-    let trap = StubUpstream::start(|_, s| {
-        let _ = s.write_all(&response("403 Forbidden", &[], b"this test reaches nothing but loopback"));
-        Next::Close
-    });
+    let trap = hosts::trap();
     let scratch = scratch_dir("codex-turn");
     let (home, work) = (scratch.join("home"), scratch.join("work"));
     for dir in [&home, &work] {
@@ -471,13 +359,7 @@ fn codex_turn(https: bool) {
             format!("stored as {}, the call answered {output_id:?}", m["id"]),
         );
     }
-    c.check(
-        trap.connections() == 0,
-        format!(
-            "Codex tried to leave loopback: {:?}",
-            trap.requests().iter().map(|r| r.head.start.clone()).collect::<Vec<_>>()
-        ),
-    );
+    hosts::check_trap(&mut c, "Codex", &trap);
     let tools_json = serde_json::to_string_pretty(&first["tools"]).unwrap_or_default();
     let evidence = [
         ("codex stdout (--json events)", run.stdout.clone()),

@@ -1,0 +1,242 @@
+//! Real agent CLIs (the hosts: Codex, Claude Code, Gemini CLI) making one non-interactive turn against the real
+//! agentchattr through the proxy, with a scripted stand-in for their model:
+//!
+//! - [`command`] and [`run`]: the CLI with an environment of its own (PATH only from ours, HOME and TMPDIR
+//!   in the test's scratch dir, every proxy variable on the [`trap`]), in a process group of its own (launchers
+//!   spawn native binaries, which spawn helpers), bounded, and killed whole on the way out.
+//! - [`trap`] and [`check_trap`]: a loopback recorder that refuses whatever would have left the machine; a
+//!   turn fails if it saw a connection.
+//! - [`check_landing`]: what every turn must leave: the `chat_send` (which claimed [`CLAIMED`]) stored once
+//!   under the agent's registered name, its answer (`Sent (id=N)`) given back to the model, and `chat_read`'s
+//!   result given back to the model holding that message under the agent's name.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::agentchattr::Agentchattr;
+use crate::support::checks::Checks;
+use crate::support::proxy_process::drain;
+use crate::support::wire::{response, Next, StubUpstream};
+
+/// The sender a model's `chat_send` claims: someone the agent is not.
+pub const CLAIMED: &str = "someone-else";
+
+/// What one host run left.
+pub struct Run {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+/// The network trap: every proxy variable of a host points at it, and it answers whatever comes with 403.
+pub fn trap() -> StubUpstream {
+    StubUpstream::start(|_, s| {
+        let _ = s.write_all(&response("403 Forbidden", &[], b"this test reaches nothing but loopback"));
+        Next::Close
+    })
+}
+
+/// A failed check if the trap saw a connection: the host tried to leave loopback.
+pub fn check_trap(c: &mut Checks, host: &str, trap: &StubUpstream) {
+    c.check(
+        trap.connections() == 0,
+        format!(
+            "{host} tried to leave loopback: {:?}",
+            trap.requests().iter().map(|r| r.head.start.clone()).collect::<Vec<_>>()
+        ),
+    );
+}
+
+/// `program` in `work` with an environment of its own: PATH only from ours, `HOME` = `home` and `TMPDIR` =
+/// `home/tmp` (created), every proxy variable on `trap` (loopback exempt), stdin closed, output piped, a
+/// process group of its own. The caller adds its arguments and variables, then hands it to [`run`].
+pub fn command(program: impl AsRef<OsStr>, home: &Path, work: &Path, trap: &StubUpstream) -> Command {
+    let tmp = home.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap_or_else(|e| panic!("mkdir {}: {e}", tmp.display()));
+    let trap_url = format!("http://{}", trap.authority());
+    let mut cmd = Command::new(program);
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("TMPDIR", &tmp)
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost")
+        .current_dir(work)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
+        cmd.env(var, &trap_url);
+    }
+    cmd
+}
+
+/// Run `cmd` (made by [`command`]) until it exits or `limit` passes; then kill its process group, whatever it
+/// left running goes with it. Panics if it ran past `limit`.
+#[track_caller]
+pub fn run(what: &str, mut cmd: Command, limit: Duration) -> Run {
+    let started = Instant::now();
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start {what}: {e}"));
+    let out = drain(child.stdout.take().expect("stdout piped"));
+    let err = drain(child.stderr.take().expect("stderr piped"));
+    let mut timed_out = false;
+    while !exited(&child) {
+        if started.elapsed() > limit {
+            timed_out = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) on the process group this test created, its leader not reaped yet (so the group's id is
+    // still ours); what the host started and left running goes with it.
+    unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+    let status = child.wait().unwrap_or_else(|e| panic!("reap {what}: {e}"));
+    let elapsed = started.elapsed();
+    std::thread::sleep(Duration::from_millis(50));
+    let text = |b: &Arc<Mutex<Vec<u8>>>| String::from_utf8_lossy(&b.lock().unwrap()).into_owned();
+    let run = Run { status, stdout: text(&out), stderr: text(&err), elapsed };
+    assert!(
+        !timed_out,
+        "{what} ran past {limit:?} and was killed\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        run.stdout, run.stderr
+    );
+    run
+}
+
+/// Whether `child` has exited, left unreaped (`WNOWAIT`): until `Child::wait` its pid, and so the id of the
+/// process group it leads, cannot be taken by another process.
+fn exited(child: &std::process::Child) -> bool {
+    // SAFETY: zeroed is a valid siginfo_t; waitid(2) on our own child writes it on success.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let options = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+    let rc = unsafe { libc::waitid(libc::P_PID, child.id() as libc::id_t, &mut info, options) };
+    // With WNOHANG and nothing to report, waitid returns 0 and leaves si_pid 0.
+    rc == 0 && unsafe { info.si_pid() } != 0
+}
+
+/// `Sent (id=N)`, agentchattr's answer to a `chat_send`, somewhere in `text`: N.
+pub fn sent_id(text: &str) -> Option<u64> {
+    let rest = &text[text.find("Sent (id=")? + "Sent (id=".len()..];
+    rest[..rest.find(')')?].parse().ok()
+}
+
+/// The chat messages (objects with an `id`, a `sender` and a `text`) in a tool result as a host hands it to
+/// its model: agentchattr's `chat_read` answers with a JSON array as text, which hosts pass on as it is,
+/// inside a JSON object of their own (Claude Code: `{"result": "[...]"}`), or inside markup (Gemini CLI:
+/// `<untrusted_context>...</untrusted_context>`).
+pub fn chat_entries(text: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    entries_in_text(text, &mut out);
+    out
+}
+
+fn entries_in_text(text: &str, out: &mut Vec<Value>) {
+    if let Ok(v) = serde_json::from_str::<Value>(text.trim()) {
+        entries_in_value(&v, out);
+        return;
+    }
+    // JSON with text around it: the first `[` or `{` that starts a JSON value.
+    for (i, _) in text.char_indices().filter(|&(_, ch)| ch == '[' || ch == '{') {
+        if let Some(Ok(v)) = serde_json::Deserializer::from_str(&text[i..]).into_iter::<Value>().next() {
+            entries_in_value(&v, out);
+            return;
+        }
+    }
+}
+
+fn entries_in_value(v: &Value, out: &mut Vec<Value>) {
+    match v {
+        Value::Object(m) if m.contains_key("id") && m.contains_key("sender") && m.contains_key("text") => {
+            out.push(v.clone())
+        }
+        Value::Object(m) => m.values().for_each(|x| entries_in_value(x, out)),
+        Value::Array(a) => a.iter().for_each(|x| entries_in_value(x, out)),
+        Value::String(s) => entries_in_text(s, out),
+        _ => {}
+    }
+}
+
+/// What every turn must leave, checked into `c`: the model's `chat_send` of `message` (claiming [`CLAIMED`])
+/// stored once in agentchattr, in #general, under `agent`; its answer `Sent (id=N)` (`send_output`, as the
+/// host gave it to the model) naming that message; and `read_output` (`chat_read`'s result as the host gave it
+/// to the model) holding that message under `agent`, nothing under [`CLAIMED`]. Returns the message's id.
+pub fn check_landing(
+    c: &mut Checks,
+    ac: &Agentchattr,
+    agent: &str,
+    message: &str,
+    send_output: Option<&str>,
+    read_output: Option<&str>,
+) -> Option<u64> {
+    c.check(send_output.is_some(), "the model never got chat_send's result".to_string());
+    let id = send_output.and_then(sent_id);
+    c.check(
+        id.is_some(),
+        format!(
+            "chat_send's result given to the model is not agentchattr's \"Sent (id=N)\": {send_output:?}"
+        ),
+    );
+
+    let messages = ac.messages();
+    let stored: Vec<&Value> = messages.iter().filter(|m| m["text"] == message).collect();
+    c.check(stored.len() == 1, format!("stored {} times, want once: {stored:?}", stored.len()));
+    if let Some(m) = stored.first() {
+        c.eq("the stored sender", &m["sender"], &json!(agent));
+        c.eq("the stored channel", &m["channel"], &json!("general"));
+        c.check(m["id"].as_u64() == id, format!("stored as id {}, chat_send answered {id:?}", m["id"]));
+    }
+    let claimed: Vec<&Value> = messages.iter().filter(|m| m["sender"] == CLAIMED).collect();
+    c.check(claimed.is_empty(), format!("stored under the claimed sender {CLAIMED:?}: {claimed:?}"));
+
+    c.check(read_output.is_some(), "the model never got chat_read's result".to_string());
+    let entries = read_output.map(chat_entries).unwrap_or_default();
+    let read: Vec<&Value> = entries.iter().filter(|e| e["text"] == message).collect();
+    c.check(
+        read.len() == 1,
+        format!(
+            "chat_read's result given to the model holds the message {} times, want once: {read_output:?}",
+            read.len()
+        ),
+    );
+    if let Some(e) = read.first() {
+        c.eq("the sender chat_read gave the model", &e["sender"], &json!(agent));
+        c.check(
+            e["id"].as_u64() == id,
+            format!("chat_read gave the model id {}, chat_send answered {id:?}", e["id"]),
+        );
+    }
+    c.check(
+        entries.iter().all(|e| e["sender"] != CLAIMED),
+        format!("chat_read gave the model a message under {CLAIMED:?}: {read_output:?}"),
+    );
+    id
+}
+
+#[cfg(test)]
+mod selfcheck {
+    use super::*;
+
+    #[test]
+    fn chat_entries_found_in_each_hosts_wrapping() {
+        let array = r#"[{"id": 3, "sender": "claude", "text": "hi", "channel": "general"}]"#;
+        let wrapped = json!({ "result": array }).to_string();
+        let marked = format!("<untrusted_context>\n{array}\n</untrusted_context>");
+        for text in [array.to_string(), wrapped, marked] {
+            let got = chat_entries(&text);
+            assert_eq!(got.len(), 1, "{text}");
+            assert_eq!(got[0]["id"], 3, "{text}");
+        }
+        assert!(chat_entries("No new messages.").is_empty());
+        assert_eq!(sent_id("{\"result\":\"Sent (id=12)\"}"), Some(12));
+    }
+}
