@@ -15,6 +15,11 @@ mod agentchattr_own_tests;
 mod audit;
 /// Every request body is scanned whatever its method, Content-Type or framing.
 mod body_rule;
+/// Real Claude Code turns (`claude -p` at 2.1.217 and the current release, a scripted Messages-API model)
+/// through the proxy to the real agentchattr. Unix only: the agentchattr venv, and Claude Code in a process
+/// group of its own.
+#[cfg(unix)]
+mod claude_code;
 /// The command line: arguments, exit codes, the port line, signals, secrets.
 mod cli;
 /// Real MCP SDK clients (Python, TypeScript, rmcp) against a real FastMCP server. Unix only: the

@@ -6,6 +6,10 @@
 //!   spawn native binaries, which spawn helpers), bounded, and killed whole on the way out.
 //! - [`trap`] and [`check_trap`]: a loopback recorder that refuses whatever would have left the machine; a
 //!   turn fails if it saw a connection.
+//! - [`Stage`]: what a turn starts from: agentchattr with the agent registered and its own tool list checked,
+//!   the trap, the host's HOME and working directory; [`Stage::proxy`] the proxy in front of agentchattr.
+//! - [`check_offered`]: what the host offered its model of agentchattr's tools: all of them, none with a
+//!   `sender` parameter (the proxy's default stamps take it out of the listed schemas).
 //! - [`check_landing`]: what every turn must leave: the `chat_send` (which claimed [`CLAIMED`]) stored once
 //!   under the agent's registered name, its answer (`Sent (id=N)`) given back to the model, and `chat_read`'s
 //!   result given back to the model holding that message under the agent's name.
@@ -14,16 +18,16 @@
 use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::agentchattr::Agentchattr;
+use crate::support::agentchattr::{Agentchattr, TOOLS};
 use crate::support::checks::Checks;
-use crate::support::proxy_process::drain;
+use crate::support::proxy_process::{drain, scratch_dir, ProxyBuilder, ProxyProcess};
 use crate::support::wire::{response, Next, StubUpstream};
 
 /// The sender a model's `chat_send` claims: someone the agent is not.
@@ -53,6 +57,86 @@ pub fn check_trap(c: &mut Checks, host: &str, trap: &StubUpstream) {
             "{host} tried to leave loopback: {:?}",
             trap.requests().iter().map(|r| r.head.start.clone()).collect::<Vec<_>>()
         ),
+    );
+}
+
+/// What a turn starts from. Make it after anything that takes long (installing the host, on a first run):
+/// agentchattr drops an agent it has not heard of for 15 s since its registration (its crash timeout; a tool
+/// call is what it hears), and the agent's token goes stale with it.
+pub struct Stage {
+    pub ac: Agentchattr,
+    /// The agent's registered name and its token.
+    pub agent: String,
+    pub token: String,
+    /// agentchattr's own `tools/list`, asked directly.
+    pub tools: Vec<Value>,
+    pub trap: StubUpstream,
+    /// The test's scratch directory, and the host's HOME and working directory in it.
+    pub scratch: PathBuf,
+    pub home: PathBuf,
+    pub work: PathBuf,
+    pub started: Instant,
+}
+
+impl Stage {
+    /// agentchattr started, an agent of `base` (`claude`, `gemini`, ...) registered, agentchattr's tool list
+    /// checked (the premise: its twelve tools, its `chat_send` requiring a `sender`), the trap, and empty HOME
+    /// and working directories under a scratch dir named after `test`.
+    #[track_caller]
+    pub fn new(test: &str, base: &str) -> Stage {
+        let started = Instant::now();
+        let ac = Agentchattr::start();
+        let (agent, token) = ac.register(base);
+        let tools = ac.tools();
+        let mut names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+        names.sort_unstable();
+        let mut known = TOOLS.to_vec();
+        known.sort_unstable();
+        assert_eq!(names, known, "agentchattr's own tools/list is not its known tool set");
+        let send = tools.iter().find(|t| t["name"] == "chat_send").expect("agentchattr lists chat_send");
+        assert!(
+            send["inputSchema"]["required"].as_array().is_some_and(|r| r.contains(&json!("sender"))),
+            "agentchattr's chat_send does not require a sender: {send}"
+        );
+        let scratch = scratch_dir(test);
+        let (home, work) = (scratch.join("home"), scratch.join("work"));
+        for dir in [&home, &work] {
+            std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        }
+        Stage { ac, agent, token, tools, trap: trap(), scratch, home, work, started }
+    }
+
+    /// The proxy in front of agentchattr's `/mcp` as the registered agent, logging each exchange (`info`).
+    pub fn proxy(&self) -> ProxyBuilder {
+        ProxyProcess::builder(format!("{}/mcp", self.ac.mcp_base()))
+            .agent(&self.agent)
+            .token(&self.token)
+            .env("RUST_LOG", "info")
+    }
+}
+
+/// Checks into `c` what a host offered its model of agentchattr's tools, given as (agentchattr's name, the
+/// declaration's parameter schema), the host's own tools left out: each of agentchattr's twelve once, none
+/// with a `sender` parameter, `chat_send` still with its `message`.
+pub fn check_offered(c: &mut Checks, host: &str, offered: &[(String, Value)]) {
+    let mut got: Vec<&str> = offered.iter().map(|(n, _)| n.as_str()).collect();
+    got.sort_unstable();
+    let mut want = TOOLS.to_vec();
+    want.sort_unstable();
+    c.check(got == want, format!("{host} offered agentchattr's tools {got:?}, want {want:?}"));
+    let with_sender: Vec<&str> = offered
+        .iter()
+        .filter(|(_, schema)| {
+            schema["properties"].get("sender").is_some()
+                || schema["required"].as_array().is_some_and(|r| r.contains(&json!("sender")))
+        })
+        .map(|(n, _)| n.as_str())
+        .collect();
+    c.check(with_sender.is_empty(), format!("{host} offered with a sender parameter: {with_sender:?}"));
+    let send = offered.iter().find(|(n, _)| n == "chat_send").map(|(_, s)| s);
+    c.check(
+        send.is_some_and(|s| s["properties"].get("message").is_some()),
+        format!("{host} offered chat_send without its message parameter: {send:?}"),
     );
 }
 

@@ -1,0 +1,251 @@
+//! Real Claude Code turns through the proxy: `claude -p` (@anthropic-ai/claude-code at 2.1.217, the version of
+//! the original duplicate-`Mcp-Session-Id` report, in `tests/support/claude-code-2.1.217/`, and at the current
+//! release when pinned, in `tests/support/claude-code/`) with the real agentchattr as its MCP server behind the
+//! proxy, and a scripted stand-in for the model on the Messages API (`ANTHROPIC_BASE_URL`). The model is offered
+//! agentchattr's tools, none with a `sender` parameter; its `chat_send` claims another sender and is stored once
+//! under the agent's registered name; its `chat_read` brings that message back to it under the agent's name.
+//!
+//! Claude Code reaches nothing but loopback: `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC` turns off what phones
+//! home (the update check, telemetry, error reports), HOME and TMPDIR are the test's, and every proxy variable
+//! points at the trap ([`hosts::trap`]).
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::cases;
+use crate::support::checks::Checks;
+use crate::support::hosts::{self, Run, Stage, CLAIMED};
+use crate::support::realenv::{self, ClaudeCode};
+use crate::support::wire::{response, Next, Req, StubUpstream};
+
+/// agentchattr's name in `--mcp-config`: Claude Code offers its tools as `mcp__agentchattr__<tool>`.
+const SERVER: &str = "agentchattr";
+/// The model's two tool calls.
+const SEND_ID: &str = "toolu_chat_send";
+const READ_ID: &str = "toolu_chat_read";
+/// The model's last words.
+const FINAL: &str = "Posted to #general and read it back.";
+/// Bound on one `claude -p` run (under 2 s on an idle machine).
+const TURN_LIMIT: Duration = Duration::from_secs(90);
+
+/// The name Claude Code gives agentchattr's `tool`.
+fn offered_name(tool: &str) -> String {
+    format!("mcp__{SERVER}__{tool}")
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The stand-in model.
+
+/// `POST /v1/messages?beta=true`, answered with an event stream: with chat_send offered, a turn with no tool
+/// result yet calls it (posting `message` as [`CLAIMED`]); the turn carrying its result calls `chat_read` on
+/// #general; the turn carrying that result ends with [`FINAL`]. Anything else is a 404.
+fn model(message: String) -> StubUpstream {
+    StubUpstream::start(move |req: &Req, s: &mut TcpStream| {
+        let bytes = if req.method == "POST" && req.target == "/v1/messages?beta=true" {
+            let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+            let send = offered_name("chat_send");
+            let offered = body["tools"].as_array().into_iter().flatten().any(|t| t["name"] == send);
+            let blocks = match (tool_result(&body, SEND_ID), tool_result(&body, READ_ID)) {
+                (_, Some(_)) => vec![text(FINAL)],
+                (Some(_), None) => {
+                    vec![tool_use(READ_ID, &offered_name("chat_read"), json!({"channel": "general"}))]
+                }
+                (None, None) if offered => vec![tool_use(
+                    SEND_ID,
+                    &send,
+                    json!({"sender": CLAIMED, "message": message, "channel": "general"}),
+                )],
+                (None, None) => vec![text("chat_send was not offered")],
+            };
+            response(
+                "200 OK",
+                &[("Content-Type", "text/event-stream")],
+                events(&body["model"], &blocks).as_bytes(),
+            )
+        } else {
+            response(
+                "404 Not Found",
+                &[("Content-Type", "text/plain")],
+                b"the stand-in model has no such path",
+            )
+        };
+        let _ = s.write_all(&bytes);
+        Next::KeepAlive
+    })
+}
+
+/// The content blocks of one assistant message as a Messages API event stream, as the real API sends it:
+/// `message_start`; per block `content_block_start`, one delta (a tool's input as `input_json_delta`),
+/// `content_block_stop`; `message_delta` with the stop reason (`tool_use` when the last block calls a tool);
+/// `message_stop`.
+fn events(model: &Value, blocks: &[Value]) -> String {
+    let usage = json!({"input_tokens": 1, "output_tokens": 1});
+    let mut out = vec![json!({"type": "message_start", "message": {"id": "msg_stand_in", "type": "message",
+        "role": "assistant", "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
+        "usage": usage}})];
+    for (index, block) in blocks.iter().enumerate() {
+        let (start, delta) = match block["type"].as_str() {
+            Some("tool_use") => (
+                json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}),
+                json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}),
+            ),
+            _ => (json!({"type": "text", "text": ""}), json!({"type": "text_delta", "text": block["text"]})),
+        };
+        out.push(json!({"type": "content_block_start", "index": index, "content_block": start}));
+        out.push(json!({"type": "content_block_delta", "index": index, "delta": delta}));
+        out.push(json!({"type": "content_block_stop", "index": index}));
+    }
+    let calls = blocks.last().is_some_and(|b| b["type"] == "tool_use");
+    let stop = if calls { "tool_use" } else { "end_turn" };
+    out.push(json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
+        "usage": {"output_tokens": 1}}));
+    out.push(json!({"type": "message_stop"}));
+    out.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or(""))).collect()
+}
+
+fn tool_use(id: &str, name: &str, input: Value) -> Value {
+    json!({"type": "tool_use", "id": id, "name": name, "input": input})
+}
+
+fn text(text: &str) -> Value {
+    json!({"type": "text", "text": text})
+}
+
+/// The text of the `tool_result` for `id` in a request's messages (its content a string, or text blocks).
+fn tool_result(body: &Value, id: &str) -> Option<String> {
+    let block = body["messages"]
+        .as_array()?
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == id)?;
+    Some(match &block["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n"),
+        other => other.to_string(),
+    })
+}
+
+/// agentchattr's tools among a request's `tools`, as (agentchattr's name, input schema).
+fn offered(body: &Value) -> Vec<(String, Value)> {
+    let prefix = offered_name("");
+    body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            Some((t["name"].as_str()?.strip_prefix(&prefix)?.to_string(), t["input_schema"].clone()))
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Claude Code.
+
+/// `claude -p PROMPT` in print mode with JSON output, its MCP servers only those of `mcp_config`, agentchattr's
+/// two tools the model calls allowed without a prompt, the stand-in as its API; bounded by [`TURN_LIMIT`].
+fn claude(which: ClaudeCode, stage: &Stage, model: &StubUpstream, mcp_config: &Path, prompt: &str) -> Run {
+    let allowed = format!("{},{}", offered_name("chat_send"), offered_name("chat_read"));
+    let mut cmd = hosts::command("node", &stage.home, &stage.work, &stage.trap);
+    cmd.arg(realenv::claude_code(which))
+        .args(["-p", prompt, "--output-format", "json", "--strict-mcp-config", "--allowedTools", &allowed])
+        .arg("--mcp-config")
+        .arg(mcp_config)
+        .env("ANTHROPIC_BASE_URL", format!("http://{}", model.authority()))
+        // A dummy key: the stand-in checks nothing.
+        .env("ANTHROPIC_API_KEY", "dummy-key")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        // From 2.1.3xx MCP tools are otherwise offered through a search tool, not declared to the model.
+        .env("ENABLE_TOOL_SEARCH", "false");
+    hosts::run("claude -p", cmd, TURN_LIMIT)
+}
+
+fn claude_turn(test: &str, which: ClaudeCode) {
+    realenv::claude_code(which);
+    let stage = Stage::new(test, "claude");
+    let mut p = stage.proxy().start();
+    let message = format!("{test}: posted claiming to be {CLAIMED}");
+    let model = model(message.clone());
+    let config = json!({"mcpServers": {SERVER: {"type": "http", "url": p.url("/mcp")}}});
+    let mcp_config = stage.scratch.join("mcp.json");
+    std::fs::write(&mcp_config, config.to_string()).expect("write mcp.json");
+    let setup = stage.started.elapsed();
+
+    let run =
+        claude(which, &stage, &model, &mcp_config, "Post a short hello to #general, then read #general.");
+    p.stop();
+
+    let mut c = Checks::default();
+    c.check(run.status.success(), format!("claude -p exited with {}", run.status));
+    let reqs = model.requests();
+    let turns: Vec<Value> = reqs
+        .iter()
+        .filter(|r| r.method == "POST" && r.target == "/v1/messages?beta=true")
+        .map(|r| serde_json::from_slice(&r.body).unwrap_or(Value::Null))
+        .collect();
+    let seen: Vec<String> = reqs.iter().map(|r| format!("{} {}", r.method, r.target)).collect();
+    c.check(
+        turns.len() == 3,
+        format!(
+            "the model was asked {} times, want 3 (chat_send, chat_read, the end): {seen:?}",
+            turns.len()
+        ),
+    );
+    c.check(turns.len() == reqs.len(), format!("the model got requests other than its turns: {seen:?}"));
+    c.check(
+        turns.iter().all(|t| t["stream"] == true),
+        "a model request without \"stream\": true".to_string(),
+    );
+
+    let first = turns.first().cloned().unwrap_or(Value::Null);
+    hosts::check_offered(&mut c, "Claude Code", &offered(&first));
+    let send_output = turns.get(1).and_then(|t| tool_result(t, SEND_ID));
+    let read_output = turns.get(2).and_then(|t| tool_result(t, READ_ID));
+    let id = hosts::check_landing(
+        &mut c,
+        &stage.ac,
+        &stage.agent,
+        &message,
+        send_output.as_deref(),
+        read_output.as_deref(),
+    );
+
+    // What Claude Code reported.
+    let report: Value = serde_json::from_str(run.stdout.trim()).unwrap_or(Value::Null);
+    c.eq(
+        "Claude Code's report",
+        &json!([report["type"], report["subtype"], report["is_error"], report["result"]]),
+        &json!(["result", "success", false, FINAL]),
+    );
+    hosts::check_trap(&mut c, "Claude Code", &stage.trap);
+
+    let tools_json = serde_json::to_string_pretty(&first["tools"]).unwrap_or_default();
+    let evidence = [
+        ("claude stdout", run.stdout.clone()),
+        ("claude stderr", run.stderr.clone()),
+        ("model requests", seen.join("\n")),
+        ("tools offered on the first turn", tools_json),
+        ("chat_send's result given to the model", format!("{send_output:?}")),
+        ("chat_read's result given to the model", format!("{read_output:?}")),
+        ("the proxy's log", p.stderr_text()),
+        ("agentchattr's output", stage.ac.log_text()),
+    ];
+    c.finish(test, &evidence);
+    eprintln!(
+        "{test}: claude -p {:.1} s (setup {:.1} s, whole test {:.1} s); agent {}, message id {id:?}",
+        run.elapsed.as_secs_f64(),
+        setup.as_secs_f64(),
+        stage.started.elapsed().as_secs_f64(),
+        stage.agent
+    );
+}
+
+cases! { claude_turn;
+    claude_code_2_1_217_over_http_posts_as_the_agent_and_reads_it_back => ClaudeCode::V2_1_217;
+    claude_code_current_over_http_posts_as_the_agent_and_reads_it_back => ClaudeCode::Current;
+}
