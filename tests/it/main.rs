@@ -43,6 +43,10 @@ mod demo;
 mod forwarding;
 /// Framing: malformed requests, head limits, request and response bodies, byte-at-a-time input.
 mod framing;
+/// A real Gemini CLI turn (`gemini -p`, a scripted Gemini-API model) through the proxy to the real agentchattr.
+/// Unix only: the agentchattr venv, and Gemini CLI in a process group of its own.
+#[cfg(unix)]
+mod gemini;
 /// The audit log's file (full disk, removed directory, SIGUSR1, rotation by size) and the metrics listener
 /// (`/healthz` through the restart grace, `/metrics` as Prometheus text, what else it refuses).
 mod health;
