@@ -11,15 +11,12 @@
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::agentchattr::{Agentchattr, TOOLS};
 use crate::support::checks::Checks;
-use crate::support::hosts::{self, sent_id, Run};
-use crate::support::proxy_process::{scratch_dir, ProxyProcess};
+use crate::support::hosts::{self, sent_id, Run, Stage};
 use crate::support::realenv;
 use crate::support::wire::{response, Next, Req, StubUpstream};
 
@@ -172,10 +169,11 @@ default_tools_approval_mode = "approve"
     )
 }
 
-/// `codex exec --json` with `prompt` in `work`, `home` as its `CODEX_HOME` and `HOME` (see [`hosts::command`]),
-/// bounded by [`TURN_LIMIT`].
-fn codex_exec(home: &Path, work: &Path, trap: &StubUpstream, prompt: &str) -> Run {
-    let mut cmd = hosts::command("node", home, work, trap);
+/// `codex exec --json` with `prompt` in the stage's working directory, its HOME as `CODEX_HOME` too (see
+/// [`hosts::command`]), bounded by [`TURN_LIMIT`].
+fn codex_exec(stage: &Stage, prompt: &str) -> Run {
+    let (home, work) = (&stage.home, &stage.work);
+    let mut cmd = hosts::command("node", home, work, &stage.trap);
     cmd.arg(realenv::codex())
         .args([
             "exec",
@@ -216,27 +214,18 @@ fn a_codex_turn_over_https_through_nginx_lands_stamped() {
 }
 
 fn codex_turn(https: bool) {
-    let started = Instant::now();
-    let ac = Agentchattr::start();
-    let nginx = https.then(|| crate::tls::Nginx::start(&[ac.http]));
-    let (name, token) = ac.register("codex");
-    let upstream = ac.tools();
-    let upstream_names: Vec<&str> = upstream.iter().filter_map(|t| t["name"].as_str()).collect();
-    // The premise: agentchattr lists its twelve tools, the denied ones among them, and its chat_send asks
-    // for a sender.
-    let mut sorted = upstream_names.clone();
-    sorted.sort_unstable();
-    let mut known = TOOLS.to_vec();
-    known.sort_unstable();
-    assert_eq!(sorted, known, "agentchattr's own tools/list is not its known tool set");
+    let test = match https {
+        true => "a_codex_turn_over_https_through_nginx_lands_stamped",
+        false => "a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stamped",
+    };
+    realenv::codex();
+    let stage = Stage::new(test, "codex");
+    let nginx = https.then(|| crate::tls::Nginx::start(&[stage.ac.http]));
+    let upstream_names: Vec<&str> = stage.tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    // The premise, beyond the stage's: agentchattr lists the denied tools.
     for denied in DENIED {
         assert!(upstream_names.contains(&denied), "agentchattr lists no {denied}: {upstream_names:?}");
     }
-    let send = upstream.iter().find(|t| t["name"] == "chat_send").expect("agentchattr lists chat_send");
-    assert!(
-        send["inputSchema"]["required"].as_array().is_some_and(|r| r.contains(&json!("sender"))),
-        "{send}"
-    );
     let mut want: Vec<&str> = upstream_names.iter().copied().filter(|n| !DENIED.contains(n)).collect();
     want.sort_unstable();
 
@@ -245,27 +234,16 @@ fn codex_turn(https: bool) {
             format!("https://localhost:{}/mcp", n.ports[0]),
             vec!["--ca-file".to_string(), crate::tls::cert("root.pem")],
         ),
-        None => (format!("{}/mcp", ac.mcp_base()), Vec::new()),
+        None => (format!("{}/mcp", stage.ac.mcp_base()), Vec::new()),
     };
-    let mut p = ProxyProcess::builder(url)
-        .agent(&name)
-        .token(&token)
-        .arg("--deny-tool", DENIED[0])
-        .arg("--deny-tool", DENIED[1])
-        .args(ca)
-        .env("RUST_LOG", "info")
-        .start();
+    let mut p =
+        stage.proxy_to(url).arg("--deny-tool", DENIED[0]).arg("--deny-tool", DENIED[1]).args(ca).start();
     let model = model();
-    let trap = hosts::trap();
-    let scratch = scratch_dir("codex-turn");
-    let (home, work) = (scratch.join("home"), scratch.join("work"));
-    for dir in [&home, &work] {
-        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-    }
-    std::fs::write(home.join("config.toml"), config(&model, &p.url("/mcp"))).expect("write config.toml");
-    let setup = started.elapsed();
+    std::fs::write(stage.home.join("config.toml"), config(&model, &p.url("/mcp")))
+        .expect("write config.toml");
+    let setup = stage.started.elapsed();
 
-    let run = codex_exec(&home, &work, &trap, "Post a short hello to #general with chat_send.");
+    let run = codex_exec(&stage, "Post a short hello to #general with chat_send.");
     p.stop();
 
     let mut c = Checks::default();
@@ -348,18 +326,18 @@ fn codex_turn(https: bool) {
     c.check(run.stdout.contains(FINAL), format!("Codex did not end with the model's {FINAL:?}"));
 
     // Stored once, under the agent's name, with the id the call answered.
-    let messages = ac.messages();
+    let messages = stage.ac.messages();
     let stored: Vec<&Value> = messages.iter().filter(|m| m["text"] == MESSAGE).collect();
     c.check(stored.len() == 1, format!("stored {} times, want once: {stored:?}", stored.len()));
     if let Some(m) = stored.first() {
-        c.eq("the stored sender", &m["sender"], &json!(name));
+        c.eq("the stored sender", &m["sender"], &json!(stage.agent));
         c.eq("the stored channel", &m["channel"], &json!("general"));
         c.check(
             m["id"].as_u64() == output_id,
             format!("stored as {}, the call answered {output_id:?}", m["id"]),
         );
     }
-    hosts::check_trap(&mut c, "Codex", &trap);
+    hosts::check_trap(&mut c, "Codex", &stage.trap);
     let tools_json = serde_json::to_string_pretty(&first["tools"]).unwrap_or_default();
     let evidence = [
         ("codex stdout (--json events)", run.stdout.clone()),
@@ -368,21 +346,17 @@ fn codex_turn(https: bool) {
         ("tools offered on the first turn", tools_json),
         ("second turn's call output", output.clone()),
         ("the proxy's log", p.stderr_text()),
-        ("agentchattr's output", ac.log_text()),
+        ("agentchattr's output", stage.ac.log_text()),
     ];
     if https {
         c.check(!p.stderr_text().contains("TLS with upstream"), "a TLS failure was logged".to_string());
     }
-    let test = match https {
-        true => "a_codex_turn_over_https_through_nginx_lands_stamped",
-        false => "a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stamped",
-    };
     c.finish(test, &evidence);
     eprintln!(
-        "codex turn: codex exec {:.1} s (setup {:.1} s, whole test {:.1} s); agent {name}, message id {:?}",
+        "{test}: codex exec {:.1} s (setup {:.1} s, whole test {:.1} s); agent {}, message id {output_id:?}",
         run.elapsed.as_secs_f64(),
         setup.as_secs_f64(),
-        started.elapsed().as_secs_f64(),
-        output_id
+        stage.started.elapsed().as_secs_f64(),
+        stage.agent
     );
 }

@@ -108,10 +108,12 @@ impl Stage {
 
     /// The proxy in front of agentchattr's `/mcp` as the registered agent, logging each exchange (`info`).
     pub fn proxy(&self) -> ProxyBuilder {
-        ProxyProcess::builder(format!("{}/mcp", self.ac.mcp_base()))
-            .agent(&self.agent)
-            .token(&self.token)
-            .env("RUST_LOG", "info")
+        self.proxy_to(format!("{}/mcp", self.ac.mcp_base()))
+    }
+
+    /// The same in front of `upstream` (agentchattr behind something else).
+    pub fn proxy_to(&self, upstream: String) -> ProxyBuilder {
+        ProxyProcess::builder(upstream).agent(&self.agent).token(&self.token).env("RUST_LOG", "info")
     }
 }
 
