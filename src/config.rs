@@ -65,6 +65,8 @@ pub struct Config {
     pub identity_file: Option<PathBuf>,
     /// Identity objects, one per line, on stdin; EOF shuts down.
     pub control_stdin: bool,
+    /// `--stdio`: JSON-RPC lines on stdin and stdout; no listener.
+    pub stdio: bool,
     /// Which argument of which tool is stamped with the agent name.
     pub stamps: StampMap,
     /// The tool policy's flags (`--allow-tool`, `--deny-tool`,
@@ -225,6 +227,11 @@ USAGE (the identity comes from the flags, an identity file, or both):
     Point the client at http://127.0.0.1:PORT plus the upstream's path
     (e.g. /mcp). Everything but the port line goes to stderr.
 
+    With --stdio instead, the host spawns the proxy as its MCP server:
+    JSON-RPC messages, one per line, on stdin and stdout (nothing else on
+    stdout; logs on stderr); no port is opened. stdin's end lets answers in
+    flight finish (5 s at most), DELETEs the session and exits 0.
+
 UPSTREAM AND IDENTITY:
     --upstream URL          http://HOST[:PORT][/PATH] (port 80 by default)
                             or https://HOST[:PORT][/PATH] (port 443): TLS
@@ -265,6 +272,12 @@ UPSTREAM AND IDENTITY:
                             current identity kept. Windows has no SIGHUP:
                             there the file is only polled (or use
                             --control-stdin).
+    --stdio                 speak MCP over stdin/stdout instead of
+                            listening (not with --listen or
+                            --control-stdin); the upstream is reached as
+                            streamable HTTP, or as legacy SSE when its
+                            path ends in /sse or initialize gets a 4xx
+                            and a GET of the URL offers an endpoint
     --control-stdin         read identity objects, one JSON per line with
                             both fields, from stdin (a pipe or terminal);
                             shut down gracefully at EOF, so the proxy never
@@ -417,6 +430,9 @@ pub struct Flags {
     pub allow_origins: Vec<String>,
     pub identity_file: Option<PathBuf>,
     pub control_stdin: bool,
+    pub stdio: bool,
+    /// `--listen` was given (refused beside `--stdio`).
+    pub listen_given: bool,
     pub extra_stamps: Vec<(String, String)>,
     pub default_stamps: bool,
     pub client_token_file: Option<PathBuf>,
@@ -454,6 +470,8 @@ impl Default for Flags {
             allow_origins: Vec::new(),
             identity_file: None,
             control_stdin: false,
+            stdio: false,
+            listen_given: false,
             extra_stamps: Vec::new(),
             default_stamps: true,
             client_token_file: None,
@@ -503,7 +521,11 @@ impl Flags {
                 "--upstream" => f.upstream = Some(value("--upstream")?),
                 "--agent" => f.agent = Some(value("--agent")?),
                 "--token-file" => f.token_file = Some(PathBuf::from(value("--token-file")?)),
-                "--listen" => f.listen = parse_listen(&value("--listen")?)?,
+                "--listen" => {
+                    f.listen = parse_listen(&value("--listen")?)?;
+                    f.listen_given = true;
+                }
+                "--stdio" => f.stdio = true,
                 "--connect-timeout" => {
                     f.connect_timeout = secs("--connect-timeout", value("--connect-timeout"))?
                 }
@@ -596,6 +618,14 @@ impl Flags {
         if let (Some(_), Some(flag)) = (&f.probe, beside_probe) {
             return Err(ConfigError::ProbeNotAlone(flag));
         }
+        if f.stdio && f.listen_given {
+            let why = "a stdio server opens no port: drop --listen (or --stdio)";
+            return Err(ConfigError::Invalid { flag: "--stdio", why });
+        }
+        if f.stdio && f.control_stdin {
+            let why = "stdin carries JSON-RPC: give a live identity with --identity-file instead of --control-stdin";
+            return Err(ConfigError::Invalid { flag: "--stdio", why });
+        }
         Ok(f)
     }
 }
@@ -654,6 +684,8 @@ impl Config {
             allow_origins,
             identity_file,
             control_stdin,
+            stdio,
+            listen_given: _,
             extra_stamps,
             default_stamps,
             client_token_file,
@@ -716,6 +748,7 @@ impl Config {
             identity,
             identity_file,
             control_stdin,
+            stdio,
             stamps,
             tools,
             connect_timeout,
@@ -1008,6 +1041,18 @@ mod tests {
     }
 
     #[test]
+    fn stdio_refuses_a_listener_and_control_stdin_beside_it() {
+        let base = "--upstream http://127.0.0.1:1/mcp --agent a --stdio";
+        let c = parse(args(base), Some("tok".into())).unwrap();
+        assert!(c.stdio);
+        for extra in ["--listen 127.0.0.1:0", "--listen 127.0.0.1:9000", "--control-stdin"] {
+            let e = parse(args(&format!("{base} {extra}")), Some("tok".into())).unwrap_err();
+            assert!(matches!(e, ConfigError::Invalid { flag: "--stdio", .. }), "{extra}: {e}");
+        }
+        assert!(!parse(args("--upstream http://127.0.0.1:1/mcp --agent a"), Some("t".into())).unwrap().stdio);
+    }
+
+    #[test]
     fn flags_alone_are_the_argv_walk() {
         let f = Flags::parse(args(
             "--upstream http://h:1/mcp --agent a --token-file /t --listen 127.0.0.1:7 --connect-timeout 0.5 \
@@ -1021,6 +1066,7 @@ mod tests {
             agent: Some("a".into()),
             token_file: Some("/t".into()),
             listen: "127.0.0.1:7".parse().unwrap(),
+            listen_given: true,
             connect_timeout: Duration::from_millis(500),
             response_timeout: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(3),

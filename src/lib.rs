@@ -30,6 +30,7 @@ pub(crate) mod limits;
 pub mod mcp;
 pub mod obs;
 pub mod probe;
+pub mod stdio;
 #[cfg(test)]
 mod test_rng;
 #[cfg(feature = "tls")]

@@ -41,6 +41,7 @@ fn main() -> ExitCode {
         .target(env_logger::Target::Stderr)
         .init();
     let port = config.listen.port();
+    let stdio = config.stdio;
     let proxy = match Proxy::bind(config) {
         Ok(p) => p,
         Err(BindError::Listen(e)) if e.kind() == std::io::ErrorKind::AddrInUse && port != 0 => {
@@ -65,11 +66,18 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    println!("  MCP proxy: port {}", proxy.local_addr().port());
-    if let Some(addr) = proxy.metrics_addr() {
-        println!("  metrics: port {}", addr.port());
+    if stdio {
+        // stdout carries JSON-RPC only.
+        if let Some(addr) = proxy.metrics_addr() {
+            eprintln!("  metrics: port {}", addr.port());
+        }
+    } else {
+        println!("  MCP proxy: port {}", proxy.local_addr().port());
+        if let Some(addr) = proxy.metrics_addr() {
+            println!("  metrics: port {}", addr.port());
+        }
+        let _ = std::io::stdout().flush();
     }
-    let _ = std::io::stdout().flush();
     match proxy.run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

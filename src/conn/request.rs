@@ -87,7 +87,7 @@ impl Conn {
     /// socket is dropped.
     pub(super) fn linger(&mut self, now: Instant, reason: CloseReason) {
         self.release_upstream(now);
-        let _ = self.client.shutdown(std::net::Shutdown::Write);
+        self.client.shutdown_write();
         self.client_buf.clear();
         self.set_phase(Phase::Linger { until: now + LINGER, reason });
     }
@@ -222,7 +222,13 @@ impl Conn {
             client_token: ctx.config.client_token.as_ref().map(|t| t.as_bytes()),
             allow_origins: &ctx.config.allow_origins,
         };
-        if let Err(refusal) = guard::admission(req, &policy) {
+        // A pipe is written by the stdio front-end only: no browser, no
+        // other process, nothing for the guard to keep out.
+        let admitted = match self.client {
+            super::ClientSock::Pipe(_) => Ok(()),
+            super::ClientSock::Tcp(_) => guard::admission(req, &policy),
+        };
+        if let Err(refusal) = admitted {
             warn!("conn {} ({}): refused: {}", self.id, self.peer, refusal.message());
             self.reply_error(ctx, Answer::Refused(refusal));
             return;

@@ -25,11 +25,7 @@ pub(super) use super::client_out::ClientOut;
 impl ClientOut {
     /// One vectored write of `own[pos..]` then the passed bytes; returns
     /// (bytes written, of which passed, outcome).
-    fn write_to(
-        &mut self,
-        sock: &mut mio::net::TcpStream,
-        upstream: &mut Buf,
-    ) -> (usize, usize, SocketState) {
+    fn write_to(&mut self, sock: &mut super::ClientSock, upstream: &mut Buf) -> (usize, usize, SocketState) {
         self.check(upstream);
         let (n, outcome) = {
             let own = self.own.get(self.pos..).unwrap_or_default();

@@ -10,6 +10,7 @@ mod pool;
 #[cfg(feature = "dns-refresh")]
 mod resolve;
 mod slab;
+mod stdio;
 mod timers;
 
 use crate::config::Config;
@@ -106,6 +107,11 @@ pub struct Proxy {
     next_id: u64,
     accept_paused_until: Option<Instant>,
     shutdown_at: Option<Instant>,
+    /// `--stdio`: the front-end on stdin and stdout (no listener then).
+    stdio: Option<crate::stdio::Bridge>,
+    /// Pipes of `--stdio` connections closed this round, with their last
+    /// bytes, until the front-end reads them.
+    closed_pipes: Vec<(u64, crate::conn::client_sock::Pipe)>,
 }
 
 /// What one batch of events asked for besides connection readiness.
@@ -198,12 +204,34 @@ impl Proxy {
     /// Bind the listener and install signal handlers.
     pub fn bind(config: Config) -> Result<Proxy, BindError> {
         let poll = Poll::new().map_err(BindError::Setup)?;
-        let mut listener = sys::listen(config.listen).map_err(BindError::Listen)?;
-        let local_addr = listener.local_addr().map_err(BindError::Listen)?;
-        poll.registry().register(&mut listener, LISTENER, Interest::READABLE).map_err(BindError::Listen)?;
+        let (listener, local_addr) = match config.stdio {
+            true => (None, SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0))),
+            false => {
+                let mut listener = sys::listen(config.listen).map_err(BindError::Listen)?;
+                let local_addr = listener.local_addr().map_err(BindError::Listen)?;
+                poll.registry()
+                    .register(&mut listener, LISTENER, Interest::READABLE)
+                    .map_err(BindError::Listen)?;
+                (Some(listener), local_addr)
+            }
+        };
         // mio allows one Waker per Poll: it carries shutdown requests, and
         // signals and stdin where the OS cannot poll them (Windows).
         let waker = std::sync::Arc::new(mio::Waker::new(poll.registry(), WAKER).map_err(BindError::Setup)?);
+        let stdio = match config.stdio {
+            true => {
+                let stdin = sys::StdinChannel::open(poll.registry(), STDIN, &waker)
+                    .map_err(BindError::ControlStdin)?;
+                let wake = waker.clone();
+                let out = crate::stdio::out::Stdout::start(std::io::stdout(), move || {
+                    let _ = wake.wake();
+                })
+                .map_err(BindError::Setup)?;
+                let client_token = config.client_token.clone();
+                Some(crate::stdio::Bridge::new(&config.upstream.path, 0, client_token, stdin, out))
+            }
+            false => None,
+        };
         let signals = Signals::install(poll.registry(), SIGNALS, &waker).map_err(BindError::Setup)?;
         let live = Live::new(config.identity.clone(), &config.tools);
         let watch = config
@@ -246,8 +274,8 @@ impl Proxy {
         let stamps = config.stamps.clone();
         Ok(Proxy {
             poll,
-            listener: Some(listener),
-            listening: true,
+            listening: listener.is_some(),
+            listener,
             local_addr,
             config,
             live,
@@ -276,6 +304,8 @@ impl Proxy {
             next_id: 0,
             accept_paused_until: None,
             shutdown_at: None,
+            stdio,
+            closed_pipes: Vec::new(),
         })
     }
 
@@ -311,12 +341,17 @@ impl Proxy {
             woken.stop |= self.read_control_stdin(woken.stdin);
             woken.stop |= self.handle_signals(woken.signals, now);
             if woken.stop {
-                self.begin_shutdown(now);
+                match self.stdio.as_mut() {
+                    Some(bridge) => bridge.terminate(now),
+                    None => self.begin_shutdown(now),
+                }
             }
             self.check_identity_file(now);
+            self.stdio_turn(woken.stdin, now, false);
             self.accept(woken.accept, now);
             self.timers.expired(now, &mut self.touched);
             self.drive_touched(now);
+            self.stdio_turn(false, now, true);
             if self.metrics.is_some() {
                 self.serve_metrics(&mut woken, now);
             }
@@ -331,9 +366,32 @@ impl Proxy {
             if self.audit.is_some() {
                 self.write_audit();
             }
+            if self.stdio.as_ref().is_some_and(|b| b.finished(now)) {
+                info!("stdio: done");
+                return Ok(());
+            }
             if self.shutdown_finished(now) {
                 return Ok(());
             }
+        }
+    }
+
+    /// The `--stdio` front-end's turn, before the connections are driven
+    /// (what it wakes is driven this round) and after (the next round,
+    /// at once).
+    fn stdio_turn(&mut self, stdin: bool, now: Instant, after_drive: bool) {
+        let Some(bridge) = self.stdio.as_mut() else { return };
+        let wakes = if after_drive { &mut self.again } else { &mut self.touched };
+        let mut core = stdio::PipeConns {
+            slab: &mut self.slab,
+            wakes,
+            next_id: &mut self.next_id,
+            closed: &mut self.closed_pipes,
+            now,
+        };
+        bridge.turn(&mut core, stdin, now);
+        if after_drive {
+            self.closed_pipes.clear();
         }
     }
 
@@ -352,6 +410,7 @@ impl Proxy {
             self.accept_paused_until,
             self.watch.as_ref().and_then(IdentityWatch::wake_at),
             self.shutdown_at.map(|t| t + SHUTDOWN_GRACE),
+            self.stdio.as_ref().and_then(crate::stdio::Bridge::deadline),
             #[cfg(feature = "dns-refresh")]
             self.resolver.as_ref().and_then(resolve::Resolver::due_at),
         ]
@@ -605,7 +664,9 @@ impl Proxy {
             connect_failed: &self.connect_failed,
         };
         for &slot in &self.touched {
-            drive_slot(&self.poll, &mut self.slab, &mut self.pool, &mut self.again, slot, &ctx);
+            let (slab, pool, again, closed) =
+                (&mut self.slab, &mut self.pool, &mut self.again, &mut self.closed_pipes);
+            drive_slot(&self.poll, slab, pool, again, closed, slot, &ctx);
             // Deadlines change only when a connection is driven.
             let conn = self.slab.entries.get(slot).and_then(Option::as_ref);
             self.timers.arm(slot, conn.and_then(|c| c.deadline(&self.config)));
@@ -652,7 +713,15 @@ impl Proxy {
 
 /// Drive one connection until it waits, handing it upstream sockets as it
 /// asks for them.
-fn drive_slot(poll: &Poll, slab: &mut Slab, pool: &mut Pool, again: &mut Vec<usize>, slot: usize, ctx: &Ctx) {
+fn drive_slot(
+    poll: &Poll,
+    slab: &mut Slab,
+    pool: &mut Pool,
+    again: &mut Vec<usize>,
+    closed_pipes: &mut Vec<(u64, crate::conn::client_sock::Pipe)>,
+    slot: usize,
+    ctx: &Ctx,
+) {
     // Bounded: each NeedUpstream round either attaches a socket or fails.
     for _ in 0..MAX_UPSTREAM_ROUNDS {
         let Some(Some(conn)) = slab.entries.get_mut(slot) else {
@@ -691,7 +760,13 @@ fn drive_slot(poll: &Poll, slab: &mut Slab, pool: &mut Pool, again: &mut Vec<usi
                 ctx.legacy.borrow_mut().close(conn.id());
                 if let Some(mut conn) = slab.remove(slot) {
                     debug_assert!(conn.close_reason().is_some(), "closed with a reason");
-                    let _ = poll.registry().deregister(conn.client());
+                    if let Some(tcp) = conn.client_tcp() {
+                        let _ = poll.registry().deregister(tcp);
+                    }
+                    let id = conn.id();
+                    if let Some(pipe) = conn.into_pipe() {
+                        closed_pipes.push((id, pipe));
+                    }
                 }
                 return;
             }

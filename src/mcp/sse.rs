@@ -340,6 +340,175 @@ pub fn rewrite_location_from(
     Some(out)
 }
 
+/// What an event stream's fields say, as `Framer` reads them.
+pub trait EventSink {
+    /// Bytes of the current event's data: the values of its `data` lines
+    /// in order, with the `\n` that joins two lines (never one after the
+    /// last line). A value may come in several calls.
+    fn data(&mut self, bytes: &[u8]);
+    /// The `event` field's value (the last one wins), whole.
+    fn event_type(&mut self, value: &[u8]);
+    /// A blank line: the event is over (dispatched only if it had data).
+    fn dispatch(&mut self, had_data: bool);
+}
+
+/// An event stream read as it arrives, in any split, by WHATWG HTML §9.2.6
+/// "Interpreting an event stream": lines end with CRLF, LF or CR; one
+/// leading BOM is ignored; a line starting with `:` is a comment; one space
+/// after the field's colon is dropped; `data` values are joined with LF; a
+/// blank line dispatches. Data values pass through in runs, never held: an
+/// event of any size costs the framer a few bytes. Field names and `event`
+/// values are held up to 64 bytes (longer ones are no field this reader
+/// knows, and are ignored).
+#[derive(Debug, Default)]
+pub struct Framer {
+    /// BOM bytes matched at the start; `UTF8_BOM.len() + 1` once past it.
+    bom: usize,
+    after_cr: bool,
+    at: FramerAt,
+    name: SmallVec<[u8; 16]>,
+    value: SmallVec<[u8; 64]>,
+    field: FramerField,
+    /// The space after the colon is still to be dropped.
+    skip_space: bool,
+    has_data: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum FramerAt {
+    #[default]
+    LineStart,
+    Name,
+    Value,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum FramerField {
+    #[default]
+    Ignored,
+    Data,
+    Event,
+}
+
+const MAX_FRAMER_FIELD: usize = 64;
+
+impl Framer {
+    /// Reads `input`, calling `sink` for what it says, up to and including
+    /// the first blank line (dispatch) or to the end: returns the bytes read
+    /// and whether it stopped at a dispatch, so the caller can deal with one
+    /// event before the next begins.
+    pub fn feed(&mut self, input: &[u8], sink: &mut impl EventSink) -> (usize, bool) {
+        let mut at = 0;
+        while let Some(&b) = input.get(at) {
+            if self.bom <= UTF8_BOM.len() {
+                if self.bom < UTF8_BOM.len() && UTF8_BOM.get(self.bom) == Some(&b) {
+                    self.bom += 1;
+                    at += 1;
+                    if self.bom == UTF8_BOM.len() {
+                        self.bom = UTF8_BOM.len() + 1;
+                    }
+                    continue;
+                }
+                // A partial BOM was no BOM: its bytes (none a line end)
+                // start the first line.
+                let partial = std::mem::replace(&mut self.bom, UTF8_BOM.len() + 1).min(UTF8_BOM.len());
+                for &m in UTF8_BOM.get(..partial).unwrap_or_default() {
+                    self.byte(m, sink);
+                }
+            }
+            if self.at == FramerAt::Value && self.field == FramerField::Data && !self.skip_space {
+                // A run of data bytes up to the end of the line, in one call.
+                let rest = input.get(at..).unwrap_or_default();
+                let run = memchr2(b'\n', b'\r', rest).unwrap_or(rest.len());
+                if run > 0 {
+                    self.after_cr = false;
+                    sink.data(rest.get(..run).unwrap_or_default());
+                    at += run;
+                    continue;
+                }
+            }
+            at += 1;
+            if self.byte(b, sink) {
+                return (at, true);
+            }
+        }
+        (at, false)
+    }
+
+    /// One byte; true when it dispatched an event.
+    fn byte(&mut self, b: u8, sink: &mut impl EventSink) -> bool {
+        let after_cr = std::mem::replace(&mut self.after_cr, false);
+        match b {
+            b'\n' if after_cr => false,
+            b'\r' | b'\n' => {
+                self.after_cr = b == b'\r';
+                self.end_line(sink)
+            }
+            _ => {
+                match self.at {
+                    FramerAt::LineStart | FramerAt::Name => {
+                        self.at = FramerAt::Name;
+                        if b == b':' {
+                            self.begin_value(sink);
+                        } else if self.name.len() <= MAX_FRAMER_FIELD {
+                            self.name.push(b);
+                        }
+                    }
+                    FramerAt::Value => {
+                        if std::mem::replace(&mut self.skip_space, false) && b == b' ' {
+                            return false;
+                        }
+                        match self.field {
+                            FramerField::Data => sink.data(&[b]),
+                            FramerField::Event if self.value.len() <= MAX_FRAMER_FIELD => self.value.push(b),
+                            _ => {}
+                        }
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    /// The field name is over (a colon, or the end of a line without one).
+    fn begin_value(&mut self, sink: &mut impl EventSink) {
+        self.at = FramerAt::Value;
+        self.skip_space = true;
+        self.value.clear();
+        self.field = match self.name.as_slice() {
+            b"data" => {
+                if std::mem::replace(&mut self.has_data, true) {
+                    sink.data(b"\n");
+                }
+                FramerField::Data
+            }
+            b"event" => FramerField::Event,
+            // Comments (an empty name), `id`, `retry` and unknown fields.
+            _ => FramerField::Ignored,
+        };
+    }
+
+    fn end_line(&mut self, sink: &mut impl EventSink) -> bool {
+        let at = std::mem::replace(&mut self.at, FramerAt::LineStart);
+        if at == FramerAt::LineStart {
+            self.skip_space = false;
+            let had_data = std::mem::take(&mut self.has_data);
+            sink.dispatch(had_data);
+            return true;
+        }
+        if at == FramerAt::Name {
+            self.begin_value(sink);
+        }
+        if self.field == FramerField::Event {
+            sink.event_type(&self.value);
+        }
+        self.name.clear();
+        self.field = FramerField::Ignored;
+        self.skip_space = false;
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
