@@ -203,7 +203,7 @@ fn claude_turn(test: &str, which: ClaudeCode) {
     );
 
     let first = turns.first().cloned().unwrap_or(Value::Null);
-    hosts::check_offered(&mut c, "Claude Code", &offered(&first));
+    hosts::check_offered(&mut c, "Claude Code", &offered(&first), &[]);
     let send_output = turns.get(1).and_then(|t| tool_result(t, SEND_ID));
     let read_output = turns.get(2).and_then(|t| tool_result(t, READ_ID));
     let id = hosts::check_landing(

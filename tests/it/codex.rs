@@ -1,9 +1,10 @@
-//! A real Codex CLI turn through the proxy: `codex exec` (@openai/codex, pinned in `tests/support/codex/`)
-//! with the real agentchattr behind `--deny-tool chat_rules --deny-tool chat_decision` as its MCP server
-//! (streamable HTTP), and a scripted stand-in for the model on the Responses API. Codex offers its model what
-//! the proxy let through: agentchattr's tools less the denied ones, none with a `sender` parameter. The
-//! model's `chat_send` without `sender` is stamped on its way (agentchattr's `chat_send` requires `sender`:
-//! unstamped, it fails validation) and stored once under the agent's registered name.
+//! Real Codex CLI turns through the proxy: `codex exec` (@openai/codex, pinned in `tests/support/codex/`) with
+//! the real agentchattr behind `--deny-tool chat_rules --deny-tool chat_decision` as its MCP server, and a
+//! scripted stand-in for the model on the Responses API. Codex offers its model what the proxy let through:
+//! agentchattr's tools less the denied ones, none with a `sender` parameter. The model's `chat_send` without
+//! `sender` is stamped on its way (agentchattr's `chat_send` requires `sender`: unstamped, it fails
+//! validation) and stored once under the agent's registered name; its `chat_read` brings that message back to
+//! it under the agent's name.
 //!
 //! Codex reaches nothing but loopback: its config turns off what phones home (the plugin marketplace's git
 //! and HTTPS syncs, analytics, the update check), and every proxy variable points at a trap that records and
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::support::cases;
 use crate::support::checks::Checks;
 use crate::support::hosts::{self, sent_id, Run, Stage};
 use crate::support::realenv;
@@ -22,32 +24,47 @@ use crate::support::wire::{response, Next, Req, StubUpstream};
 
 /// The tools the proxy hides.
 const DENIED: [&str; 2] = ["chat_rules", "chat_decision"];
-/// What the model posts.
-const MESSAGE: &str = "codex turn: posted without a sender";
-/// The model's one tool call.
-const CALL_ID: &str = "call_chat_send_1";
+/// agentchattr's name under `mcp_servers`: Codex offers its tools in the namespace `mcp__agentchattr`.
+const SERVER: &str = "agentchattr";
+/// The model's two tool calls.
+const SEND_CALL: &str = "call_chat_send_1";
+const READ_CALL: &str = "call_chat_read_1";
 /// The model's last words.
-const FINAL: &str = "Posted to #general.";
+const FINAL: &str = "Posted to #general and read it back.";
 /// The provider's key variable (a dummy key: the stand-in checks nothing).
 const KEY_VAR: &str = "CODEX_TURN_TEST_KEY";
 /// Bound on the whole `codex exec` run (about 1 s on an idle machine).
 const TURN_LIMIT: Duration = Duration::from_secs(60);
 
+/// How Codex reaches agentchattr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// The proxy on a loopback port, in front of agentchattr's `/mcp`.
+    Http,
+    /// The same with the proxy's upstream `https://`: agentchattr behind nginx terminating TLS.
+    Https,
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // The stand-in model.
 
 /// `POST /v1/responses` (Codex appends `/responses` to the provider's base URL), answered with an event
-/// stream: a turn with no tool output yet calls `chat_send` (or, when Codex offered none, just ends); the
-/// turn that carries the call's output ends with a message. Anything else is a 404.
-fn model() -> StubUpstream {
-    StubUpstream::start(|req: &Req, s: &mut TcpStream| {
+/// stream: with chat_send offered, a turn with no tool output yet calls it with `arguments`; the turn carrying
+/// its output calls `chat_read` on #general; the turn carrying that output ends with [`FINAL`]. Anything else
+/// is a 404.
+fn model(arguments: Value) -> StubUpstream {
+    StubUpstream::start(move |req: &Req, s: &mut TcpStream| {
         let bytes = if req.method == "POST" && req.target == "/v1/responses" {
             let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
-            let chat_send = namespace_of(&body["tools"], "chat_send");
-            let (id, item) = match (call_output(&body), chat_send) {
-                (None, Some(namespace)) => ("resp_call", function_call(&namespace)),
-                (None, None) => ("resp_none", message("chat_send was not offered")),
-                (Some(_), _) => ("resp_final", message(FINAL)),
+            let namespace = namespace_of(&body["tools"], "chat_send");
+            let read = json!({"channel": "general"});
+            let (id, item) = match (call_output(&body, SEND_CALL), call_output(&body, READ_CALL), namespace) {
+                (_, Some(_), _) => ("resp_final", message(FINAL)),
+                (Some(_), None, Some(ns)) => ("resp_read", function_call(&ns, READ_CALL, "chat_read", &read)),
+                (None, None, Some(ns)) => {
+                    ("resp_send", function_call(&ns, SEND_CALL, "chat_send", &arguments))
+                }
+                (_, None, None) => ("resp_none", message("chat_send was not offered")),
             };
             response("200 OK", &[("Content-Type", "text/event-stream")], events(id, item).as_bytes())
         } else {
@@ -79,11 +96,10 @@ fn events(id: &str, item: Value) -> String {
     .collect()
 }
 
-/// A call of `chat_send` in `namespace`, with a message and a channel and no `sender`.
-fn function_call(namespace: &str) -> Value {
-    let arguments = json!({"message": MESSAGE, "channel": "general"}).to_string();
-    json!({"type": "function_call", "call_id": CALL_ID, "name": "chat_send", "namespace": namespace,
-           "arguments": arguments})
+/// A call of `name` in `namespace` with `arguments`.
+fn function_call(namespace: &str, call_id: &str, name: &str, arguments: &Value) -> Value {
+    json!({"type": "function_call", "call_id": call_id, "name": name, "namespace": namespace,
+           "arguments": arguments.to_string()})
 }
 
 fn message(text: &str) -> Value {
@@ -113,12 +129,12 @@ fn namespace_of(tools: &Value, name: &str) -> Option<String> {
     offered(tools).into_iter().find(|(ns, t)| !ns.is_empty() && t["name"] == name).map(|(ns, _)| ns)
 }
 
-/// The text of the output of [`CALL_ID`] in a request's input (a string, or a list of text parts).
-fn call_output(body: &Value) -> Option<String> {
+/// The text of the output of `call_id` in a request's input (a string, or a list of text parts).
+fn call_output(body: &Value, call_id: &str) -> Option<String> {
     let item = body["input"]
         .as_array()?
         .iter()
-        .find(|i| i["type"] == "function_call_output" && i["call_id"] == CALL_ID)?;
+        .find(|i| i["type"] == "function_call_output" && i["call_id"] == call_id)?;
     Some(match &item["output"] {
         Value::String(s) => s.clone(),
         Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n"),
@@ -131,7 +147,7 @@ fn call_output(body: &Value) -> Option<String> {
 
 /// `$CODEX_HOME/config.toml`: the stand-in as the model provider, agentchattr through the proxy as the MCP
 /// server, no prompts, nothing that phones home.
-fn config(model: &StubUpstream, mcp_url: &str) -> String {
+fn config(model: &StubUpstream, server: &str) -> String {
     format!(
         r#"model = "stand-in"
 model_provider = "stand-in"
@@ -159,8 +175,8 @@ wire_api = "responses"
 request_max_retries = 0
 stream_max_retries = 0
 
-[mcp_servers.agentchattr]
-url = "{mcp_url}"
+[mcp_servers.{SERVER}]
+{server}
 # Under approval_policy "never" an MCP call is refused ("MCP tool call requires approval, but approval policy
 # is never") unless its server's tools are approved here.
 default_tools_approval_mode = "approve"
@@ -202,32 +218,17 @@ fn tool_calls(stdout: &str) -> Vec<Value> {
         .collect()
 }
 
-#[test]
-fn a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stamped() {
-    codex_turn(false);
-}
-
-/// The same turn with the proxy's upstream `https://`, agentchattr behind nginx terminating TLS.
-#[test]
-fn a_codex_turn_over_https_through_nginx_lands_stamped() {
-    codex_turn(true);
-}
-
-fn codex_turn(https: bool) {
-    let test = match https {
-        true => "a_codex_turn_over_https_through_nginx_lands_stamped",
-        false => "a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stamped",
-    };
+fn codex_turn(test: &str, route: Route) {
     realenv::codex();
     let stage = Stage::new(test, "codex");
-    let nginx = https.then(|| crate::tls::Nginx::start(&[stage.ac.http]));
+    let nginx = (route == Route::Https).then(|| crate::tls::Nginx::start(&[stage.ac.http]));
     let upstream_names: Vec<&str> = stage.tools.iter().filter_map(|t| t["name"].as_str()).collect();
     // The premise, beyond the stage's: agentchattr lists the denied tools.
     for denied in DENIED {
         assert!(upstream_names.contains(&denied), "agentchattr lists no {denied}: {upstream_names:?}");
     }
-    let mut want: Vec<&str> = upstream_names.iter().copied().filter(|n| !DENIED.contains(n)).collect();
-    want.sort_unstable();
+    let message = format!("{test}: posted without a sender");
+    let arguments = json!({"message": message, "channel": "general"});
 
     let (url, ca) = match &nginx {
         Some(n) => (
@@ -238,12 +239,12 @@ fn codex_turn(https: bool) {
     };
     let mut p =
         stage.proxy_to(url).arg("--deny-tool", DENIED[0]).arg("--deny-tool", DENIED[1]).args(ca).start();
-    let model = model();
-    std::fs::write(stage.home.join("config.toml"), config(&model, &p.url("/mcp")))
-        .expect("write config.toml");
+    let model = model(arguments.clone());
+    let server = format!("url = {}", json!(p.url("/mcp")));
+    std::fs::write(stage.home.join("config.toml"), config(&model, &server)).expect("write config.toml");
     let setup = stage.started.elapsed();
 
-    let run = codex_exec(&stage, "Post a short hello to #general with chat_send.");
+    let run = codex_exec(&stage, "Post a short hello to #general with chat_send, then read #general.");
     p.stop();
 
     let mut c = Checks::default();
@@ -256,8 +257,11 @@ fn codex_turn(https: bool) {
         .collect();
     let others: Vec<String> = reqs.iter().map(|r| format!("{} {}", r.method, r.target)).collect();
     c.check(
-        turns.len() == 2,
-        format!("the model was asked {} times, want 2 (the call, then its output): {others:?}", turns.len()),
+        turns.len() == 3,
+        format!(
+            "the model was asked {} times, want 3 (chat_send, chat_read, the end): {others:?}",
+            turns.len()
+        ),
     );
     c.check(
         turns.len() == reqs.len(),
@@ -268,95 +272,79 @@ fn codex_turn(https: bool) {
         "a model request without \"stream\": true".to_string(),
     );
 
-    // What Codex offered its model on the first turn.
+    // What Codex offered its model on the first turn: agentchattr's tools in its namespace, the denied ones
+    // nowhere.
     let first = turns.first().cloned().unwrap_or(Value::Null);
     let tools = offered(&first["tools"]);
-    let namespace = namespace_of(&first["tools"], "chat_send");
-    c.check(namespace.is_some(), "no namespace of the offered tools holds chat_send".to_string());
-    let ns = namespace.clone().unwrap_or_default();
-    let mut got: Vec<&str> =
-        tools.iter().filter(|(n, _)| *n == ns).filter_map(|(_, t)| t["name"].as_str()).collect();
-    got.sort_unstable();
-    c.check(
-        got == want,
-        format!("Codex offered agentchattr's tools {got:?} (namespace {ns:?}), want {want:?}"),
-    );
+    let namespace = format!("mcp__{SERVER}");
+    let ours: Vec<(String, Value)> = tools
+        .iter()
+        .filter(|(ns, _)| *ns == namespace)
+        .map(|(_, t)| (t["name"].as_str().unwrap_or("?").to_string(), t["parameters"].clone()))
+        .collect();
+    hosts::check_offered(&mut c, "Codex", &ours, &DENIED);
     let anywhere: Vec<&str> = tools.iter().filter_map(|(_, t)| t["name"].as_str()).collect();
     for denied in DENIED {
         c.check(!anywhere.contains(&denied), format!("{denied} offered to the model: {anywhere:?}"));
     }
-    let with_sender: Vec<String> = tools
-        .iter()
-        .filter(|(_, t)| {
-            t["parameters"]["properties"].get("sender").is_some()
-                || t["parameters"]["required"].as_array().is_some_and(|r| r.contains(&json!("sender")))
-        })
-        .map(|(n, t)| format!("{n}/{}", t["name"].as_str().unwrap_or("?")))
-        .collect();
-    c.check(with_sender.is_empty(), format!("offered with a sender parameter: {with_sender:?}"));
 
-    // The call's output, as the model saw it on the second turn, and as Codex reported it.
-    let output = turns.get(1).and_then(call_output);
-    c.check(output.is_some(), format!("no function_call_output for {CALL_ID} on the second turn"));
-    let output = output.unwrap_or_default();
-    let output_id = sent_id(&output);
-    c.check(
-        output_id.is_some(),
-        format!("the call's output is not agentchattr's \"Sent (id=N)\": {output:?}"),
+    // The calls' outputs as the model saw them, and in agentchattr.
+    let send_output = turns.get(1).and_then(|t| call_output(t, SEND_CALL));
+    let read_output = turns.get(2).and_then(|t| call_output(t, READ_CALL));
+    let id = hosts::check_landing(
+        &mut c,
+        &stage.ac,
+        &stage.agent,
+        &message,
+        send_output.as_deref(),
+        read_output.as_deref(),
     );
-    let calls = tool_calls(&run.stdout);
-    c.check(calls.len() == 1, format!("Codex reported {} MCP tool calls, want 1", calls.len()));
-    if let Some(call) = calls.first() {
-        c.eq(
-            "the reported call's tool",
-            &json!([call["server"], call["tool"], call["status"]]),
-            &json!(["agentchattr", "chat_send", "completed"]),
-        );
-        c.eq(
-            "the reported call's arguments",
-            &call["arguments"],
-            &json!({"message": MESSAGE, "channel": "general"}),
-        );
-        c.check(call["error"].is_null(), format!("the reported call failed: {call}"));
-        c.check(
-            sent_id(&call["result"].to_string()) == output_id,
-            format!("the reported result {} is not the model's {output:?}", call["result"]),
-        );
-    }
-    c.check(run.stdout.contains(FINAL), format!("Codex did not end with the model's {FINAL:?}"));
 
-    // Stored once, under the agent's name, with the id the call answered.
-    let messages = stage.ac.messages();
-    let stored: Vec<&Value> = messages.iter().filter(|m| m["text"] == MESSAGE).collect();
-    c.check(stored.len() == 1, format!("stored {} times, want once: {stored:?}", stored.len()));
-    if let Some(m) = stored.first() {
-        c.eq("the stored sender", &m["sender"], &json!(stage.agent));
-        c.eq("the stored channel", &m["channel"], &json!("general"));
+    // The calls as Codex reported them.
+    let calls = tool_calls(&run.stdout);
+    let reported: Vec<Value> =
+        calls.iter().map(|call| json!([call["server"], call["tool"], call["status"]])).collect();
+    c.eq(
+        "the calls Codex reported (server, tool, status)",
+        &json!(reported),
+        &json!([[SERVER, "chat_send", "completed"], [SERVER, "chat_read", "completed"]]),
+    );
+    if let Some(call) = calls.first() {
+        c.eq("the reported chat_send's arguments", &call["arguments"], &arguments);
         c.check(
-            m["id"].as_u64() == output_id,
-            format!("stored as {}, the call answered {output_id:?}", m["id"]),
+            sent_id(&call["result"].to_string()) == id,
+            format!("the reported result {} is not the model's {send_output:?}", call["result"]),
         );
     }
+    c.check(calls.iter().all(|call| call["error"].is_null()), format!("a reported call failed: {calls:?}"));
+    c.check(run.stdout.contains(FINAL), format!("Codex did not end with the model's {FINAL:?}"));
     hosts::check_trap(&mut c, "Codex", &stage.trap);
+    if route == Route::Https {
+        c.check(!p.stderr_text().contains("TLS with upstream"), "a TLS failure was logged".to_string());
+    }
+
     let tools_json = serde_json::to_string_pretty(&first["tools"]).unwrap_or_default();
     let evidence = [
         ("codex stdout (--json events)", run.stdout.clone()),
         ("codex stderr", run.stderr.clone()),
         ("model requests", others.join("\n")),
         ("tools offered on the first turn", tools_json),
-        ("second turn's call output", output.clone()),
+        ("chat_send's output given to the model", format!("{send_output:?}")),
+        ("chat_read's output given to the model", format!("{read_output:?}")),
         ("the proxy's log", p.stderr_text()),
         ("agentchattr's output", stage.ac.log_text()),
     ];
-    if https {
-        c.check(!p.stderr_text().contains("TLS with upstream"), "a TLS failure was logged".to_string());
-    }
     c.finish(test, &evidence);
     eprintln!(
-        "{test}: codex exec {:.1} s (setup {:.1} s, whole test {:.1} s); agent {}, message id {output_id:?}",
+        "{test}: codex exec {:.1} s (setup {:.1} s, whole test {:.1} s); agent {}, message id {id:?}",
         run.elapsed.as_secs_f64(),
         setup.as_secs_f64(),
         stage.started.elapsed().as_secs_f64(),
         stage.agent
     );
+}
+
+cases! { codex_turn;
+    a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stamped => Route::Http;
+    a_codex_turn_over_https_through_nginx_lands_stamped => Route::Https;
 }

@@ -184,7 +184,7 @@ fn gemini_turn(test: &str) {
     c.check(turns.len() == reqs.len(), format!("the model got requests other than its turns: {seen:?}"));
 
     let first = turns.first().cloned().unwrap_or(Value::Null);
-    hosts::check_offered(&mut c, "Gemini CLI", &offered(&first));
+    hosts::check_offered(&mut c, "Gemini CLI", &offered(&first), &[]);
     let send_output = turns.get(1).and_then(|t| function_response(t, "chat_send"));
     let read_output = turns.get(2).and_then(|t| function_response(t, "chat_read"));
     let id = hosts::check_landing(

@@ -10,7 +10,7 @@
 //!   the trap, the host's HOME and working directory; [`Stage::proxy`] the proxy in front of agentchattr.
 //! - [`check_offered`]: what the host offered its model of agentchattr's tools: all of them, none with a
 //!   `sender` parameter (the proxy's default stamps take it out of the listed schemas).
-//! - [`check_landing`]: what every turn must leave: the `chat_send` (which claimed [`CLAIMED`]) stored once
+//! - [`check_landing`]: what every turn must leave: the `chat_send` (claiming [`CLAIMED`]) stored once
 //!   under the agent's registered name, its answer (`Sent (id=N)`) given back to the model, and `chat_read`'s
 //!   result given back to the model holding that message under the agent's name.
 #![allow(dead_code)]
@@ -118,12 +118,12 @@ impl Stage {
 }
 
 /// Checks into `c` what a host offered its model of agentchattr's tools, given as (agentchattr's name, the
-/// declaration's parameter schema), the host's own tools left out: each of agentchattr's twelve once, none
-/// with a `sender` parameter, `chat_send` still with its `message`.
-pub fn check_offered(c: &mut Checks, host: &str, offered: &[(String, Value)]) {
+/// declaration's parameter schema), the host's own tools left out: each of agentchattr's twelve but `hidden`
+/// (the proxy's `--deny-tool`s) once, none with a `sender` parameter, `chat_send` still with its `message`.
+pub fn check_offered(c: &mut Checks, host: &str, offered: &[(String, Value)], hidden: &[&str]) {
     let mut got: Vec<&str> = offered.iter().map(|(n, _)| n.as_str()).collect();
     got.sort_unstable();
-    let mut want = TOOLS.to_vec();
+    let mut want: Vec<&str> = TOOLS.iter().copied().filter(|t| !hidden.contains(t)).collect();
     want.sort_unstable();
     c.check(got == want, format!("{host} offered agentchattr's tools {got:?}, want {want:?}"));
     let with_sender: Vec<&str> = offered
@@ -252,8 +252,8 @@ fn entries_in_value(v: &Value, out: &mut Vec<Value>) {
     }
 }
 
-/// What every turn must leave, checked into `c`: the model's `chat_send` of `message` (claiming [`CLAIMED`])
-/// stored once in agentchattr, in #general, under `agent`; its answer `Sent (id=N)` (`send_output`, as the
+/// What every turn must leave, checked into `c`: the model's `chat_send` of `message` (claiming [`CLAIMED`],
+/// or no sender at all) stored once in agentchattr, in #general, under `agent`; its answer `Sent (id=N)` (`send_output`, as the
 /// host gave it to the model) naming that message; and `read_output` (`chat_read`'s result as the host gave it
 /// to the model) holding that message under `agent`, nothing under [`CLAIMED`]. Returns the message's id.
 pub fn check_landing(
