@@ -222,6 +222,7 @@ fn claude_turn(test: &str, which: ClaudeCode) {
         &json!([report["type"], report["subtype"], report["is_error"], report["result"]]),
         &json!(["result", "success", false, FINAL]),
     );
+    stage.check_audit(&mut c, Some(CLAIMED));
     hosts::check_trap(&mut c, "Claude Code", &stage.trap);
 
     let tools_json = serde_json::to_string_pretty(&first["tools"]).unwrap_or_default();
@@ -233,6 +234,7 @@ fn claude_turn(test: &str, which: ClaudeCode) {
         ("chat_send's result given to the model", format!("{send_output:?}")),
         ("chat_read's result given to the model", format!("{read_output:?}")),
         ("the proxy's log", p.stderr_text()),
+        ("the proxy's audit log", stage.audit_text()),
         ("agentchattr's output", stage.ac.log_text()),
     ];
     c.finish(test, &evidence);

@@ -318,6 +318,7 @@ fn codex_turn(test: &str, route: Route) {
     }
     c.check(calls.iter().all(|call| call["error"].is_null()), format!("a reported call failed: {calls:?}"));
     c.check(run.stdout.contains(FINAL), format!("Codex did not end with the model's {FINAL:?}"));
+    stage.check_audit(&mut c, None);
     hosts::check_trap(&mut c, "Codex", &stage.trap);
     if route == Route::Https {
         c.check(!p.stderr_text().contains("TLS with upstream"), "a TLS failure was logged".to_string());
@@ -332,6 +333,7 @@ fn codex_turn(test: &str, route: Route) {
         ("chat_send's output given to the model", format!("{send_output:?}")),
         ("chat_read's output given to the model", format!("{read_output:?}")),
         ("the proxy's log", p.stderr_text()),
+        ("the proxy's audit log", stage.audit_text()),
         ("agentchattr's output", stage.ac.log_text()),
     ];
     c.finish(test, &evidence);

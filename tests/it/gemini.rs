@@ -207,6 +207,7 @@ fn gemini_turn(test: &str) {
     c.eq("Gemini CLI's chat_send calls (count, success)", &calls("chat_send"), &json!([1, 1]));
     c.eq("Gemini CLI's chat_read calls (count, success)", &calls("chat_read"), &json!([1, 1]));
     c.eq("Gemini CLI's failed tool calls", &tools["totalFail"], &json!(0));
+    stage.check_audit(&mut c, Some(CLAIMED));
     hosts::check_trap(&mut c, "Gemini CLI", &stage.trap);
 
     let decls = serde_json::to_string_pretty(&declarations(&first)).unwrap_or_default();
@@ -218,6 +219,7 @@ fn gemini_turn(test: &str) {
         ("chat_send's response given to the model", format!("{send_output:?}")),
         ("chat_read's response given to the model", format!("{read_output:?}")),
         ("the proxy's log", p.stderr_text()),
+        ("the proxy's audit log", stage.audit_text()),
         ("agentchattr's output", stage.ac.log_text()),
     ];
     c.finish(test, &evidence);

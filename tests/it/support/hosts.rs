@@ -73,6 +73,8 @@ pub struct Stage {
     pub trap: StubUpstream,
     /// The test's scratch directory, and the host's HOME and working directory in it.
     pub scratch: PathBuf,
+    /// The proxy's audit log (`--audit-log`), in the scratch directory.
+    pub audit: PathBuf,
     pub home: PathBuf,
     pub work: PathBuf,
     pub started: Instant,
@@ -103,17 +105,46 @@ impl Stage {
         for dir in [&home, &work] {
             std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
         }
-        Stage { ac, agent, token, tools, trap: trap(), scratch, home, work, started }
+        let audit = scratch.join("audit.jsonl");
+        Stage { ac, agent, token, tools, trap: trap(), scratch, audit, home, work, started }
     }
 
-    /// The proxy in front of agentchattr's `/mcp` as the registered agent, logging each exchange (`info`).
+    /// The proxy in front of agentchattr's `/mcp` as the registered agent, logging each exchange (`info`),
+    /// with an audit log ([`Stage::audit`]).
     pub fn proxy(&self) -> ProxyBuilder {
         self.proxy_to(format!("{}/mcp", self.ac.mcp_base()))
     }
 
     /// The same in front of `upstream` (agentchattr behind something else).
     pub fn proxy_to(&self, upstream: String) -> ProxyBuilder {
-        ProxyProcess::builder(upstream).agent(&self.agent).token(&self.token).env("RUST_LOG", "info")
+        ProxyProcess::builder(upstream)
+            .agent(&self.agent)
+            .token(&self.token)
+            .arg("--audit-log", &self.audit)
+            .env("RUST_LOG", "info")
+    }
+
+    /// The proxy's audit log so far (empty if it wrote none).
+    pub fn audit_text(&self) -> String {
+        std::fs::read_to_string(&self.audit).unwrap_or_default()
+    }
+
+    /// Checks into `c` what the proxy's audit log says of the turn: the host's `tools/call`s were `chat_send`
+    /// then `chat_read`, each answered by agentchattr (`ok`), `chat_send`'s claiming `claimed` as its sender
+    /// (the proxy's record of an impersonation attempt; `None`: it named no sender).
+    pub fn check_audit(&self, c: &mut Checks, claimed: Option<&str>) {
+        let records: Vec<Value> =
+            self.audit_text().lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        let calls: Vec<Value> = records
+            .iter()
+            .filter(|r| r["event"] == "request" && r["mcp.method.name"] == "tools/call")
+            .map(|r| json!([r["gen_ai.tool.name"], r["outcome"], r["answered_by"], r["claimed"]]))
+            .collect();
+        c.eq(
+            "the tools/calls in the proxy's audit log (tool, outcome, answered by, claimed)",
+            &json!(calls),
+            &json!([["chat_send", "ok", "upstream", claimed], ["chat_read", "ok", "upstream", null]]),
+        );
     }
 }
 
