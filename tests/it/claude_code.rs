@@ -1,7 +1,8 @@
 //! Real Claude Code turns through the proxy: `claude -p` (@anthropic-ai/claude-code at 2.1.217, the version of
 //! the original duplicate-`Mcp-Session-Id` report, in `tests/support/claude-code-2.1.217/`, and at the current
 //! release when pinned, in `tests/support/claude-code/`) with the real agentchattr as its MCP server behind the
-//! proxy, and a scripted stand-in for the model on the Messages API (`ANTHROPIC_BASE_URL`). The model is offered
+//! proxy (an `http` entry of `--mcp-config` naming the proxy's port, or a `stdio` one naming the proxy's binary
+//! with `--stdio`), and a scripted stand-in for the model on the Messages API (`ANTHROPIC_BASE_URL`). The model is offered
 //! agentchattr's tools, none with a `sender` parameter; its `chat_send` claims another sender and is stored once
 //! under the agent's registered name; its `chat_read` brings that message back to it under the agent's name.
 //!
@@ -18,7 +19,7 @@ use serde_json::{json, Value};
 
 use crate::support::cases;
 use crate::support::checks::Checks;
-use crate::support::hosts::{self, Run, Stage, CLAIMED};
+use crate::support::hosts::{self, Run, Served, Stage, Via, CLAIMED};
 use crate::support::realenv::{self, ClaudeCode};
 use crate::support::wire::{response, Next, Req, StubUpstream};
 
@@ -165,20 +166,59 @@ fn claude(which: ClaudeCode, stage: &Stage, model: &StubUpstream, mcp_config: &P
     hosts::run("claude -p", cmd, TURN_LIMIT)
 }
 
-fn claude_turn(test: &str, which: ClaudeCode) {
+/// The current Claude Code first sends `server/discover` (MCP 2026-07-28), which agentchattr answers with
+/// HTTP 400 and the id `"server-error"`, then falls back to `initialize`; 2.1.217 starts with `initialize`.
+/// Checked in the proxy's audit log, with the fallback's delay: a stdio host matches answers by id only, so
+/// unless the proxy gives the error the request's id, Claude Code waits for its own timeout (about 3 s) first.
+fn check_discover_fallback(c: &mut Checks, stage: &Stage, which: ClaudeCode) {
+    let records = stage.audit_records();
+    let at =
+        |method: &str| records.iter().find(|r| r["mcp.method.name"] == method).and_then(|r| millis(&r["ts"]));
+    let (discover, initialize) = (at("server/discover"), at("initialize"));
+    c.check(
+        discover.is_some() == (which == ClaudeCode::Current),
+        format!(
+            "{which:?} sent server/discover: {}, want {}",
+            discover.is_some(),
+            which == ClaudeCode::Current
+        ),
+    );
+    if let (Some(discover), Some(initialize)) = (discover, initialize) {
+        let gap = (initialize - discover).rem_euclid(86_400_000);
+        c.check(
+            gap < 2_000,
+            format!("initialize came {gap} ms after server/discover's answer, want under 2 s"),
+        );
+    }
+}
+
+/// An audit record's `ts` (`YYYY-MM-DDTHH:MM:SS.mmmZ`) as milliseconds into its day.
+fn millis(ts: &Value) -> Option<i64> {
+    let time = ts.as_str()?.split_once('T')?.1.strip_suffix('Z')?;
+    let (hms, ms) = time.split_once('.')?;
+    let mut parts = hms.split(':').map(|p| p.parse::<i64>().ok());
+    let (h, m, s) = (parts.next()??, parts.next()??, parts.next()??);
+    Some(((h * 60 + m) * 60 + s) * 1000 + ms.parse::<i64>().ok()?)
+}
+
+fn claude_turn(test: &str, which: ClaudeCode, via: Via) {
     realenv::claude_code(which);
     let stage = Stage::new(test, "claude");
-    let mut p = stage.proxy().start();
+    let mut served = stage.serve(via, stage.proxy());
     let message = format!("{test}: posted claiming to be {CLAIMED}");
     let model = model(message.clone());
-    let config = json!({"mcpServers": {SERVER: {"type": "http", "url": p.url("/mcp")}}});
+    let entry = match &served {
+        Served::Http { url, .. } => json!({"type": "http", "url": url}),
+        Served::Stdio { command, args } => json!({"type": "stdio", "command": command, "args": args}),
+    };
+    let config = json!({"mcpServers": {SERVER: entry}});
     let mcp_config = stage.scratch.join("mcp.json");
     std::fs::write(&mcp_config, config.to_string()).expect("write mcp.json");
     let setup = stage.started.elapsed();
 
     let run =
         claude(which, &stage, &model, &mcp_config, "Post a short hello to #general, then read #general.");
-    p.stop();
+    served.stop();
 
     let mut c = Checks::default();
     c.check(run.status.success(), format!("claude -p exited with {}", run.status));
@@ -222,7 +262,8 @@ fn claude_turn(test: &str, which: ClaudeCode) {
         &json!([report["type"], report["subtype"], report["is_error"], report["result"]]),
         &json!(["result", "success", false, FINAL]),
     );
-    stage.check_audit(&mut c, Some(CLAIMED));
+    stage.check_audit(&mut c, via, Some(CLAIMED));
+    check_discover_fallback(&mut c, &stage, which);
     hosts::check_trap(&mut c, "Claude Code", &stage.trap);
 
     let tools_json = serde_json::to_string_pretty(&first["tools"]).unwrap_or_default();
@@ -233,7 +274,7 @@ fn claude_turn(test: &str, which: ClaudeCode) {
         ("tools offered on the first turn", tools_json),
         ("chat_send's result given to the model", format!("{send_output:?}")),
         ("chat_read's result given to the model", format!("{read_output:?}")),
-        ("the proxy's log", p.stderr_text()),
+        ("the proxy's log", served.log()),
         ("the proxy's audit log", stage.audit_text()),
         ("agentchattr's output", stage.ac.log_text()),
     ];
@@ -248,6 +289,8 @@ fn claude_turn(test: &str, which: ClaudeCode) {
 }
 
 cases! { claude_turn;
-    claude_code_2_1_217_over_http_posts_as_the_agent_and_reads_it_back => ClaudeCode::V2_1_217;
-    claude_code_current_over_http_posts_as_the_agent_and_reads_it_back => ClaudeCode::Current;
+    claude_code_2_1_217_over_http_posts_as_the_agent_and_reads_it_back => ClaudeCode::V2_1_217, Via::Http;
+    claude_code_current_over_http_posts_as_the_agent_and_reads_it_back => ClaudeCode::Current, Via::Http;
+    claude_code_2_1_217_over_stdio_posts_as_the_agent_and_reads_it_back => ClaudeCode::V2_1_217, Via::Stdio;
+    claude_code_current_over_stdio_posts_as_the_agent_and_reads_it_back => ClaudeCode::Current, Via::Stdio;
 }

@@ -1,10 +1,11 @@
 //! Real Codex CLI turns through the proxy: `codex exec` (@openai/codex, pinned in `tests/support/codex/`) with
-//! the real agentchattr behind `--deny-tool chat_rules --deny-tool chat_decision` as its MCP server, and a
+//! the real agentchattr behind `--deny-tool chat_rules --deny-tool chat_decision` as its MCP server (the
+//! proxy's URL, over HTTP or HTTPS upstream, or the proxy's binary with `--stdio` as Codex's `command`), and a
 //! scripted stand-in for the model on the Responses API. Codex offers its model what the proxy let through:
 //! agentchattr's tools less the denied ones, none with a `sender` parameter. The model's `chat_send` without
 //! `sender` is stamped on its way (agentchattr's `chat_send` requires `sender`: unstamped, it fails
-//! validation) and stored once under the agent's registered name; its `chat_read` brings that message back to
-//! it under the agent's name.
+//! validation), or over stdio claims another sender, and is stored once under the agent's registered name; its
+//! `chat_read` brings that message back to it under the agent's name.
 //!
 //! Codex reaches nothing but loopback: its config turns off what phones home (the plugin marketplace's git
 //! and HTTPS syncs, analytics, the update check), and every proxy variable points at a trap that records and
@@ -18,7 +19,7 @@ use serde_json::{json, Value};
 
 use crate::support::cases;
 use crate::support::checks::Checks;
-use crate::support::hosts::{self, sent_id, Run, Stage};
+use crate::support::hosts::{self, sent_id, Run, Served, Stage, Via, CLAIMED};
 use crate::support::realenv;
 use crate::support::wire::{response, Next, Req, StubUpstream};
 
@@ -39,10 +40,27 @@ const TURN_LIMIT: Duration = Duration::from_secs(60);
 /// How Codex reaches agentchattr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Route {
-    /// The proxy on a loopback port, in front of agentchattr's `/mcp`.
+    /// The proxy on a loopback port, in front of agentchattr's `/mcp`; the model's `chat_send` names no sender.
     Http,
     /// The same with the proxy's upstream `https://`: agentchattr behind nginx terminating TLS.
     Https,
+    /// The proxy as Codex's stdio MCP server (`command` and `args`, with `--stdio`); the model's `chat_send`
+    /// claims another sender.
+    Stdio,
+}
+
+impl Route {
+    fn via(self) -> Via {
+        match self {
+            Route::Http | Route::Https => Via::Http,
+            Route::Stdio => Via::Stdio,
+        }
+    }
+
+    /// The sender the model's `chat_send` claims, if any.
+    fn claims(self) -> Option<&'static str> {
+        (self == Route::Stdio).then_some(CLAIMED)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -227,8 +245,14 @@ fn codex_turn(test: &str, route: Route) {
     for denied in DENIED {
         assert!(upstream_names.contains(&denied), "agentchattr lists no {denied}: {upstream_names:?}");
     }
-    let message = format!("{test}: posted without a sender");
-    let arguments = json!({"message": message, "channel": "general"});
+    let message = match route.claims() {
+        Some(claimed) => format!("{test}: posted claiming to be {claimed}"),
+        None => format!("{test}: posted without a sender"),
+    };
+    let mut arguments = json!({"message": message, "channel": "general"});
+    if let Some(claimed) = route.claims() {
+        arguments["sender"] = json!(claimed);
+    }
 
     let (url, ca) = match &nginx {
         Some(n) => (
@@ -237,15 +261,18 @@ fn codex_turn(test: &str, route: Route) {
         ),
         None => (format!("{}/mcp", stage.ac.mcp_base()), Vec::new()),
     };
-    let mut p =
-        stage.proxy_to(url).arg("--deny-tool", DENIED[0]).arg("--deny-tool", DENIED[1]).args(ca).start();
+    let proxy = stage.proxy_to(url).arg("--deny-tool", DENIED[0]).arg("--deny-tool", DENIED[1]).args(ca);
+    let mut served = stage.serve(route.via(), proxy);
     let model = model(arguments.clone());
-    let server = format!("url = {}", json!(p.url("/mcp")));
+    let server = match &served {
+        Served::Http { url, .. } => format!("url = {}", json!(url)),
+        Served::Stdio { command, args } => format!("command = {}\nargs = {}", json!(command), json!(args)),
+    };
     std::fs::write(stage.home.join("config.toml"), config(&model, &server)).expect("write config.toml");
     let setup = stage.started.elapsed();
 
     let run = codex_exec(&stage, "Post a short hello to #general with chat_send, then read #general.");
-    p.stop();
+    served.stop();
 
     let mut c = Checks::default();
     c.check(run.status.success(), format!("codex exec exited with {}", run.status));
@@ -318,10 +345,10 @@ fn codex_turn(test: &str, route: Route) {
     }
     c.check(calls.iter().all(|call| call["error"].is_null()), format!("a reported call failed: {calls:?}"));
     c.check(run.stdout.contains(FINAL), format!("Codex did not end with the model's {FINAL:?}"));
-    stage.check_audit(&mut c, None);
+    stage.check_audit(&mut c, route.via(), route.claims());
     hosts::check_trap(&mut c, "Codex", &stage.trap);
     if route == Route::Https {
-        c.check(!p.stderr_text().contains("TLS with upstream"), "a TLS failure was logged".to_string());
+        c.check(!served.log().contains("TLS with upstream"), "a TLS failure was logged".to_string());
     }
 
     let tools_json = serde_json::to_string_pretty(&first["tools"]).unwrap_or_default();
@@ -332,7 +359,7 @@ fn codex_turn(test: &str, route: Route) {
         ("tools offered on the first turn", tools_json),
         ("chat_send's output given to the model", format!("{send_output:?}")),
         ("chat_read's output given to the model", format!("{read_output:?}")),
-        ("the proxy's log", p.stderr_text()),
+        ("the proxy's log", served.log()),
         ("the proxy's audit log", stage.audit_text()),
         ("agentchattr's output", stage.ac.log_text()),
     ];
@@ -349,4 +376,5 @@ fn codex_turn(test: &str, route: Route) {
 cases! { codex_turn;
     a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stamped => Route::Http;
     a_codex_turn_over_https_through_nginx_lands_stamped => Route::Https;
+    codex_over_stdio_posts_as_the_agent_and_reads_it_back => Route::Stdio;
 }

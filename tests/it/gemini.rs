@@ -1,6 +1,7 @@
 //! A real Gemini CLI turn through the proxy: `gemini -p` (@google/gemini-cli, pinned in
 //! `tests/support/gemini-cli/`) with the real agentchattr as its MCP server behind the proxy (`mcpServers` in
-//! `~/.gemini/settings.json`), and a scripted stand-in for the model on the Gemini API
+//! `~/.gemini/settings.json`: an `httpUrl` naming the proxy's port, or a `command` naming the proxy's binary
+//! with `--stdio`), and a scripted stand-in for the model on the Gemini API
 //! (`GOOGLE_GEMINI_BASE_URL`, `streamGenerateContent` as an event stream). The model is offered agentchattr's
 //! tools, none with a `sender` parameter; its `chat_send` claims another sender and is stored once under the
 //! agent's registered name; its `chat_read` brings that message back to it under the agent's name.
@@ -16,8 +17,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::support::cases;
 use crate::support::checks::Checks;
-use crate::support::hosts::{self, Run, Stage, CLAIMED};
+use crate::support::hosts::{self, Run, Served, Stage, Via, CLAIMED};
 use crate::support::realenv;
 use crate::support::wire::{response, Next, Req, StubUpstream};
 
@@ -150,20 +152,23 @@ fn gemini(stage: &Stage, model: &StubUpstream, prompt: &str) -> Run {
     hosts::run("gemini -p", cmd, TURN_LIMIT)
 }
 
-fn gemini_turn(test: &str) {
+fn gemini_turn(test: &str, via: Via) {
     realenv::gemini_cli();
     let stage = Stage::new(test, "gemini");
-    let mut p = stage.proxy().start();
+    let mut served = stage.serve(via, stage.proxy());
     let message = format!("{test}: posted claiming to be {CLAIMED}");
     let model = model(message.clone());
     let dir = stage.home.join(".gemini");
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-    let server = json!({"httpUrl": p.url("/mcp"), "trust": true});
+    let server = match &served {
+        Served::Http { url, .. } => json!({"httpUrl": url, "trust": true}),
+        Served::Stdio { command, args } => json!({"command": command, "args": args, "trust": true}),
+    };
     std::fs::write(dir.join("settings.json"), settings(server).to_string()).expect("write settings.json");
     let setup = stage.started.elapsed();
 
     let run = gemini(&stage, &model, "Post a short hello to #general, then read #general.");
-    p.stop();
+    served.stop();
 
     let mut c = Checks::default();
     c.check(run.status.success(), format!("gemini -p exited with {}", run.status));
@@ -207,7 +212,7 @@ fn gemini_turn(test: &str) {
     c.eq("Gemini CLI's chat_send calls (count, success)", &calls("chat_send"), &json!([1, 1]));
     c.eq("Gemini CLI's chat_read calls (count, success)", &calls("chat_read"), &json!([1, 1]));
     c.eq("Gemini CLI's failed tool calls", &tools["totalFail"], &json!(0));
-    stage.check_audit(&mut c, Some(CLAIMED));
+    stage.check_audit(&mut c, via, Some(CLAIMED));
     hosts::check_trap(&mut c, "Gemini CLI", &stage.trap);
 
     let decls = serde_json::to_string_pretty(&declarations(&first)).unwrap_or_default();
@@ -218,7 +223,7 @@ fn gemini_turn(test: &str) {
         ("functions declared on the first turn", decls),
         ("chat_send's response given to the model", format!("{send_output:?}")),
         ("chat_read's response given to the model", format!("{read_output:?}")),
-        ("the proxy's log", p.stderr_text()),
+        ("the proxy's log", served.log()),
         ("the proxy's audit log", stage.audit_text()),
         ("agentchattr's output", stage.ac.log_text()),
     ];
@@ -232,7 +237,7 @@ fn gemini_turn(test: &str) {
     );
 }
 
-#[test]
-fn gemini_cli_over_http_posts_as_the_agent_and_reads_it_back() {
-    gemini_turn("gemini_cli_over_http_posts_as_the_agent_and_reads_it_back");
+cases! { gemini_turn;
+    gemini_cli_over_http_posts_as_the_agent_and_reads_it_back => Via::Http;
+    gemini_cli_over_stdio_posts_as_the_agent_and_reads_it_back => Via::Stdio;
 }

@@ -16,7 +16,7 @@ mod audit;
 /// Every request body is scanned whatever its method, Content-Type or framing.
 mod body_rule;
 /// Real Claude Code turns (`claude -p` at 2.1.217 and the current release, a scripted Messages-API model)
-/// through the proxy to the real agentchattr. Unix only: the agentchattr venv, and Claude Code in a process
+/// through the proxy, over HTTP and as a stdio server, to the real agentchattr. Unix only: the agentchattr venv, and Claude Code in a process
 /// group of its own.
 #[cfg(unix)]
 mod claude_code;
@@ -27,8 +27,8 @@ mod cli;
 /// interpreter the test does not install.
 #[cfg(unix)]
 mod clients;
-/// A real Codex CLI turn (`codex exec`, a scripted Responses-API model) through the tool policy to the real
-/// agentchattr. Unix only: the agentchattr venv, and Codex in a process group of its own.
+/// Real Codex CLI turns (`codex exec`, a scripted Responses-API model) through the tool policy, over HTTP (to
+/// an http:// or https:// upstream) and as a stdio server, to the real agentchattr. Unix only: the agentchattr venv, and Codex in a process group of its own.
 #[cfg(unix)]
 mod codex;
 /// The official MCP conformance suite (0.1.16, 0.2.0-alpha.12) direct and through the proxy, in server and client
@@ -43,7 +43,8 @@ mod demo;
 mod forwarding;
 /// Framing: malformed requests, head limits, request and response bodies, byte-at-a-time input.
 mod framing;
-/// A real Gemini CLI turn (`gemini -p`, a scripted Gemini-API model) through the proxy to the real agentchattr.
+/// Real Gemini CLI turns (`gemini -p`, a scripted Gemini-API model) through the proxy, over HTTP and as a stdio
+/// server, to the real agentchattr.
 /// Unix only: the agentchattr venv, and Gemini CLI in a process group of its own.
 #[cfg(unix)]
 mod gemini;

@@ -7,7 +7,8 @@
 //! - [`trap`] and [`check_trap`]: a loopback recorder that refuses whatever would have left the machine; a
 //!   turn fails if it saw a connection.
 //! - [`Stage`]: what a turn starts from: agentchattr with the agent registered and its own tool list checked,
-//!   the trap, the host's HOME and working directory; [`Stage::proxy`] the proxy in front of agentchattr.
+//!   the trap, the host's HOME and working directory; [`Stage::proxy`] the proxy in front of agentchattr, and
+//!   [`Stage::serve`] it as the host's MCP server [`Via`] HTTP (listening) or stdio (spawned by the host).
 //! - [`check_offered`]: what the host offered its model of agentchattr's tools: all of them, none with a
 //!   `sender` parameter (the proxy's default stamps take it out of the listed schemas).
 //! - [`check_landing`]: what every turn must leave: the `chat_send` (claiming [`CLAIMED`]) stored once
@@ -27,7 +28,7 @@ use serde_json::{json, Value};
 
 use crate::support::agentchattr::{Agentchattr, TOOLS};
 use crate::support::checks::Checks;
-use crate::support::proxy_process::{drain, scratch_dir, ProxyBuilder, ProxyProcess};
+use crate::support::proxy_process::{drain, scratch_dir, ProxyBuilder, ProxyProcess, BIN};
 use crate::support::wire::{response, Next, StubUpstream};
 
 /// The sender a model's `chat_send` claims: someone the agent is not.
@@ -58,6 +59,41 @@ pub fn check_trap(c: &mut Checks, host: &str, trap: &StubUpstream) {
             trap.requests().iter().map(|r| r.head.start.clone()).collect::<Vec<_>>()
         ),
     );
+}
+
+/// How a host reaches agentchattr through the proxy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// The proxy listening on a loopback port, started by the test; the host's MCP entry is its URL.
+    Http,
+    /// The proxy as the host's stdio MCP server (`--stdio`): the host spawns it, and speaks JSON-RPC lines on
+    /// its stdin and stdout.
+    Stdio,
+}
+
+/// The proxy as a host's MCP server ([`Stage::serve`]).
+pub enum Served {
+    /// Listening: `url` is agentchattr's `/mcp` through it.
+    Http { proxy: ProxyProcess, url: String },
+    /// For the host to spawn: `command` (the binary under test) with `args` (the token in a file, as ever).
+    Stdio { command: String, args: Vec<String> },
+}
+
+impl Served {
+    /// Stop a listening proxy (the host stops its stdio server itself).
+    pub fn stop(&mut self) {
+        if let Served::Http { proxy, .. } = self {
+            proxy.stop();
+        }
+    }
+
+    /// A listening proxy's stderr (a stdio server's goes to the host).
+    pub fn log(&self) -> String {
+        match self {
+            Served::Http { proxy, .. } => proxy.stderr_text(),
+            Served::Stdio { .. } => "(a stdio server: its stderr went to the host)".to_string(),
+        }
+    }
 }
 
 /// What a turn starts from. Make it after anything that takes long (installing the host, on a first run):
@@ -124,17 +160,40 @@ impl Stage {
             .env("RUST_LOG", "info")
     }
 
+    /// `proxy` (from [`Stage::proxy`]) as the host's MCP server `via` HTTP (started, listening) or stdio (its
+    /// command line with `--stdio`, for the host to spawn).
+    #[track_caller]
+    pub fn serve(&self, via: Via, proxy: ProxyBuilder) -> Served {
+        match via {
+            Via::Http => {
+                let proxy = proxy.start();
+                let url = proxy.url("/mcp");
+                Served::Http { proxy, url }
+            }
+            Via::Stdio => {
+                let args = proxy.flag("--stdio").argv();
+                let args = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+                Served::Stdio { command: BIN.to_string(), args }
+            }
+        }
+    }
+
     /// The proxy's audit log so far (empty if it wrote none).
     pub fn audit_text(&self) -> String {
         std::fs::read_to_string(&self.audit).unwrap_or_default()
     }
 
+    /// The proxy's audit records so far.
+    pub fn audit_records(&self) -> Vec<Value> {
+        self.audit_text().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    }
+
     /// Checks into `c` what the proxy's audit log says of the turn: the host's `tools/call`s were `chat_send`
     /// then `chat_read`, each answered by agentchattr (`ok`), `chat_send`'s claiming `claimed` as its sender
-    /// (the proxy's record of an impersonation attempt; `None`: it named no sender).
-    pub fn check_audit(&self, c: &mut Checks, claimed: Option<&str>) {
-        let records: Vec<Value> =
-            self.audit_text().lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    /// (the proxy's record of an impersonation attempt; `None`: it named no sender). A stdio server's last
+    /// record is its session's deletion: the host ended its stdin, and the proxy said goodbye upstream.
+    pub fn check_audit(&self, c: &mut Checks, via: Via, claimed: Option<&str>) {
+        let records = self.audit_records();
         let calls: Vec<Value> = records
             .iter()
             .filter(|r| r["event"] == "request" && r["mcp.method.name"] == "tools/call")
@@ -145,6 +204,13 @@ impl Stage {
             &json!(calls),
             &json!([["chat_send", "ok", "upstream", claimed], ["chat_read", "ok", "upstream", null]]),
         );
+        if via == Via::Stdio {
+            let last = records.last().map(|r| &r["event"]);
+            c.check(
+                last == Some(&json!("session.deleted")),
+                format!("the stdio proxy's last audit record is {last:?}, not its session's deletion"),
+            );
+        }
     }
 }
 
