@@ -152,7 +152,7 @@ fn offered(body: &Value) -> Vec<(String, Value)> {
 /// two tools the model calls allowed without a prompt, the stand-in as its API; bounded by [`TURN_LIMIT`].
 fn claude(which: ClaudeCode, stage: &Stage, model: &StubUpstream, mcp_config: &Path, prompt: &str) -> Run {
     let allowed = format!("{},{}", offered_name("chat_send"), offered_name("chat_read"));
-    let mut cmd = hosts::command("node", &stage.home, &stage.work, &stage.trap);
+    let mut cmd = stage.command("node");
     cmd.arg(realenv::claude_code(which))
         .args(["-p", prompt, "--output-format", "json", "--strict-mcp-config", "--allowedTools", &allowed])
         .arg("--mcp-config")
@@ -163,7 +163,7 @@ fn claude(which: ClaudeCode, stage: &Stage, model: &StubUpstream, mcp_config: &P
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         // From 2.1.3xx MCP tools are otherwise offered through a search tool, not declared to the model.
         .env("ENABLE_TOOL_SEARCH", "false");
-    hosts::run("claude -p", cmd, TURN_LIMIT)
+    stage.run("claude -p", cmd, TURN_LIMIT)
 }
 
 /// The current Claude Code first sends `server/discover` (MCP 2026-07-28), which agentchattr answers with
@@ -263,6 +263,7 @@ fn claude_turn(test: &str, which: ClaudeCode, via: Via) {
         &json!(["result", "success", false, FINAL]),
     );
     stage.check_audit(&mut c, via, Some(CLAIMED));
+    hosts::check_proxy_exit(&mut c, via, &run);
     check_discover_fallback(&mut c, &stage, which);
     hosts::check_trap(&mut c, "Claude Code", &stage.trap);
 

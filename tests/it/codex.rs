@@ -204,10 +204,10 @@ default_tools_approval_mode = "approve"
 }
 
 /// `codex exec --json` with `prompt` in the stage's working directory, its HOME as `CODEX_HOME` too (see
-/// [`hosts::command`]), bounded by [`TURN_LIMIT`].
+/// [`Stage::command`]), bounded by [`TURN_LIMIT`].
 fn codex_exec(stage: &Stage, prompt: &str) -> Run {
     let (home, work) = (&stage.home, &stage.work);
-    let mut cmd = hosts::command("node", home, work, &stage.trap);
+    let mut cmd = stage.command("node");
     cmd.arg(realenv::codex())
         .args([
             "exec",
@@ -223,7 +223,7 @@ fn codex_exec(stage: &Stage, prompt: &str) -> Run {
         .arg(prompt)
         .env("CODEX_HOME", home)
         .env(KEY_VAR, "dummy-key");
-    hosts::run("node codex.js exec", cmd, TURN_LIMIT)
+    stage.run("node codex.js exec", cmd, TURN_LIMIT)
 }
 
 /// The `mcp_tool_call` items Codex reported complete on its `--json` stdout.
@@ -346,6 +346,7 @@ fn codex_turn(test: &str, route: Route) {
     c.check(calls.iter().all(|call| call["error"].is_null()), format!("a reported call failed: {calls:?}"));
     c.check(run.stdout.contains(FINAL), format!("Codex did not end with the model's {FINAL:?}"));
     stage.check_audit(&mut c, route.via(), route.claims());
+    hosts::check_proxy_exit(&mut c, route.via(), &run);
     hosts::check_trap(&mut c, "Codex", &stage.trap);
     if route == Route::Https {
         c.check(!served.log().contains("TLS with upstream"), "a TLS failure was logged".to_string());

@@ -143,13 +143,13 @@ fn settings(server: Value) -> Value {
 
 /// `gemini -p PROMPT -m MODEL` with JSON output, the stand-in as its API; bounded by [`TURN_LIMIT`].
 fn gemini(stage: &Stage, model: &StubUpstream, prompt: &str) -> Run {
-    let mut cmd = hosts::command("node", &stage.home, &stage.work, &stage.trap);
+    let mut cmd = stage.command("node");
     cmd.arg(realenv::gemini_cli())
         .args(["-p", prompt, "-m", MODEL, "--output-format", "json"])
         .env("GOOGLE_GEMINI_BASE_URL", format!("http://{}", model.authority()))
         // A dummy key: the stand-in checks nothing.
         .env("GEMINI_API_KEY", "dummy-key");
-    hosts::run("gemini -p", cmd, TURN_LIMIT)
+    stage.run("gemini -p", cmd, TURN_LIMIT)
 }
 
 fn gemini_turn(test: &str, via: Via) {
@@ -213,6 +213,7 @@ fn gemini_turn(test: &str, via: Via) {
     c.eq("Gemini CLI's chat_read calls (count, success)", &calls("chat_read"), &json!([1, 1]));
     c.eq("Gemini CLI's failed tool calls", &tools["totalFail"], &json!(0));
     stage.check_audit(&mut c, via, Some(CLAIMED));
+    hosts::check_proxy_exit(&mut c, via, &run);
     hosts::check_trap(&mut c, "Gemini CLI", &stage.trap);
 
     let decls = serde_json::to_string_pretty(&declarations(&first)).unwrap_or_default();

@@ -1,9 +1,10 @@
 //! Real agent CLIs (the hosts: Codex, Claude Code, Gemini CLI) making one non-interactive turn against the real
 //! agentchattr through the proxy, with a scripted stand-in for their model:
 //!
-//! - [`command`] and [`run`]: the CLI with an environment of its own (PATH only from ours, HOME and TMPDIR
-//!   in the test's scratch dir, every proxy variable on the [`trap`]), in a process group of its own (launchers
-//!   spawn native binaries, which spawn helpers), bounded, and killed whole on the way out.
+//! - [`Stage::command`] and [`Stage::run`]: the CLI with an environment of its own (PATH only from ours, HOME
+//!   and TMPDIR in the test's scratch dir, every proxy variable on the [`trap`]), in a process group of its own
+//!   (launchers spawn native binaries, which spawn helpers), bounded, and killed whole on the way out, after
+//!   the stdio proxies it spawned had their time to finish.
 //! - [`trap`] and [`check_trap`]: a loopback recorder that refuses whatever would have left the machine; a
 //!   turn fails if it saw a connection.
 //! - [`Stage`]: what a turn starts from: agentchattr with the agent registered and its own tool list checked,
@@ -34,12 +35,18 @@ use crate::support::wire::{response, Next, StubUpstream};
 /// The sender a model's `chat_send` claims: someone the agent is not.
 pub const CLAIMED: &str = "someone-else";
 
+/// How long a stdio proxy may take to exit once its host has: its stdin ends with the host, and it lets
+/// answers in flight finish (5 s at most), DELETEs the session, and exits.
+const PROXY_GRACE: Duration = Duration::from_secs(8);
+
 /// What one host run left.
 pub struct Run {
     pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
     pub elapsed: Duration,
+    /// The stdio proxies the host spawned still running [`PROXY_GRACE`] after it exited (then killed).
+    pub proxies_left: usize,
 }
 
 /// The network trap: every proxy variable of a host points at it, and it answers whatever comes with 403.
@@ -145,6 +152,89 @@ impl Stage {
         Stage { ac, agent, token, tools, trap: trap(), scratch, audit, home, work, started }
     }
 
+    /// `program` in the host's working directory with an environment of its own: PATH only from ours, `HOME`
+    /// and `TMPDIR` (created) in the stage, every proxy variable on the trap (loopback exempt), stdin closed,
+    /// output piped, a process group of its own. The caller adds its arguments and variables, then hands it
+    /// to [`Stage::run`].
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        let tmp = self.home.join("tmp");
+        std::fs::create_dir_all(&tmp).unwrap_or_else(|e| panic!("mkdir {}: {e}", tmp.display()));
+        let trap_url = format!("http://{}", self.trap.authority());
+        let mut cmd = Command::new(program);
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .env("TMPDIR", &tmp)
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .env("no_proxy", "127.0.0.1,localhost")
+            .current_dir(&self.work)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
+            cmd.env(var, &trap_url);
+        }
+        cmd
+    }
+
+    /// Run `cmd` (made by [`Stage::command`]) until it exits or `limit` passes. Then the stdio proxies it
+    /// spawned get [`PROXY_GRACE`] to finish (hosts start them in process groups of their own, or in theirs:
+    /// either way they are found by their command line, which names this stage's audit log), and whatever is
+    /// left, the host's process group and those proxies, is killed. Panics if the host ran past `limit`.
+    #[track_caller]
+    pub fn run(&self, what: &str, mut cmd: Command, limit: Duration) -> Run {
+        let started = Instant::now();
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start {what}: {e}"));
+        let out = drain(child.stdout.take().expect("stdout piped"));
+        let err = drain(child.stderr.take().expect("stderr piped"));
+        let mut timed_out = false;
+        while !exited(&child) {
+            if started.elapsed() > limit {
+                timed_out = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let elapsed = started.elapsed();
+        let settling = Instant::now();
+        let mut proxies = self.stdio_proxies();
+        while !timed_out && !proxies.is_empty() && settling.elapsed() < PROXY_GRACE {
+            std::thread::sleep(Duration::from_millis(20));
+            proxies = self.stdio_proxies();
+        }
+        // SAFETY: kill(2) on the process group this test created, its leader not reaped yet (so the group's id
+        // is still ours); what the host started and left running in it goes with it. Then each proxy of this
+        // stage still running: started by this test's host, found by its own command line just now.
+        unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+        for pid in &proxies {
+            unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+        }
+        let status = child.wait().unwrap_or_else(|e| panic!("reap {what}: {e}"));
+        std::thread::sleep(Duration::from_millis(50));
+        let text = |b: &Arc<Mutex<Vec<u8>>>| String::from_utf8_lossy(&b.lock().unwrap()).into_owned();
+        let run =
+            Run { status, stdout: text(&out), stderr: text(&err), elapsed, proxies_left: proxies.len() };
+        assert!(
+            !timed_out,
+            "{what} ran past {limit:?} and was killed\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            run.stdout, run.stderr
+        );
+        run
+    }
+
+    /// The stdio proxies of this stage still running: the binary under test with `--stdio` and this stage's
+    /// audit log on its command line.
+    fn stdio_proxies(&self) -> Vec<u32> {
+        #[cfg(target_os = "linux")]
+        return crate::support::procfs::running_with(
+            Path::new(BIN),
+            &[OsStr::new("--stdio"), self.audit.as_os_str()],
+        );
+        #[cfg(not(target_os = "linux"))]
+        return Vec::new();
+    }
+
     /// The proxy in front of agentchattr's `/mcp` as the registered agent, logging each exchange (`info`),
     /// with an audit log ([`Stage::audit`]).
     pub fn proxy(&self) -> ProxyBuilder {
@@ -239,61 +329,12 @@ pub fn check_offered(c: &mut Checks, host: &str, offered: &[(String, Value)], hi
     );
 }
 
-/// `program` in `work` with an environment of its own: PATH only from ours, `HOME` = `home` and `TMPDIR` =
-/// `home/tmp` (created), every proxy variable on `trap` (loopback exempt), stdin closed, output piped, a
-/// process group of its own. The caller adds its arguments and variables, then hands it to [`run`].
-pub fn command(program: impl AsRef<OsStr>, home: &Path, work: &Path, trap: &StubUpstream) -> Command {
-    let tmp = home.join("tmp");
-    std::fs::create_dir_all(&tmp).unwrap_or_else(|e| panic!("mkdir {}: {e}", tmp.display()));
-    let trap_url = format!("http://{}", trap.authority());
-    let mut cmd = Command::new(program);
-    cmd.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("TMPDIR", &tmp)
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .env("no_proxy", "127.0.0.1,localhost")
-        .current_dir(work)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
-        cmd.env(var, &trap_url);
-    }
-    cmd
-}
-
-/// Run `cmd` (made by [`command`]) until it exits or `limit` passes; then kill its process group, whatever it
-/// left running goes with it. Panics if it ran past `limit`.
-#[track_caller]
-pub fn run(what: &str, mut cmd: Command, limit: Duration) -> Run {
-    let started = Instant::now();
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start {what}: {e}"));
-    let out = drain(child.stdout.take().expect("stdout piped"));
-    let err = drain(child.stderr.take().expect("stderr piped"));
-    let mut timed_out = false;
-    while !exited(&child) {
-        if started.elapsed() > limit {
-            timed_out = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // SAFETY: kill(2) on the process group this test created, its leader not reaped yet (so the group's id is
-    // still ours); what the host started and left running goes with it.
-    unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
-    let status = child.wait().unwrap_or_else(|e| panic!("reap {what}: {e}"));
-    let elapsed = started.elapsed();
-    std::thread::sleep(Duration::from_millis(50));
-    let text = |b: &Arc<Mutex<Vec<u8>>>| String::from_utf8_lossy(&b.lock().unwrap()).into_owned();
-    let run = Run { status, stdout: text(&out), stderr: text(&err), elapsed };
-    assert!(
-        !timed_out,
-        "{what} ran past {limit:?} and was killed\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        run.stdout, run.stderr
+/// A failed check if a stdio proxy outlived its host by [`PROXY_GRACE`].
+pub fn check_proxy_exit(c: &mut Checks, via: Via, run: &Run) {
+    c.check(
+        via == Via::Http || run.proxies_left == 0,
+        format!("{} stdio proxy(ies) still running {PROXY_GRACE:?} after the host exited", run.proxies_left),
     );
-    run
 }
 
 /// Whether `child` has exited, left unreaped (`WNOWAIT`): until `Child::wait` its pid, and so the id of the
