@@ -1,39 +1,35 @@
-//! Real Claude Code turns through the proxy: `claude -p` (@anthropic-ai/claude-code at 2.1.217, the version of
-//! the original duplicate-`Mcp-Session-Id` report, in `tests/support/claude-code-2.1.217/`, and at the current
-//! release when pinned, in `tests/support/claude-code/`) with the real agentchattr as its MCP server behind the
-//! proxy (an `http` entry of `--mcp-config` naming the proxy's port, or a `stdio` one naming the proxy's binary
-//! with `--stdio`), and a scripted stand-in for the model on the Messages API (`ANTHROPIC_BASE_URL`). The model is offered
-//! agentchattr's tools, none with a `sender` parameter; its `chat_send` claims another sender and is stored once
-//! under the agent's registered name; its `chat_read` brings that message back to it under the agent's name.
+//! Real Claude Code turns through the proxy: `claude -p` (@anthropic-ai/claude-code at 2.1.217, the version
+//! of the original duplicate-`Mcp-Session-Id` report, in `tests/support/claude-code-2.1.217/`, and at the
+//! current release when pinned, in `tests/support/claude-code/`) with the real agentchattr as its MCP server
+//! behind the proxy (an `http` entry of `--mcp-config` naming the proxy's port, or a `stdio` one naming the
+//! proxy's binary with `--stdio`), and a scripted stand-in for the model on the Messages API
+//! (`ANTHROPIC_BASE_URL`). The model is offered agentchattr's tools, none with a `sender` parameter; its
+//! `chat_send` claims another sender and is stored once under the agent's registered name; its `chat_read`
+//! brings that message back to it under the agent's name.
 //!
 //! Claude Code reaches nothing but loopback: `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC` turns off what phones
-//! home (the update check, telemetry, error reports), HOME and TMPDIR are the test's, and every proxy variable
-//! points at the trap ([`hosts::trap`]).
+//! home (the update check, telemetry, error reports), HOME and TMPDIR are the test's, and every proxy
+//! variable points at the trap ([`hosts::trap`]).
 
-use std::io::Write;
-use std::net::TcpStream;
 use std::path::Path;
-use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::support::cases;
 use crate::support::checks::Checks;
-use crate::support::hosts::{self, Run, Served, Stage, Via, CLAIMED};
+use crate::support::hosts::{
+    self, Run, Served, Stage, StdioEnd, Turns, Via, CLAIMED, FINAL, PROMPT, SERVER, TURN_LIMIT,
+};
 use crate::support::realenv::{self, ClaudeCode};
-use crate::support::wire::{response, Next, Req, StubUpstream};
+use crate::support::wire::StubUpstream;
 
-/// agentchattr's name in `--mcp-config`: Claude Code offers its tools as `mcp__agentchattr__<tool>`.
-const SERVER: &str = "agentchattr";
+/// Where Claude Code asks its model (the Messages API under `ANTHROPIC_BASE_URL`).
+const TURN_PATH: &str = "/v1/messages?beta=true";
 /// The model's two tool calls.
 const SEND_ID: &str = "toolu_chat_send";
 const READ_ID: &str = "toolu_chat_read";
-/// The model's last words.
-const FINAL: &str = "Posted to #general and read it back.";
-/// Bound on one `claude -p` run (under 2 s on an idle machine).
-const TURN_LIMIT: Duration = Duration::from_secs(90);
 
-/// The name Claude Code gives agentchattr's `tool`.
+/// The name Claude Code gives agentchattr's `tool` (agentchattr being [`SERVER`] in `--mcp-config`).
 fn offered_name(tool: &str) -> String {
     format!("mcp__{SERVER}__{tool}")
 }
@@ -41,41 +37,25 @@ fn offered_name(tool: &str) -> String {
 // ---------------------------------------------------------------------------------------------------------
 // The stand-in model.
 
-/// `POST /v1/messages?beta=true`, answered with an event stream: with chat_send offered, a turn with no tool
+/// `POST` [`TURN_PATH`], answered with an event stream: with chat_send offered, a turn with no tool
 /// result yet calls it (posting `message` as [`CLAIMED`]); the turn carrying its result calls `chat_read` on
 /// #general; the turn carrying that result ends with [`FINAL`]. Anything else is a 404.
 fn model(message: String) -> StubUpstream {
-    StubUpstream::start(move |req: &Req, s: &mut TcpStream| {
-        let bytes = if req.method == "POST" && req.target == "/v1/messages?beta=true" {
-            let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
-            let send = offered_name("chat_send");
-            let offered = body["tools"].as_array().into_iter().flatten().any(|t| t["name"] == send);
-            let blocks = match (tool_result(&body, SEND_ID), tool_result(&body, READ_ID)) {
-                (_, Some(_)) => vec![text(FINAL)],
-                (Some(_), None) => {
-                    vec![tool_use(READ_ID, &offered_name("chat_read"), json!({"channel": "general"}))]
-                }
-                (None, None) if offered => vec![tool_use(
-                    SEND_ID,
-                    &send,
-                    json!({"sender": CLAIMED, "message": message, "channel": "general"}),
-                )],
-                (None, None) => vec![text("chat_send was not offered")],
-            };
-            response(
-                "200 OK",
-                &[("Content-Type", "text/event-stream")],
-                events(&body["model"], &blocks).as_bytes(),
-            )
-        } else {
-            response(
-                "404 Not Found",
-                &[("Content-Type", "text/plain")],
-                b"the stand-in model has no such path",
-            )
+    hosts::stand_in(TURN_PATH, move |body| {
+        let send = offered_name("chat_send");
+        let offered = body["tools"].as_array().into_iter().flatten().any(|t| t["name"] == send);
+        let blocks = match (tool_result(body, SEND_ID), tool_result(body, READ_ID)) {
+            (_, Some(_)) => vec![text(FINAL)],
+            (Some(_), None) => {
+                vec![tool_use(READ_ID, &offered_name("chat_read"), json!({"channel": "general"}))]
+            }
+            (None, None) if offered => {
+                let input = json!({"sender": CLAIMED, "message": message, "channel": "general"});
+                vec![tool_use(SEND_ID, &send, input)]
+            }
+            (None, None) => vec![text("chat_send was not offered")],
         };
-        let _ = s.write_all(&bytes);
-        Next::KeepAlive
+        events(&body["model"], &blocks)
     })
 }
 
@@ -125,11 +105,7 @@ fn tool_result(body: &Value, id: &str) -> Option<String> {
         .filter_map(|m| m["content"].as_array())
         .flatten()
         .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == id)?;
-    Some(match &block["content"] {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n"),
-        other => other.to_string(),
-    })
+    Some(hosts::text_of(&block["content"]))
 }
 
 /// agentchattr's tools among a request's `tools`, as (agentchattr's name, input schema).
@@ -148,13 +124,14 @@ fn offered(body: &Value) -> Vec<(String, Value)> {
 // ---------------------------------------------------------------------------------------------------------
 // Claude Code.
 
-/// `claude -p PROMPT` in print mode with JSON output, its MCP servers only those of `mcp_config`, agentchattr's
-/// two tools the model calls allowed without a prompt, the stand-in as its API; bounded by [`TURN_LIMIT`].
-fn claude(which: ClaudeCode, stage: &Stage, model: &StubUpstream, mcp_config: &Path, prompt: &str) -> Run {
+/// `claude -p` [`PROMPT`] in print mode with JSON output, its MCP servers only those of `mcp_config`,
+/// agentchattr's two tools the model calls allowed without a prompt, the stand-in as its API; bounded by
+/// [`TURN_LIMIT`].
+fn claude(which: ClaudeCode, stage: &Stage, model: &StubUpstream, mcp_config: &Path) -> Run {
     let allowed = format!("{},{}", offered_name("chat_send"), offered_name("chat_read"));
     let mut cmd = stage.command("node");
     cmd.arg(realenv::claude_code(which))
-        .args(["-p", prompt, "--output-format", "json", "--strict-mcp-config", "--allowedTools", &allowed])
+        .args(["-p", PROMPT, "--output-format", "json", "--strict-mcp-config", "--allowedTools", &allowed])
         .arg("--mcp-config")
         .arg(mcp_config)
         .env("ANTHROPIC_BASE_URL", format!("http://{}", model.authority()))
@@ -169,7 +146,8 @@ fn claude(which: ClaudeCode, stage: &Stage, model: &StubUpstream, mcp_config: &P
 /// The current Claude Code first sends `server/discover` (MCP 2026-07-28), which agentchattr answers with
 /// HTTP 400 and the id `"server-error"`, then falls back to `initialize`; 2.1.217 starts with `initialize`.
 /// Checked in the proxy's audit log, with the fallback's delay: a stdio host matches answers by id only, so
-/// unless the proxy gives the error the request's id, Claude Code waits for its own timeout (about 3 s) first.
+/// unless the proxy gives the error the request's id, Claude Code waits for its own timeout (about 3 s)
+/// first.
 fn check_discover_fallback(c: &mut Checks, stage: &Stage, which: ClaudeCode) {
     let records = stage.audit_records();
     let at =
@@ -211,49 +189,19 @@ fn claude_turn(test: &str, which: ClaudeCode, via: Via) {
         Served::Http { url, .. } => json!({"type": "http", "url": url}),
         Served::Stdio { command, args } => json!({"type": "stdio", "command": command, "args": args}),
     };
-    let config = json!({"mcpServers": {SERVER: entry}});
     let mcp_config = stage.scratch.join("mcp.json");
-    std::fs::write(&mcp_config, config.to_string()).expect("write mcp.json");
-    let setup = stage.started.elapsed();
+    std::fs::write(&mcp_config, json!({"mcpServers": {SERVER: entry}}).to_string()).expect("write mcp.json");
 
-    let run =
-        claude(which, &stage, &model, &mcp_config, "Post a short hello to #general, then read #general.");
+    let run = claude(which, &stage, &model, &mcp_config);
     served.stop();
 
     let mut c = Checks::default();
-    c.check(run.status.success(), format!("claude -p exited with {}", run.status));
-    let reqs = model.requests();
-    let turns: Vec<Value> = reqs
-        .iter()
-        .filter(|r| r.method == "POST" && r.target == "/v1/messages?beta=true")
-        .map(|r| serde_json::from_slice(&r.body).unwrap_or(Value::Null))
-        .collect();
-    let seen: Vec<String> = reqs.iter().map(|r| format!("{} {}", r.method, r.target)).collect();
-    c.check(
-        turns.len() == 3,
-        format!(
-            "the model was asked {} times, want 3 (chat_send, chat_read, the end): {seen:?}",
-            turns.len()
-        ),
-    );
-    c.check(turns.len() == reqs.len(), format!("the model got requests other than its turns: {seen:?}"));
-    c.check(
-        turns.iter().all(|t| t["stream"] == true),
-        "a model request without \"stream\": true".to_string(),
-    );
-
-    let first = turns.first().cloned().unwrap_or(Value::Null);
-    hosts::check_offered(&mut c, "Claude Code", &offered(&first), &[]);
-    let send_output = turns.get(1).and_then(|t| tool_result(t, SEND_ID));
-    let read_output = turns.get(2).and_then(|t| tool_result(t, READ_ID));
-    let id = hosts::check_landing(
-        &mut c,
-        &stage.ac,
-        &stage.agent,
-        &message,
-        send_output.as_deref(),
-        read_output.as_deref(),
-    );
+    let turns = Turns::of(&mut c, &model, TURN_PATH);
+    c.check(turns.bodies.iter().all(|t| t["stream"] == true), "a model request without \"stream\": true");
+    hosts::check_offered(&mut c, "Claude Code", &offered(turns.get(0)), &[]);
+    let send_output = tool_result(turns.get(1), SEND_ID);
+    let read_output = tool_result(turns.get(2), READ_ID);
+    stage.check_landing(&mut c, &message, send_output.as_deref(), read_output.as_deref());
 
     // What Claude Code reported.
     let report: Value = serde_json::from_str(run.stdout.trim()).unwrap_or(Value::Null);
@@ -262,31 +210,10 @@ fn claude_turn(test: &str, which: ClaudeCode, via: Via) {
         &json!([report["type"], report["subtype"], report["is_error"], report["result"]]),
         &json!(["result", "success", false, FINAL]),
     );
-    stage.check_audit(&mut c, via, Some(CLAIMED));
-    hosts::check_proxy_exit(&mut c, via, &run);
     check_discover_fallback(&mut c, &stage, which);
-    hosts::check_trap(&mut c, "Claude Code", &stage.trap);
+    stage.check_ending(&mut c, "claude -p", via, StdioEnd::Signal, Some(CLAIMED), &run);
 
-    let tools_json = serde_json::to_string_pretty(&first["tools"]).unwrap_or_default();
-    let evidence = [
-        ("claude stdout", run.stdout.clone()),
-        ("claude stderr", run.stderr.clone()),
-        ("model requests", seen.join("\n")),
-        ("tools offered on the first turn", tools_json),
-        ("chat_send's result given to the model", format!("{send_output:?}")),
-        ("chat_read's result given to the model", format!("{read_output:?}")),
-        ("the proxy's log", served.log()),
-        ("the proxy's audit log", stage.audit_text()),
-        ("agentchattr's output", stage.ac.log_text()),
-    ];
-    c.finish(test, &evidence);
-    eprintln!(
-        "{test}: claude -p {:.1} s (setup {:.1} s, whole test {:.1} s); agent {}, message id {id:?}",
-        run.elapsed.as_secs_f64(),
-        setup.as_secs_f64(),
-        stage.started.elapsed().as_secs_f64(),
-        stage.agent
-    );
+    stage.finish(c, test, "claude -p", &run, &served, &turns, &send_output, &read_output);
 }
 
 cases! { claude_turn;

@@ -1,46 +1,41 @@
-//! Real Codex CLI turns through the proxy: `codex exec` (@openai/codex, pinned in `tests/support/codex/`) with
-//! the real agentchattr behind `--deny-tool chat_rules --deny-tool chat_decision` as its MCP server (the
-//! proxy's URL, over HTTP or HTTPS upstream, or the proxy's binary with `--stdio` as Codex's `command`), and a
-//! scripted stand-in for the model on the Responses API. Codex offers its model what the proxy let through:
+//! Real Codex CLI turns through the proxy: `codex exec` (@openai/codex, pinned in `tests/support/codex/`)
+//! with the real agentchattr behind `--deny-tool chat_rules --deny-tool chat_decision` as its MCP server (the
+//! proxy's URL, over HTTP or HTTPS upstream, or the proxy's binary with `--stdio` as Codex's `command`), and
+//! a scripted stand-in for the model on the Responses API. Codex offers its model what the proxy let through:
 //! agentchattr's tools less the denied ones, none with a `sender` parameter. The model's `chat_send` without
 //! `sender` is stamped on its way (agentchattr's `chat_send` requires `sender`: unstamped, it fails
-//! validation), or over stdio claims another sender, and is stored once under the agent's registered name; its
-//! `chat_read` brings that message back to it under the agent's name.
+//! validation), or over stdio claims another sender, and is stored once under the agent's registered name;
+//! its `chat_read` brings that message back to it under the agent's name.
 //!
 //! Codex reaches nothing but loopback: its config turns off what phones home (the plugin marketplace's git
 //! and HTTPS syncs, analytics, the update check), and every proxy variable points at a trap that records and
 //! refuses whatever would have left the machine; the test fails if the trap saw a connection.
 
-use std::io::Write;
-use std::net::TcpStream;
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
 use crate::support::cases;
 use crate::support::checks::Checks;
-use crate::support::hosts::{self, sent_id, Run, Served, Stage, Via, CLAIMED};
+use crate::support::hosts::{
+    self, sent_id, Run, Served, Stage, StdioEnd, Turns, Via, CLAIMED, FINAL, PROMPT, SERVER, TURN_LIMIT,
+};
 use crate::support::realenv;
-use crate::support::wire::{response, Next, Req, StubUpstream};
+use crate::support::wire::StubUpstream;
 
 /// The tools the proxy hides.
 const DENIED: [&str; 2] = ["chat_rules", "chat_decision"];
-/// agentchattr's name under `mcp_servers`: Codex offers its tools in the namespace `mcp__agentchattr`.
-const SERVER: &str = "agentchattr";
+/// Where Codex asks its model (it appends `/responses` to the provider's base URL).
+const TURN_PATH: &str = "/v1/responses";
 /// The model's two tool calls.
 const SEND_CALL: &str = "call_chat_send_1";
 const READ_CALL: &str = "call_chat_read_1";
-/// The model's last words.
-const FINAL: &str = "Posted to #general and read it back.";
 /// The provider's key variable (a dummy key: the stand-in checks nothing).
 const KEY_VAR: &str = "CODEX_TURN_TEST_KEY";
-/// Bound on the whole `codex exec` run (about 1 s on an idle machine).
-const TURN_LIMIT: Duration = Duration::from_secs(60);
 
 /// How Codex reaches agentchattr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Route {
-    /// The proxy on a loopback port, in front of agentchattr's `/mcp`; the model's `chat_send` names no sender.
+    /// The proxy on a loopback port, in front of agentchattr's `/mcp`; the model's `chat_send` names no
+    /// sender.
     Http,
     /// The same with the proxy's upstream `https://`: agentchattr behind nginx terminating TLS.
     Https,
@@ -66,34 +61,20 @@ impl Route {
 // ---------------------------------------------------------------------------------------------------------
 // The stand-in model.
 
-/// `POST /v1/responses` (Codex appends `/responses` to the provider's base URL), answered with an event
-/// stream: with chat_send offered, a turn with no tool output yet calls it with `arguments`; the turn carrying
-/// its output calls `chat_read` on #general; the turn carrying that output ends with [`FINAL`]. Anything else
-/// is a 404.
+/// `POST` [`TURN_PATH`], answered with an event stream: with chat_send offered, a turn with no tool output
+/// yet calls it with `arguments`; the turn carrying its output calls `chat_read` on #general; the turn
+/// carrying that output ends with [`FINAL`]. Anything else is a 404.
 fn model(arguments: Value) -> StubUpstream {
-    StubUpstream::start(move |req: &Req, s: &mut TcpStream| {
-        let bytes = if req.method == "POST" && req.target == "/v1/responses" {
-            let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
-            let namespace = namespace_of(&body["tools"], "chat_send");
-            let read = json!({"channel": "general"});
-            let (id, item) = match (call_output(&body, SEND_CALL), call_output(&body, READ_CALL), namespace) {
-                (_, Some(_), _) => ("resp_final", message(FINAL)),
-                (Some(_), None, Some(ns)) => ("resp_read", function_call(&ns, READ_CALL, "chat_read", &read)),
-                (None, None, Some(ns)) => {
-                    ("resp_send", function_call(&ns, SEND_CALL, "chat_send", &arguments))
-                }
-                (_, None, None) => ("resp_none", message("chat_send was not offered")),
-            };
-            response("200 OK", &[("Content-Type", "text/event-stream")], events(id, item).as_bytes())
-        } else {
-            response(
-                "404 Not Found",
-                &[("Content-Type", "text/plain")],
-                b"the stand-in model has no such path",
-            )
+    hosts::stand_in(TURN_PATH, move |body| {
+        let namespace = namespace_of(&body["tools"], "chat_send");
+        let read = json!({"channel": "general"});
+        let (id, item) = match (call_output(body, SEND_CALL), call_output(body, READ_CALL), namespace) {
+            (_, Some(_), _) => ("resp_final", message(FINAL)),
+            (Some(_), None, Some(ns)) => ("resp_read", function_call(&ns, READ_CALL, "chat_read", &read)),
+            (None, None, Some(ns)) => ("resp_send", function_call(&ns, SEND_CALL, "chat_send", &arguments)),
+            (_, None, None) => ("resp_none", message("chat_send was not offered")),
         };
-        let _ = s.write_all(&bytes);
-        Next::KeepAlive
+        events(id, item)
     })
 }
 
@@ -153,11 +134,7 @@ fn call_output(body: &Value, call_id: &str) -> Option<String> {
         .as_array()?
         .iter()
         .find(|i| i["type"] == "function_call_output" && i["call_id"] == call_id)?;
-    Some(match &item["output"] {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n"),
-        other => other.to_string(),
-    })
+    Some(hosts::text_of(&item["output"]))
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -203,9 +180,9 @@ default_tools_approval_mode = "approve"
     )
 }
 
-/// `codex exec --json` with `prompt` in the stage's working directory, its HOME as `CODEX_HOME` too (see
+/// `codex exec --json` [`PROMPT`] in the stage's working directory, its HOME as `CODEX_HOME` too (see
 /// [`Stage::command`]), bounded by [`TURN_LIMIT`].
-fn codex_exec(stage: &Stage, prompt: &str) -> Run {
+fn codex_exec(stage: &Stage) -> Run {
     let (home, work) = (&stage.home, &stage.work);
     let mut cmd = stage.command("node");
     cmd.arg(realenv::codex())
@@ -220,7 +197,7 @@ fn codex_exec(stage: &Stage, prompt: &str) -> Run {
         ])
         .arg("-C")
         .arg(work)
-        .arg(prompt)
+        .arg(PROMPT)
         .env("CODEX_HOME", home)
         .env(KEY_VAR, "dummy-key");
     stage.run("node codex.js exec", cmd, TURN_LIMIT)
@@ -269,40 +246,17 @@ fn codex_turn(test: &str, route: Route) {
         Served::Stdio { command, args } => format!("command = {}\nargs = {}", json!(command), json!(args)),
     };
     std::fs::write(stage.home.join("config.toml"), config(&model, &server)).expect("write config.toml");
-    let setup = stage.started.elapsed();
 
-    let run = codex_exec(&stage, "Post a short hello to #general with chat_send, then read #general.");
+    let run = codex_exec(&stage);
     served.stop();
 
     let mut c = Checks::default();
-    c.check(run.status.success(), format!("codex exec exited with {}", run.status));
-    let reqs = model.requests();
-    let turns: Vec<Value> = reqs
-        .iter()
-        .filter(|r| r.method == "POST" && r.target == "/v1/responses")
-        .map(|r| serde_json::from_slice(&r.body).unwrap_or(Value::Null))
-        .collect();
-    let others: Vec<String> = reqs.iter().map(|r| format!("{} {}", r.method, r.target)).collect();
-    c.check(
-        turns.len() == 3,
-        format!(
-            "the model was asked {} times, want 3 (chat_send, chat_read, the end): {others:?}",
-            turns.len()
-        ),
-    );
-    c.check(
-        turns.len() == reqs.len(),
-        format!("the model got requests other than POST /v1/responses: {others:?}"),
-    );
-    c.check(
-        turns.iter().all(|t| t["stream"] == true),
-        "a model request without \"stream\": true".to_string(),
-    );
+    let turns = Turns::of(&mut c, &model, TURN_PATH);
+    c.check(turns.bodies.iter().all(|t| t["stream"] == true), "a model request without \"stream\": true");
 
     // What Codex offered its model on the first turn: agentchattr's tools in its namespace, the denied ones
     // nowhere.
-    let first = turns.first().cloned().unwrap_or(Value::Null);
-    let tools = offered(&first["tools"]);
+    let tools = offered(&turns.get(0)["tools"]);
     let namespace = format!("mcp__{SERVER}");
     let ours: Vec<(String, Value)> = tools
         .iter()
@@ -316,16 +270,9 @@ fn codex_turn(test: &str, route: Route) {
     }
 
     // The calls' outputs as the model saw them, and in agentchattr.
-    let send_output = turns.get(1).and_then(|t| call_output(t, SEND_CALL));
-    let read_output = turns.get(2).and_then(|t| call_output(t, READ_CALL));
-    let id = hosts::check_landing(
-        &mut c,
-        &stage.ac,
-        &stage.agent,
-        &message,
-        send_output.as_deref(),
-        read_output.as_deref(),
-    );
+    let send_output = call_output(turns.get(1), SEND_CALL);
+    let read_output = call_output(turns.get(2), READ_CALL);
+    let id = stage.check_landing(&mut c, &message, send_output.as_deref(), read_output.as_deref());
 
     // The calls as Codex reported them.
     let calls = tool_calls(&run.stdout);
@@ -345,33 +292,12 @@ fn codex_turn(test: &str, route: Route) {
     }
     c.check(calls.iter().all(|call| call["error"].is_null()), format!("a reported call failed: {calls:?}"));
     c.check(run.stdout.contains(FINAL), format!("Codex did not end with the model's {FINAL:?}"));
-    stage.check_audit(&mut c, route.via(), route.claims());
-    hosts::check_proxy_exit(&mut c, route.via(), &run);
-    hosts::check_trap(&mut c, "Codex", &stage.trap);
     if route == Route::Https {
-        c.check(!served.log().contains("TLS with upstream"), "a TLS failure was logged".to_string());
+        c.check(!served.log().contains("TLS with upstream"), "a TLS failure was logged");
     }
+    stage.check_ending(&mut c, "codex exec", route.via(), StdioEnd::SignalThenKill, route.claims(), &run);
 
-    let tools_json = serde_json::to_string_pretty(&first["tools"]).unwrap_or_default();
-    let evidence = [
-        ("codex stdout (--json events)", run.stdout.clone()),
-        ("codex stderr", run.stderr.clone()),
-        ("model requests", others.join("\n")),
-        ("tools offered on the first turn", tools_json),
-        ("chat_send's output given to the model", format!("{send_output:?}")),
-        ("chat_read's output given to the model", format!("{read_output:?}")),
-        ("the proxy's log", served.log()),
-        ("the proxy's audit log", stage.audit_text()),
-        ("agentchattr's output", stage.ac.log_text()),
-    ];
-    c.finish(test, &evidence);
-    eprintln!(
-        "{test}: codex exec {:.1} s (setup {:.1} s, whole test {:.1} s); agent {}, message id {id:?}",
-        run.elapsed.as_secs_f64(),
-        setup.as_secs_f64(),
-        stage.started.elapsed().as_secs_f64(),
-        stage.agent
-    );
+    stage.finish(c, test, "codex exec", &run, &served, &turns, &send_output, &read_output);
 }
 
 cases! { codex_turn;

@@ -1,10 +1,10 @@
-//! Real agent CLIs (the hosts: Codex, Claude Code, Gemini CLI) making one non-interactive turn against the real
-//! agentchattr through the proxy, with a scripted stand-in for their model:
+//! Real agent CLIs (the hosts: Codex, Claude Code, Gemini CLI) making one non-interactive turn against the
+//! real agentchattr through the proxy, with a scripted stand-in for their model:
 //!
 //! - [`Stage::command`] and [`Stage::run`]: the CLI with an environment of its own (PATH only from ours, HOME
-//!   and TMPDIR in the test's scratch dir, every proxy variable on the [`trap`]), in a process group of its own
-//!   (launchers spawn native binaries, which spawn helpers), bounded, and killed whole on the way out, after
-//!   the stdio proxies it spawned had their time to finish.
+//!   and TMPDIR in the test's scratch dir, every proxy variable on the [`trap`]), in a process group of its
+//!   own (launchers spawn native binaries, which spawn helpers), bounded, and killed whole on the way out,
+//!   after the stdio proxies it spawned had their time to finish.
 //! - [`trap`] and [`check_trap`]: a loopback recorder that refuses whatever would have left the machine; a
 //!   turn fails if it saw a connection.
 //! - [`Stage`]: what a turn starts from: agentchattr with the agent registered and its own tool list checked,
@@ -12,7 +12,7 @@
 //!   [`Stage::serve`] it as the host's MCP server [`Via`] HTTP (listening) or stdio (spawned by the host).
 //! - [`check_offered`]: what the host offered its model of agentchattr's tools: all of them, none with a
 //!   `sender` parameter (the proxy's default stamps take it out of the listed schemas).
-//! - [`check_landing`]: what every turn must leave: the `chat_send` (claiming [`CLAIMED`]) stored once
+//! - [`Stage::check_landing`]: what every turn must leave: the `chat_send` (claiming [`CLAIMED`]) stored once
 //!   under the agent's registered name, its answer (`Sent (id=N)`) given back to the model, and `chat_read`'s
 //!   result given back to the model holding that message under the agent's name.
 #![allow(dead_code)]
@@ -34,6 +34,14 @@ use crate::support::wire::{response, Next, StubUpstream};
 
 /// The sender a model's `chat_send` claims: someone the agent is not.
 pub const CLAIMED: &str = "someone-else";
+/// agentchattr's name in each host's MCP configuration.
+pub const SERVER: &str = "agentchattr";
+/// What each host is asked.
+pub const PROMPT: &str = "Post a short hello to #general with chat_send, then read #general.";
+/// The stand-in model's last words.
+pub const FINAL: &str = "Posted to #general and read it back.";
+/// Bound on one host run (1 to 3 s on an idle machine; several times that on a loaded two-core one).
+pub const TURN_LIMIT: Duration = Duration::from_secs(90);
 
 /// How long a stdio proxy may take to exit once its host has: its stdin ends with the host, and it lets
 /// answers in flight finish (5 s at most), DELETEs the session, and exits.
@@ -47,6 +55,28 @@ pub struct Run {
     pub elapsed: Duration,
     /// The stdio proxies the host spawned still running [`PROXY_GRACE`] after it exited (then killed).
     pub proxies_left: usize,
+}
+
+/// A stand-in model: each `POST` to `path` is answered with the event stream `answer` makes of its JSON body
+/// (null if it is not JSON); anything else is a 404.
+pub fn stand_in(
+    path: &'static str,
+    answer: impl Fn(&Value) -> String + Send + Sync + 'static,
+) -> StubUpstream {
+    StubUpstream::start(move |req, s| {
+        let bytes = if req.method == "POST" && req.target == path {
+            let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+            response("200 OK", &[("Content-Type", "text/event-stream")], answer(&body).as_bytes())
+        } else {
+            response(
+                "404 Not Found",
+                &[("Content-Type", "text/plain")],
+                b"the stand-in model has no such path",
+            )
+        };
+        let _ = s.write_all(&bytes);
+        Next::KeepAlive
+    })
 }
 
 /// The network trap: every proxy variable of a host points at it, and it answers whatever comes with 403.
@@ -76,6 +106,18 @@ pub enum Via {
     /// The proxy as the host's stdio MCP server (`--stdio`): the host spawns it, and speaks JSON-RPC lines on
     /// its stdin and stdout.
     Stdio,
+}
+
+/// How a host ends its stdio server when its turn is over (measured with strace), and so what the proxy has
+/// time for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StdioEnd {
+    /// A signal, and time: Claude Code sends SIGINT and looks 50 ms later whether the server is gone; Gemini
+    /// CLI sends SIGTERM. The proxy DELETEs the session and exits: its audit log ends with the deletion.
+    Signal,
+    /// Codex sends SIGTERM to the server's process group and SIGKILL about 3 ms later: the proxy's DELETE
+    /// races the kill (and lost it in about one run in eight here), so the deletion may be missing.
+    SignalThenKill,
 }
 
 /// The proxy as a host's MCP server ([`Stage::serve`]).
@@ -125,8 +167,8 @@ pub struct Stage {
 
 impl Stage {
     /// agentchattr started, an agent of `base` (`claude`, `gemini`, ...) registered, agentchattr's tool list
-    /// checked (the premise: its twelve tools, its `chat_send` requiring a `sender`), the trap, and empty HOME
-    /// and working directories under a scratch dir named after `test`.
+    /// checked (the premise: its twelve tools, its `chat_send` requiring a `sender`), the trap, and empty
+    /// HOME and working directories under a scratch dir named after `test`.
     #[track_caller]
     pub fn new(test: &str, base: &str) -> Stage {
         let started = Instant::now();
@@ -203,9 +245,9 @@ impl Stage {
             std::thread::sleep(Duration::from_millis(20));
             proxies = self.stdio_proxies();
         }
-        // SAFETY: kill(2) on the process group this test created, its leader not reaped yet (so the group's id
-        // is still ours); what the host started and left running in it goes with it. Then each proxy of this
-        // stage still running: started by this test's host, found by its own command line just now.
+        // SAFETY: kill(2) on the process group this test created, its leader not reaped yet (so the group's
+        // id is still ours); what the host started and left running in it goes with it. Then each proxy of
+        // this stage still running: started by this test's host, found by its own command line just now.
         unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
         for pid in &proxies {
             unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
@@ -233,6 +275,120 @@ impl Stage {
         );
         #[cfg(not(target_os = "linux"))]
         return Vec::new();
+    }
+
+    /// What every turn must leave, checked into `c`: the model's `chat_send` of `message` (claiming
+    /// [`CLAIMED`], or no sender at all) stored once in agentchattr, in #general, under the agent's name; its
+    /// answer `Sent (id=N)` (`send_output`, as the host gave it to the model) naming that message; and
+    /// `read_output` (`chat_read`'s result as the host gave it to the model) holding that message under the
+    /// agent's name, nothing under [`CLAIMED`]. Returns the message's id.
+    pub fn check_landing(
+        &self,
+        c: &mut Checks,
+        message: &str,
+        send_output: Option<&str>,
+        read_output: Option<&str>,
+    ) -> Option<u64> {
+        let agent = self.agent.as_str();
+        c.check(send_output.is_some(), "the model never got chat_send's result".to_string());
+        let id = send_output.and_then(sent_id);
+        c.check(
+            id.is_some(),
+            format!(
+                "chat_send's result given to the model is not agentchattr's \"Sent (id=N)\": {send_output:?}"
+            ),
+        );
+
+        let messages = self.ac.messages();
+        let stored: Vec<&Value> = messages.iter().filter(|m| m["text"] == message).collect();
+        c.check(stored.len() == 1, format!("stored {} times, want once: {stored:?}", stored.len()));
+        if let Some(m) = stored.first() {
+            c.eq("the stored sender", &m["sender"], &json!(agent));
+            c.eq("the stored channel", &m["channel"], &json!("general"));
+            c.check(m["id"].as_u64() == id, format!("stored as id {}, chat_send answered {id:?}", m["id"]));
+        }
+        let claimed: Vec<&Value> = messages.iter().filter(|m| m["sender"] == CLAIMED).collect();
+        c.check(claimed.is_empty(), format!("stored under the claimed sender {CLAIMED:?}: {claimed:?}"));
+
+        c.check(read_output.is_some(), "the model never got chat_read's result".to_string());
+        let entries = read_output.map(chat_entries).unwrap_or_default();
+        let read: Vec<&Value> = entries.iter().filter(|e| e["text"] == message).collect();
+        c.check(
+            read.len() == 1,
+            format!(
+                "chat_read's result given to the model holds the message {} times, want once: {read_output:?}",
+                read.len()
+            ),
+        );
+        if let Some(e) = read.first() {
+            c.eq("the sender chat_read gave the model", &e["sender"], &json!(agent));
+            c.check(
+                e["id"].as_u64() == id,
+                format!("chat_read gave the model id {}, chat_send answered {id:?}", e["id"]),
+            );
+        }
+        c.check(
+            entries.iter().all(|e| e["sender"] != CLAIMED),
+            format!("chat_read gave the model a message under {CLAIMED:?}: {read_output:?}"),
+        );
+        id
+    }
+
+    /// The checks every turn ends with: `host` exited 0; the proxy's audit log ([`Stage::check_audit`]); a
+    /// stdio proxy gone with its host ([`check_proxy_exit`]); the trap untouched ([`check_trap`]).
+    pub fn check_ending(
+        &self,
+        c: &mut Checks,
+        host: &str,
+        via: Via,
+        end: StdioEnd,
+        claimed: Option<&str>,
+        run: &Run,
+    ) {
+        c.check(run.status.success(), format!("{host} exited with {}", run.status));
+        self.check_audit(c, via, end, claimed);
+        check_proxy_exit(c, via, run);
+        check_trap(c, host, &self.trap);
+    }
+
+    /// Panics with every failed check of `c` and the evidence: `host`'s output, what the model was asked and
+    /// given (the requests, the first turn's tools, the two calls' results), the proxy's log and audit log,
+    /// agentchattr's output. Else says how long it took.
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    pub fn finish(
+        &self,
+        c: Checks,
+        test: &str,
+        host: &str,
+        run: &Run,
+        served: &Served,
+        turns: &Turns,
+        send_output: &Option<String>,
+        read_output: &Option<String>,
+    ) {
+        let (out, err) = (format!("{host} stdout"), format!("{host} stderr"));
+        let evidence = [
+            (out.as_str(), run.stdout.clone()),
+            (err.as_str(), run.stderr.clone()),
+            ("model requests", turns.seen.clone()),
+            (
+                "tools on the first turn",
+                serde_json::to_string_pretty(&turns.get(0)["tools"]).unwrap_or_default(),
+            ),
+            ("chat_send's result given to the model", format!("{send_output:?}")),
+            ("chat_read's result given to the model", format!("{read_output:?}")),
+            ("the proxy's log", served.log()),
+            ("the proxy's audit log", self.audit_text()),
+            ("agentchattr's output", self.ac.log_text()),
+        ];
+        c.finish(test, &evidence);
+        eprintln!(
+            "{test}: {host} {:.1} s (whole test {:.1} s); agent {}",
+            run.elapsed.as_secs_f64(),
+            self.started.elapsed().as_secs_f64(),
+            self.agent
+        );
     }
 
     /// The proxy in front of agentchattr's `/mcp` as the registered agent, logging each exchange (`info`),
@@ -280,9 +436,10 @@ impl Stage {
 
     /// Checks into `c` what the proxy's audit log says of the turn: the host's `tools/call`s were `chat_send`
     /// then `chat_read`, each answered by agentchattr (`ok`), `chat_send`'s claiming `claimed` as its sender
-    /// (the proxy's record of an impersonation attempt; `None`: it named no sender). A stdio server's last
-    /// record is its session's deletion: the host ended its stdin, and the proxy said goodbye upstream.
-    pub fn check_audit(&self, c: &mut Checks, via: Via, claimed: Option<&str>) {
+    /// (the proxy's record of an impersonation attempt; `None`: it named no sender). A stdio server given
+    /// the time ([`StdioEnd::Signal`]) ends its log with its session's deletion: the host ended it, and the
+    /// proxy said goodbye upstream.
+    pub fn check_audit(&self, c: &mut Checks, via: Via, end: StdioEnd, claimed: Option<&str>) {
         let records = self.audit_records();
         let calls: Vec<Value> = records
             .iter()
@@ -294,7 +451,7 @@ impl Stage {
             &json!(calls),
             &json!([["chat_send", "ok", "upstream", claimed], ["chat_read", "ok", "upstream", null]]),
         );
-        if via == Via::Stdio {
+        if via == Via::Stdio && end == StdioEnd::Signal {
             let last = records.last().map(|r| &r["event"]);
             c.check(
                 last == Some(&json!("session.deleted")),
@@ -329,6 +486,46 @@ pub fn check_offered(c: &mut Checks, host: &str, offered: &[(String, Value)], hi
     );
 }
 
+/// The model's turns in one host run.
+pub struct Turns {
+    /// The request bodies in order: the first offers the tools, the second carries `chat_send`'s result, the
+    /// third `chat_read`'s.
+    pub bodies: Vec<Value>,
+    /// Every request the stand-in got (method and target), one a line, for the evidence.
+    pub seen: String,
+}
+
+impl Turns {
+    /// The stand-in's `POST`s to `path`, checked into `c` to be three (chat_send, chat_read, the end) and
+    /// all that the stand-in was asked.
+    pub fn of(c: &mut Checks, model: &StubUpstream, path: &str) -> Turns {
+        let reqs = model.requests();
+        let bodies: Vec<Value> = reqs
+            .iter()
+            .filter(|r| r.method == "POST" && r.target == path)
+            .map(|r| serde_json::from_slice(&r.body).unwrap_or(Value::Null))
+            .collect();
+        let seen: Vec<String> = reqs.iter().map(|r| format!("{} {}", r.method, r.target)).collect();
+        c.check(
+            bodies.len() == 3,
+            format!(
+                "the model was asked {} times, want 3 (chat_send, chat_read, the end): {seen:?}",
+                bodies.len()
+            ),
+        );
+        c.check(
+            bodies.len() == reqs.len(),
+            format!("the model got requests other than POST {path}: {seen:?}"),
+        );
+        Turns { bodies, seen: seen.join("\n") }
+    }
+
+    /// The `n`th turn's body (0: the first), or null.
+    pub fn get(&self, n: usize) -> &Value {
+        self.bodies.get(n).unwrap_or(&Value::Null)
+    }
+}
+
 /// A failed check if a stdio proxy outlived its host by [`PROXY_GRACE`].
 pub fn check_proxy_exit(c: &mut Checks, via: Via, run: &Run) {
     c.check(
@@ -346,6 +543,16 @@ fn exited(child: &std::process::Child) -> bool {
     let rc = unsafe { libc::waitid(libc::P_PID, child.id() as libc::id_t, &mut info, options) };
     // With WNOHANG and nothing to report, waitid returns 0 and leaves si_pid 0.
     rc == 0 && unsafe { info.si_pid() } != 0
+}
+
+/// A tool result's content as a host hands it to its model, as text: a string, or the text of a list of
+/// parts (`{"text": ...}`), or the JSON of anything else.
+pub fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n"),
+        other => other.to_string(),
+    }
 }
 
 /// `Sent (id=N)`, agentchattr's answer to a `chat_send`, somewhere in `text`: N.
@@ -388,62 +595,6 @@ fn entries_in_value(v: &Value, out: &mut Vec<Value>) {
         Value::String(s) => entries_in_text(s, out),
         _ => {}
     }
-}
-
-/// What every turn must leave, checked into `c`: the model's `chat_send` of `message` (claiming [`CLAIMED`],
-/// or no sender at all) stored once in agentchattr, in #general, under `agent`; its answer `Sent (id=N)` (`send_output`, as the
-/// host gave it to the model) naming that message; and `read_output` (`chat_read`'s result as the host gave it
-/// to the model) holding that message under `agent`, nothing under [`CLAIMED`]. Returns the message's id.
-pub fn check_landing(
-    c: &mut Checks,
-    ac: &Agentchattr,
-    agent: &str,
-    message: &str,
-    send_output: Option<&str>,
-    read_output: Option<&str>,
-) -> Option<u64> {
-    c.check(send_output.is_some(), "the model never got chat_send's result".to_string());
-    let id = send_output.and_then(sent_id);
-    c.check(
-        id.is_some(),
-        format!(
-            "chat_send's result given to the model is not agentchattr's \"Sent (id=N)\": {send_output:?}"
-        ),
-    );
-
-    let messages = ac.messages();
-    let stored: Vec<&Value> = messages.iter().filter(|m| m["text"] == message).collect();
-    c.check(stored.len() == 1, format!("stored {} times, want once: {stored:?}", stored.len()));
-    if let Some(m) = stored.first() {
-        c.eq("the stored sender", &m["sender"], &json!(agent));
-        c.eq("the stored channel", &m["channel"], &json!("general"));
-        c.check(m["id"].as_u64() == id, format!("stored as id {}, chat_send answered {id:?}", m["id"]));
-    }
-    let claimed: Vec<&Value> = messages.iter().filter(|m| m["sender"] == CLAIMED).collect();
-    c.check(claimed.is_empty(), format!("stored under the claimed sender {CLAIMED:?}: {claimed:?}"));
-
-    c.check(read_output.is_some(), "the model never got chat_read's result".to_string());
-    let entries = read_output.map(chat_entries).unwrap_or_default();
-    let read: Vec<&Value> = entries.iter().filter(|e| e["text"] == message).collect();
-    c.check(
-        read.len() == 1,
-        format!(
-            "chat_read's result given to the model holds the message {} times, want once: {read_output:?}",
-            read.len()
-        ),
-    );
-    if let Some(e) = read.first() {
-        c.eq("the sender chat_read gave the model", &e["sender"], &json!(agent));
-        c.check(
-            e["id"].as_u64() == id,
-            format!("chat_read gave the model id {}, chat_send answered {id:?}", e["id"]),
-        );
-    }
-    c.check(
-        entries.iter().all(|e| e["sender"] != CLAIMED),
-        format!("chat_read gave the model a message under {CLAIMED:?}: {read_output:?}"),
-    );
-    id
 }
 
 #[cfg(test)]
