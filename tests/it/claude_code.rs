@@ -196,12 +196,12 @@ fn claude_turn(test: &str, which: ClaudeCode, via: Via) {
     served.stop();
 
     let mut c = Checks::default();
-    let turns = Turns::of(&mut c, &model, TURN_PATH);
+    let turns = Turns::of(&mut c, &model, TURN_PATH, |body, tool| {
+        tool_result(body, if tool == "chat_send" { SEND_ID } else { READ_ID })
+    });
     c.check(turns.bodies.iter().all(|t| t["stream"] == true), "a model request without \"stream\": true");
     hosts::check_offered(&mut c, "Claude Code", &offered(turns.get(0)), &[]);
-    let send_output = tool_result(turns.get(1), SEND_ID);
-    let read_output = tool_result(turns.get(2), READ_ID);
-    stage.check_landing(&mut c, &message, send_output.as_deref(), read_output.as_deref());
+    stage.check_landing(&mut c, &message, &turns);
 
     // What Claude Code reported.
     let report: Value = serde_json::from_str(run.stdout.trim()).unwrap_or(Value::Null);
@@ -212,8 +212,7 @@ fn claude_turn(test: &str, which: ClaudeCode, via: Via) {
     );
     check_discover_fallback(&mut c, &stage, which);
     stage.check_ending(&mut c, "claude -p", via, StdioEnd::Signal, Some(CLAIMED), &run);
-
-    stage.finish(c, test, "claude -p", &run, &served, &turns, &send_output, &read_output);
+    stage.finish(c, test, "claude -p", &run, &served, &turns);
 }
 
 cases! { claude_turn;

@@ -251,7 +251,9 @@ fn codex_turn(test: &str, route: Route) {
     served.stop();
 
     let mut c = Checks::default();
-    let turns = Turns::of(&mut c, &model, TURN_PATH);
+    let turns = Turns::of(&mut c, &model, TURN_PATH, |body, tool| {
+        call_output(body, if tool == "chat_send" { SEND_CALL } else { READ_CALL })
+    });
     c.check(turns.bodies.iter().all(|t| t["stream"] == true), "a model request without \"stream\": true");
 
     // What Codex offered its model on the first turn: agentchattr's tools in its namespace, the denied ones
@@ -270,9 +272,7 @@ fn codex_turn(test: &str, route: Route) {
     }
 
     // The calls' outputs as the model saw them, and in agentchattr.
-    let send_output = call_output(turns.get(1), SEND_CALL);
-    let read_output = call_output(turns.get(2), READ_CALL);
-    let id = stage.check_landing(&mut c, &message, send_output.as_deref(), read_output.as_deref());
+    let id = stage.check_landing(&mut c, &message, &turns);
 
     // The calls as Codex reported them.
     let calls = tool_calls(&run.stdout);
@@ -287,7 +287,7 @@ fn codex_turn(test: &str, route: Route) {
         c.eq("the reported chat_send's arguments", &call["arguments"], &arguments);
         c.check(
             sent_id(&call["result"].to_string()) == id,
-            format!("the reported result {} is not the model's {send_output:?}", call["result"]),
+            format!("the reported result {} is not the model's {:?}", call["result"], turns.send_output),
         );
     }
     c.check(calls.iter().all(|call| call["error"].is_null()), format!("a reported call failed: {calls:?}"));
@@ -296,8 +296,7 @@ fn codex_turn(test: &str, route: Route) {
         c.check(!served.log().contains("TLS with upstream"), "a TLS failure was logged");
     }
     stage.check_ending(&mut c, "codex exec", route.via(), StdioEnd::SignalThenKill, route.claims(), &run);
-
-    stage.finish(c, test, "codex exec", &run, &served, &turns, &send_output, &read_output);
+    stage.finish(c, test, "codex exec", &run, &served, &turns);
 }
 
 cases! { codex_turn;

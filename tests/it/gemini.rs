@@ -148,11 +148,9 @@ fn gemini_turn(test: &str, via: Via) {
     served.stop();
 
     let mut c = Checks::default();
-    let turns = Turns::of(&mut c, &model, TURN_PATH);
+    let turns = Turns::of(&mut c, &model, TURN_PATH, function_response);
     hosts::check_offered(&mut c, "Gemini CLI", &offered(turns.get(0)), &[]);
-    let send_output = function_response(turns.get(1), "chat_send");
-    let read_output = function_response(turns.get(2), "chat_read");
-    stage.check_landing(&mut c, &message, send_output.as_deref(), read_output.as_deref());
+    stage.check_landing(&mut c, &message, &turns);
 
     // What Gemini CLI reported: the model's last words, both calls made and none failed.
     let report: Value = serde_json::from_str(run.stdout.trim()).unwrap_or(Value::Null);
@@ -166,8 +164,7 @@ fn gemini_turn(test: &str, via: Via) {
     c.eq("Gemini CLI's chat_read calls (count, success)", &calls("chat_read"), &json!([1, 1]));
     c.eq("Gemini CLI's failed tool calls", &tools["totalFail"], &json!(0));
     stage.check_ending(&mut c, "gemini -p", via, StdioEnd::Signal, Some(CLAIMED), &run);
-
-    stage.finish(c, test, "gemini -p", &run, &served, &turns, &send_output, &read_output);
+    stage.finish(c, test, "gemini -p", &run, &served, &turns);
 }
 
 cases! { gemini_turn;

@@ -43,8 +43,8 @@ pub const FINAL: &str = "Posted to #general and read it back.";
 /// Bound on one host run (1 to 3 s on an idle machine; several times that on a loaded two-core one).
 pub const TURN_LIMIT: Duration = Duration::from_secs(90);
 
-/// How long a stdio proxy may take to exit once its host has: its stdin ends with the host, and it lets
-/// answers in flight finish (5 s at most), DELETEs the session, and exits.
+/// How long a stdio proxy may take to exit once its host has: the host signals it (see [`StdioEnd`]) or its
+/// stdin ends with the host, and it lets answers in flight finish (5 s at most), DELETEs the session, exits.
 const PROXY_GRACE: Duration = Duration::from_secs(8);
 
 /// What one host run left.
@@ -279,17 +279,12 @@ impl Stage {
 
     /// What every turn must leave, checked into `c`: the model's `chat_send` of `message` (claiming
     /// [`CLAIMED`], or no sender at all) stored once in agentchattr, in #general, under the agent's name; its
-    /// answer `Sent (id=N)` (`send_output`, as the host gave it to the model) naming that message; and
-    /// `read_output` (`chat_read`'s result as the host gave it to the model) holding that message under the
-    /// agent's name, nothing under [`CLAIMED`]. Returns the message's id.
-    pub fn check_landing(
-        &self,
-        c: &mut Checks,
-        message: &str,
-        send_output: Option<&str>,
-        read_output: Option<&str>,
-    ) -> Option<u64> {
+    /// answer `Sent (id=N)`, as the host gave it to the model, naming that message; and `chat_read`'s result,
+    /// as the host gave it to the model, holding that message under the agent's name, nothing under
+    /// [`CLAIMED`]. Returns the message's id.
+    pub fn check_landing(&self, c: &mut Checks, message: &str, turns: &Turns) -> Option<u64> {
         let agent = self.agent.as_str();
+        let (send_output, read_output) = (turns.send_output.as_deref(), turns.read_output.as_deref());
         c.check(send_output.is_some(), "the model never got chat_send's result".to_string());
         let id = send_output.and_then(sent_id);
         c.check(
@@ -355,18 +350,7 @@ impl Stage {
     /// given (the requests, the first turn's tools, the two calls' results), the proxy's log and audit log,
     /// agentchattr's output. Else says how long it took.
     #[track_caller]
-    #[allow(clippy::too_many_arguments)]
-    pub fn finish(
-        &self,
-        c: Checks,
-        test: &str,
-        host: &str,
-        run: &Run,
-        served: &Served,
-        turns: &Turns,
-        send_output: &Option<String>,
-        read_output: &Option<String>,
-    ) {
+    pub fn finish(&self, c: Checks, test: &str, host: &str, run: &Run, served: &Served, turns: &Turns) {
         let (out, err) = (format!("{host} stdout"), format!("{host} stderr"));
         let evidence = [
             (out.as_str(), run.stdout.clone()),
@@ -376,8 +360,8 @@ impl Stage {
                 "tools on the first turn",
                 serde_json::to_string_pretty(&turns.get(0)["tools"]).unwrap_or_default(),
             ),
-            ("chat_send's result given to the model", format!("{send_output:?}")),
-            ("chat_read's result given to the model", format!("{read_output:?}")),
+            ("chat_send's result given to the model", format!("{:?}", turns.send_output)),
+            ("chat_read's result given to the model", format!("{:?}", turns.read_output)),
             ("the proxy's log", served.log()),
             ("the proxy's audit log", self.audit_text()),
             ("agentchattr's output", self.ac.log_text()),
@@ -493,12 +477,22 @@ pub struct Turns {
     pub bodies: Vec<Value>,
     /// Every request the stand-in got (method and target), one a line, for the evidence.
     pub seen: String,
+    /// `chat_send`'s result as the host gave it to the model on the second turn, and `chat_read`'s on the
+    /// third.
+    pub send_output: Option<String>,
+    pub read_output: Option<String>,
 }
 
 impl Turns {
     /// The stand-in's `POST`s to `path`, checked into `c` to be three (chat_send, chat_read, the end) and
-    /// all that the stand-in was asked.
-    pub fn of(c: &mut Checks, model: &StubUpstream, path: &str) -> Turns {
+    /// all that the stand-in was asked; `result(body, tool)` finds the result of agentchattr's `tool` in a
+    /// body, as the host gave it to the model.
+    pub fn of(
+        c: &mut Checks,
+        model: &StubUpstream,
+        path: &str,
+        result: impl Fn(&Value, &str) -> Option<String>,
+    ) -> Turns {
         let reqs = model.requests();
         let bodies: Vec<Value> = reqs
             .iter()
@@ -517,7 +511,9 @@ impl Turns {
             bodies.len() == reqs.len(),
             format!("the model got requests other than POST {path}: {seen:?}"),
         );
-        Turns { bodies, seen: seen.join("\n") }
+        let send_output = bodies.get(1).and_then(|b| result(b, "chat_send"));
+        let read_output = bodies.get(2).and_then(|b| result(b, "chat_read"));
+        Turns { bodies, seen: seen.join("\n"), send_output, read_output }
     }
 
     /// The `n`th turn's body (0: the first), or null.
