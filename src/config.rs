@@ -10,7 +10,7 @@ use crate::mcp::stamp::{parse_stamp_arg, StampMap};
 use crate::mcp::tools::ToolFlags;
 use crate::probe;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -906,12 +906,7 @@ fn parse_upstream(v: &str, tls: &TlsFlags) -> Result<Upstream, ConfigError> {
         return Err(ConfigError::Https);
     }
     let invalid = |why| ConfigError::Invalid { flag: "--upstream", why };
-    let scheme_len = if https { 8 } else { 7 };
-    let rest = v
-        .get(..scheme_len)
-        .filter(|s| https || s.eq_ignore_ascii_case("http://"))
-        .and_then(|_| v.get(scheme_len..))
-        .ok_or(invalid("expected http://HOST[:PORT][/PATH] or https://HOST[:PORT][/PATH]"))?;
+    let url = crate::url::parse(v).map_err(invalid)?;
     let flag_given = if !tls.ca_files.is_empty() {
         Some("--ca-file")
     } else if tls.client_cert.is_some() {
@@ -930,38 +925,18 @@ fn parse_upstream(v: &str, tls: &TlsFlags) -> Result<Upstream, ConfigError> {
             why: "--tls-client-cert and --tls-client-key go together (both or neither)",
         });
     }
-    let (authority, path) = match rest.find(['/', '?', '#']) {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    if authority.contains('@') {
-        return Err(invalid("user info is not supported"));
-    }
-    if path.contains('#') || !path.starts_with('/') {
-        return Err(invalid("the path must start with / and have no fragment"));
-    }
-    let (host, port) =
-        split_host_port(authority, if https { 443 } else { 80 }).ok_or(invalid("expected HOST[:PORT]"))?;
-    if host.is_empty() {
-        return Err(invalid("missing host"));
-    }
+    let (port, path, host) = (url.port, url.target.clone(), url.host_text());
+    // The name looked up, and the one TLS checks: no brackets.
     let lookup_host = host.trim_start_matches('[').trim_end_matches(']');
-    let addrs: Vec<SocketAddr> = match lookup_host.parse::<IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, port)],
-        // No resolver needed (a FROM scratch image has no /etc/hosts).
-        Err(_) if lookup_host.eq_ignore_ascii_case("localhost") => {
-            vec![
-                SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)),
-            ]
-        }
-        Err(_) => lookup(lookup_host, port).map_err(|_| ConfigError::Resolve(lookup_host.to_string()))?,
+    let addrs = match url.fixed_addrs() {
+        Some(addrs) => addrs,
+        None => lookup(lookup_host, port).map_err(|_| ConfigError::Resolve(lookup_host.to_string()))?,
     };
     if addrs.is_empty() {
         return Err(ConfigError::Resolve(lookup_host.to_string()));
     }
     let authority = match (https, port) {
-        (true, 443) => host.to_string(),
+        (true, 443) => host.clone(),
         _ => format!("{host}:{port}"),
     };
     #[cfg(feature = "tls")]
@@ -976,8 +951,8 @@ fn parse_upstream(v: &str, tls: &TlsFlags) -> Result<Upstream, ConfigError> {
     Ok(Upstream {
         addrs,
         authority,
-        path: path.to_string(),
-        host: host.to_string(),
+        path,
+        host,
         port,
         https,
         #[cfg(feature = "tls")]
@@ -990,33 +965,6 @@ fn parse_upstream(v: &str, tls: &TlsFlags) -> Result<Upstream, ConfigError> {
 #[inline(never)]
 pub fn lookup(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
     (host.trim_start_matches('[').trim_end_matches(']'), port).to_socket_addrs().map(Iterator::collect)
-}
-
-/// `host[:port]` or `[v6][:port]`; port defaults to `default_port`.
-fn split_host_port(a: &str, default_port: u16) -> Option<(&str, u16)> {
-    let (host, port) = if a.starts_with('[') {
-        let close = a.find(']')?;
-        let (h, rest) = a.split_at(close + 1);
-        match rest.strip_prefix(':') {
-            Some(p) => (h, Some(p)),
-            None if rest.is_empty() => (h, None),
-            None => return None,
-        }
-    } else {
-        match a.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (a, None),
-        }
-    };
-    let port = match port {
-        Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => p.parse().ok()?,
-        Some(_) => return None,
-        None => default_port,
-    };
-    if host.bytes().any(|b| !(b.is_ascii_alphanumeric() || b"-._[]:".contains(&b))) {
-        return None;
-    }
-    Some((host, port))
 }
 
 #[cfg(test)]

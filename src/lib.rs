@@ -36,6 +36,7 @@ mod test_rng;
 #[cfg(feature = "tls")]
 pub mod tls;
 pub mod transport;
+pub mod url;
 // The OS layer: the one place allowed `unsafe`.
 #[allow(unsafe_code)]
 mod sys;

@@ -108,10 +108,18 @@ pub struct Proxy {
     accept_paused_until: Option<Instant>,
     shutdown_at: Option<Instant>,
     /// `--stdio`: the front-end on stdin and stdout (no listener then).
-    stdio: Option<crate::stdio::Bridge>,
+    stdio: Option<(crate::stdio::Bridge, StdioInput)>,
     /// Pipes of `--stdio` connections closed this round, with their last
     /// bytes, until the front-end reads them.
     closed_pipes: Vec<(u64, crate::conn::client_sock::Pipe)>,
+}
+
+/// `--stdio`'s stdin: read when the front-end has room (edge-triggered:
+/// `ready` remembers an event not yet read to its end).
+struct StdioInput {
+    channel: sys::StdinChannel,
+    ready: bool,
+    open: bool,
 }
 
 /// What one batch of events asked for besides connection readiness.
@@ -222,13 +230,14 @@ impl Proxy {
             true => {
                 let stdin = sys::StdinChannel::open(poll.registry(), STDIN, &waker)
                     .map_err(BindError::ControlStdin)?;
+                let stdin = StdioInput { channel: stdin, ready: true, open: true };
                 let wake = waker.clone();
                 let out = crate::stdio::out::Stdout::start(std::io::stdout(), move || {
                     let _ = wake.wake();
                 })
                 .map_err(BindError::Setup)?;
                 let client_token = config.client_token.clone();
-                Some(crate::stdio::Bridge::new(&config.upstream.path, 0, client_token, stdin, out))
+                Some((crate::stdio::Bridge::new(&config.upstream.path, 0, client_token, out), stdin))
             }
             false => None,
         };
@@ -342,7 +351,7 @@ impl Proxy {
             woken.stop |= self.handle_signals(woken.signals, now);
             if woken.stop {
                 match self.stdio.as_mut() {
-                    Some(bridge) => bridge.terminate(now),
+                    Some((bridge, _)) => bridge.terminate(now),
                     None => self.begin_shutdown(now),
                 }
             }
@@ -366,7 +375,7 @@ impl Proxy {
             if self.audit.is_some() {
                 self.write_audit();
             }
-            if self.stdio.as_ref().is_some_and(|b| b.finished(now)) {
+            if self.stdio.as_ref().is_some_and(|(b, _)| b.finished(now)) {
                 info!("stdio: done");
                 return Ok(());
             }
@@ -380,7 +389,25 @@ impl Proxy {
     /// (what it wakes is driven this round) and after (the next round,
     /// at once).
     fn stdio_turn(&mut self, stdin: bool, now: Instant, after_drive: bool) {
-        let Some(bridge) = self.stdio.as_mut() else { return };
+        let Some((bridge, input)) = self.stdio.as_mut() else { return };
+        input.ready |= stdin;
+        if input.open && input.ready && bridge.wants_input() {
+            let channel = &mut input.channel;
+            let mut eof = false;
+            bridge.input(
+                |buf| {
+                    eof = channel.read(buf) == sys::StdinRead::Eof;
+                    eof
+                },
+                now,
+            );
+            // `read` drains to WouldBlock: wait for the next event.
+            input.ready = false;
+            if eof {
+                input.open = false;
+                input.channel.close(self.poll.registry());
+            }
+        }
         let wakes = if after_drive { &mut self.again } else { &mut self.touched };
         let mut core = stdio::PipeConns {
             slab: &mut self.slab,
@@ -389,7 +416,7 @@ impl Proxy {
             closed: &mut self.closed_pipes,
             now,
         };
-        bridge.turn(&mut core, stdin, now);
+        bridge.turn(&mut core, now);
         if after_drive {
             self.closed_pipes.clear();
         }
@@ -410,7 +437,7 @@ impl Proxy {
             self.accept_paused_until,
             self.watch.as_ref().and_then(IdentityWatch::wake_at),
             self.shutdown_at.map(|t| t + SHUTDOWN_GRACE),
-            self.stdio.as_ref().and_then(crate::stdio::Bridge::deadline),
+            self.stdio.as_ref().and_then(|(b, _)| b.deadline()),
             #[cfg(feature = "dns-refresh")]
             self.resolver.as_ref().and_then(resolve::Resolver::due_at),
         ]

@@ -148,33 +148,48 @@ fn version_of(body: &[u8], result: &Value) -> Option<String> {
 /// event that has data, typed `message` unless an `event` field names
 /// another; an event cut by the end of the bytes is not dispatched.
 pub(crate) fn for_each_message_event(stream: &[u8], mut f: impl FnMut(&[u8]) -> bool) {
-    let stream = stream.strip_prefix(super::sse::UTF8_BOM).unwrap_or(stream);
-    let mut data: Vec<u8> = Vec::new();
-    let mut has_data = false;
-    let mut is_message = true;
-    for line in super::sse::lines(stream) {
-        if line.is_empty() {
-            if has_data && is_message && !f(&data) {
-                return;
-            }
-            data.clear();
-            has_data = false;
-            is_message = true;
-            continue;
+    let mut framer = super::sse::Framer::default();
+    let mut sink = MessageData::default();
+    let mut rest = stream;
+    loop {
+        let (n, dispatched) = framer.feed(rest, &mut sink);
+        rest = rest.get(n..).unwrap_or_default();
+        if !dispatched {
+            return;
         }
-        let (name, at) = super::sse::field(line);
-        let value = line.get(at..).unwrap_or_default();
-        match name {
-            b"data" => {
-                if has_data {
-                    data.push(b'\n');
-                }
-                data.extend_from_slice(value);
-                has_data = true;
-            }
-            b"event" => is_message = value.is_empty() || value == b"message",
-            _ => {} // comments (empty name), `id`, `retry`, unknown fields
+        if std::mem::take(&mut sink.ready) && !f(&sink.data) {
+            return;
         }
+        sink.data.clear();
+        sink.message = true;
+    }
+}
+
+/// The data of the event being read, and whether it is a `message` event.
+struct MessageData {
+    data: Vec<u8>,
+    message: bool,
+    /// Dispatched with data, typed `message`.
+    ready: bool,
+}
+
+impl Default for MessageData {
+    fn default() -> Self {
+        MessageData { data: Vec::new(), message: true, ready: false }
+    }
+}
+
+impl super::sse::EventSink for MessageData {
+    fn data(&mut self, bytes: &[u8]) {
+        self.data.extend_from_slice(bytes);
+    }
+
+    fn event_type(&mut self, value: &[u8]) {
+        self.message = value.is_empty() || value == b"message";
+    }
+
+    fn dispatch(&mut self, had_data: bool) {
+        self.ready = had_data && self.message;
     }
 }
 

