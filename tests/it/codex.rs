@@ -1,68 +1,80 @@
-//! A real Codex CLI turn through the proxy: `codex exec` (@openai/codex, pinned in `tests/support/codex/`)
-//! with the real agentchattr behind `--deny-tool chat_rules --deny-tool chat_decision` as its MCP server
-//! (streamable HTTP), and a scripted stand-in for the model on the Responses API. Codex offers its model what
-//! the proxy let through: agentchattr's tools less the denied ones, none with a `sender` parameter. The
-//! model's `chat_send` without `sender` is stamped on its way (agentchattr's `chat_send` requires `sender`:
-//! unstamped, it fails validation) and stored once under the agent's registered name.
+//! Real Codex CLI turns through the proxy: `codex exec` (@openai/codex, pinned in `tests/support/codex/`)
+//! with the real agentchattr behind `--deny-tool chat_rules --deny-tool chat_decision` as its MCP server (the
+//! proxy's URL, over HTTP or HTTPS upstream, or the proxy's binary with `--stdio` as Codex's `command`), and
+//! a scripted stand-in for the model on the Responses API. Codex offers its model what the proxy let through:
+//! agentchattr's tools less the denied ones, none with a `sender` parameter. The model's `chat_send` without
+//! `sender` is stamped on its way (agentchattr's `chat_send` requires `sender`: unstamped, it fails
+//! validation), or over stdio claims another sender, and is stored once under the agent's registered name;
+//! its `chat_read` brings that message back to it under the agent's name.
 //!
 //! Codex reaches nothing but loopback: its config turns off what phones home (the plugin marketplace's git
 //! and HTTPS syncs, analytics, the update check), and every proxy variable points at a trap that records and
 //! refuses whatever would have left the machine; the test fails if the trap saw a connection.
 
-use std::io::Write;
-use std::net::TcpStream;
-use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
-
 use serde_json::{json, Value};
 
-use crate::support::agentchattr::{Agentchattr, TOOLS};
+use crate::support::cases;
 use crate::support::checks::Checks;
-use crate::support::proxy_process::{drain, scratch_dir, ProxyProcess};
+use crate::support::hosts::{
+    self, sent_id, Run, Served, Stage, StdioEnd, Turns, Via, CLAIMED, FINAL, PROMPT, SERVER, TURN_LIMIT,
+};
 use crate::support::realenv;
-use crate::support::wire::{request, response, Next, RawClient, Req, Resp, StubUpstream};
+use crate::support::wire::StubUpstream;
 
 /// The tools the proxy hides.
 const DENIED: [&str; 2] = ["chat_rules", "chat_decision"];
-/// What the model posts.
-const MESSAGE: &str = "codex turn: posted without a sender";
-/// The model's one tool call.
-const CALL_ID: &str = "call_chat_send_1";
-/// The model's last words.
-const FINAL: &str = "Posted to #general.";
+/// Where Codex asks its model (it appends `/responses` to the provider's base URL).
+const TURN_PATH: &str = "/v1/responses";
+/// The model's two tool calls.
+const SEND_CALL: &str = "call_chat_send_1";
+const READ_CALL: &str = "call_chat_read_1";
 /// The provider's key variable (a dummy key: the stand-in checks nothing).
 const KEY_VAR: &str = "CODEX_TURN_TEST_KEY";
-/// Bound on the whole `codex exec` run (about 1 s on an idle machine).
-const TURN_LIMIT: Duration = Duration::from_secs(60);
+
+/// How Codex reaches agentchattr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// The proxy on a loopback port, in front of agentchattr's `/mcp`; the model's `chat_send` names no
+    /// sender.
+    Http,
+    /// The same with the proxy's upstream `https://`: agentchattr behind nginx terminating TLS.
+    Https,
+    /// The proxy as Codex's stdio MCP server (`command` and `args`, with `--stdio`); the model's `chat_send`
+    /// claims another sender.
+    Stdio,
+}
+
+impl Route {
+    fn via(self) -> Via {
+        match self {
+            Route::Http | Route::Https => Via::Http,
+            Route::Stdio => Via::Stdio,
+        }
+    }
+
+    /// The sender the model's `chat_send` claims, if any.
+    fn claims(self) -> Option<&'static str> {
+        (self == Route::Stdio).then_some(CLAIMED)
+    }
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // The stand-in model.
 
-/// `POST /v1/responses` (Codex appends `/responses` to the provider's base URL), answered with an event
-/// stream: a turn with no tool output yet calls `chat_send` (or, when Codex offered none, just ends); the
-/// turn that carries the call's output ends with a message. Anything else is a 404.
-fn model() -> StubUpstream {
-    StubUpstream::start(|req: &Req, s: &mut TcpStream| {
-        let bytes = if req.method == "POST" && req.target == "/v1/responses" {
-            let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
-            let chat_send = namespace_of(&body["tools"], "chat_send");
-            let (id, item) = match (call_output(&body), chat_send) {
-                (None, Some(namespace)) => ("resp_call", function_call(&namespace)),
-                (None, None) => ("resp_none", message("chat_send was not offered")),
-                (Some(_), _) => ("resp_final", message(FINAL)),
-            };
-            response("200 OK", &[("Content-Type", "text/event-stream")], events(id, item).as_bytes())
-        } else {
-            response(
-                "404 Not Found",
-                &[("Content-Type", "text/plain")],
-                b"the stand-in model has no such path",
-            )
+/// `POST` [`TURN_PATH`], answered with an event stream: with chat_send offered, a turn with no tool output
+/// yet calls it with `arguments`; the turn carrying its output calls `chat_read` on #general; the turn
+/// carrying that output ends with [`FINAL`]. Anything else is a 404.
+fn model(arguments: Value) -> StubUpstream {
+    hosts::stand_in(TURN_PATH, move |body| {
+        let namespace = namespace_of(&body["tools"], "chat_send");
+        let read = json!({"channel": "general"});
+        let (id, item) = match (call_output(body, SEND_CALL), call_output(body, READ_CALL), namespace) {
+            (_, Some(_), _) => ("resp_final", message(FINAL)),
+            (Some(_), None, Some(ns)) => ("resp_read", function_call(&ns, READ_CALL, "chat_read", &read)),
+            (None, None, Some(ns)) => ("resp_send", function_call(&ns, SEND_CALL, "chat_send", &arguments)),
+            (_, None, None) => ("resp_none", message("chat_send was not offered")),
         };
-        let _ = s.write_all(&bytes);
-        Next::KeepAlive
+        events(id, item)
     })
 }
 
@@ -83,11 +95,10 @@ fn events(id: &str, item: Value) -> String {
     .collect()
 }
 
-/// A call of `chat_send` in `namespace`, with a message and a channel and no `sender`.
-fn function_call(namespace: &str) -> Value {
-    let arguments = json!({"message": MESSAGE, "channel": "general"}).to_string();
-    json!({"type": "function_call", "call_id": CALL_ID, "name": "chat_send", "namespace": namespace,
-           "arguments": arguments})
+/// A call of `name` in `namespace` with `arguments`.
+fn function_call(namespace: &str, call_id: &str, name: &str, arguments: &Value) -> Value {
+    json!({"type": "function_call", "call_id": call_id, "name": name, "namespace": namespace,
+           "arguments": arguments.to_string()})
 }
 
 fn message(text: &str) -> Value {
@@ -117,65 +128,21 @@ fn namespace_of(tools: &Value, name: &str) -> Option<String> {
     offered(tools).into_iter().find(|(ns, t)| !ns.is_empty() && t["name"] == name).map(|(ns, _)| ns)
 }
 
-/// The text of the output of [`CALL_ID`] in a request's input (a string, or a list of text parts).
-fn call_output(body: &Value) -> Option<String> {
+/// The text of the output of `call_id` in a request's input (a string, or a list of text parts).
+fn call_output(body: &Value, call_id: &str) -> Option<String> {
     let item = body["input"]
         .as_array()?
         .iter()
-        .find(|i| i["type"] == "function_call_output" && i["call_id"] == CALL_ID)?;
-    Some(match &item["output"] {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n"),
-        other => other.to_string(),
-    })
+        .find(|i| i["type"] == "function_call_output" && i["call_id"] == call_id)?;
+    Some(hosts::text_of(&item["output"]))
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// agentchattr's own list, and Codex.
-
-/// agentchattr's `tools/list`, asked directly (no proxy) on one connection: initialize, initialized, list.
-fn upstream_tools(ac: &Agentchattr) -> Vec<Value> {
-    let stream = TcpStream::connect(("127.0.0.1", ac.http)).expect("connect to agentchattr's MCP port");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut c = RawClient::new(stream);
-    let host = format!("127.0.0.1:{}", ac.http);
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "codex-test", "version": "0"}}});
-    let resp = rpc(&mut c, &host, None, &init);
-    let session = resp.one("mcp-session-id").to_string();
-    let resp =
-        rpc(&mut c, &host, Some(&session), &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    assert_eq!(resp.status, 202, "notifications/initialized: {}", resp.raw_text());
-    let resp =
-        rpc(&mut c, &host, Some(&session), &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
-    let answer = answer_of(&resp);
-    answer["result"]["tools"]
-        .as_array()
-        .cloned()
-        .unwrap_or_else(|| panic!("agentchattr's tools/list: no tools in {answer}"))
-}
-
-fn rpc(c: &mut RawClient, host: &str, session: Option<&str>, body: &Value) -> Resp {
-    let mut fields =
-        vec![("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
-    if let Some(s) = session {
-        fields.push(("Mcp-Session-Id", s));
-    }
-    c.send(&request("POST", "/mcp", host, &fields, body.to_string().as_bytes()));
-    c.read_response("POST")
-}
-
-/// The JSON-RPC answer in a JSON body or in an event stream's `data:` line.
-fn answer_of(resp: &Resp) -> Value {
-    let text = resp.text();
-    let data = text.lines().find_map(|l| l.strip_prefix("data:")).unwrap_or(&text);
-    serde_json::from_str(data.trim())
-        .unwrap_or_else(|e| panic!("not a JSON-RPC answer ({e}): {}", resp.raw_text()))
-}
+// Codex.
 
 /// `$CODEX_HOME/config.toml`: the stand-in as the model provider, agentchattr through the proxy as the MCP
 /// server, no prompts, nothing that phones home.
-fn config(model: &StubUpstream, mcp_url: &str) -> String {
+fn config(model: &StubUpstream, server: &str) -> String {
     format!(
         r#"model = "stand-in"
 model_provider = "stand-in"
@@ -203,8 +170,8 @@ wire_api = "responses"
 request_max_retries = 0
 stream_max_retries = 0
 
-[mcp_servers.agentchattr]
-url = "{mcp_url}"
+[mcp_servers.{SERVER}]
+{server}
 # Under approval_policy "never" an MCP call is refused ("MCP tool call requires approval, but approval policy
 # is never") unless its server's tools are approved here.
 default_tools_approval_mode = "approve"
@@ -213,21 +180,11 @@ default_tools_approval_mode = "approve"
     )
 }
 
-/// What one `codex exec` run left.
-struct Run {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-    elapsed: Duration,
-}
-
-/// `codex exec --json` with `prompt` in `work`, `home` as its `CODEX_HOME` and `HOME`, an environment of
-/// its own (PATH only from ours) with every proxy variable on `trap`, bounded by [`TURN_LIMIT`]. It runs in a
-/// process group of its own (the launcher spawns the native binary, which spawns helpers), killed whole on
-/// the way out.
-fn codex_exec(home: &Path, work: &Path, trap: &StubUpstream, prompt: &str) -> Run {
-    let trap_url = format!("http://{}", trap.authority());
-    let mut cmd = Command::new("node");
+/// `codex exec --json` [`PROMPT`] in the stage's working directory, its HOME as `CODEX_HOME` too (see
+/// [`Stage::command`]), bounded by [`TURN_LIMIT`].
+fn codex_exec(stage: &Stage) -> Run {
+    let (home, work) = (&stage.home, &stage.work);
+    let mut cmd = stage.command("node");
     cmd.arg(realenv::codex())
         .args([
             "exec",
@@ -240,61 +197,10 @@ fn codex_exec(home: &Path, work: &Path, trap: &StubUpstream, prompt: &str) -> Ru
         ])
         .arg("-C")
         .arg(work)
-        .arg(prompt)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
+        .arg(PROMPT)
         .env("CODEX_HOME", home)
-        .env(KEY_VAR, "dummy-key")
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .env("no_proxy", "127.0.0.1,localhost")
-        .current_dir(work)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
-        cmd.env(var, &trap_url);
-    }
-    let started = Instant::now();
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start `node codex.js exec`: {e}"));
-    let out = drain(child.stdout.take().unwrap());
-    let err = drain(child.stderr.take().unwrap());
-    let mut timed_out = false;
-    while !exited(&child) {
-        if started.elapsed() > TURN_LIMIT {
-            timed_out = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // SAFETY: kill(2) on the process group this test created, its leader not reaped yet (so the group's id is
-    // still ours); what Codex started and left running goes with it.
-    unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
-    let status = child.wait().expect("reap codex");
-    let elapsed = started.elapsed();
-    std::thread::sleep(Duration::from_millis(50));
-    let text = |b: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>| {
-        String::from_utf8_lossy(&b.lock().unwrap()).into_owned()
-    };
-    let run = Run { status, stdout: text(&out), stderr: text(&err), elapsed };
-    assert!(
-        !timed_out,
-        "codex exec ran past {TURN_LIMIT:?} and was killed\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        run.stdout, run.stderr
-    );
-    run
-}
-
-/// Whether `child` has exited, left unreaped (`WNOWAIT`): until `Child::wait` its pid, and so the id of the
-/// process group it leads, cannot be taken by another process.
-fn exited(child: &std::process::Child) -> bool {
-    // SAFETY: zeroed is a valid siginfo_t; waitid(2) on our own child writes it on success.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let options = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
-    let rc = unsafe { libc::waitid(libc::P_PID, child.id() as libc::id_t, &mut info, options) };
-    // With WNOHANG and nothing to report, waitid returns 0 and leaves si_pid 0.
-    rc == 0 && unsafe { info.si_pid() } != 0
+        .env(KEY_VAR, "dummy-key");
+    stage.run("node codex.js exec", cmd, TURN_LIMIT)
 }
 
 /// The `mcp_tool_call` items Codex reported complete on its `--json` stdout.
@@ -307,200 +213,94 @@ fn tool_calls(stdout: &str) -> Vec<Value> {
         .collect()
 }
 
-/// `Sent (id=N)`, agentchattr's answer to a `chat_send`, somewhere in `text`: N.
-fn sent_id(text: &str) -> Option<u64> {
-    let rest = &text[text.find("Sent (id=")? + "Sent (id=".len()..];
-    rest[..rest.find(')')?].parse().ok()
-}
-
-#[test]
-fn a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stamped() {
-    codex_turn(false);
-}
-
-/// The same turn with the proxy's upstream `https://`, agentchattr behind nginx terminating TLS.
-#[test]
-fn a_codex_turn_over_https_through_nginx_lands_stamped() {
-    codex_turn(true);
-}
-
-fn codex_turn(https: bool) {
-    let started = Instant::now();
-    let ac = Agentchattr::start();
-    let nginx = https.then(|| crate::tls::Nginx::start(&[ac.http]));
-    let (name, token) = ac.register("codex");
-    let upstream = upstream_tools(&ac);
-    let upstream_names: Vec<&str> = upstream.iter().filter_map(|t| t["name"].as_str()).collect();
-    // The premise: agentchattr lists its twelve tools, the denied ones among them, and its chat_send asks
-    // for a sender.
-    let mut sorted = upstream_names.clone();
-    sorted.sort_unstable();
-    let mut known = TOOLS.to_vec();
-    known.sort_unstable();
-    assert_eq!(sorted, known, "agentchattr's own tools/list is not its known tool set");
+fn codex_turn(test: &str, route: Route) {
+    realenv::codex();
+    let stage = Stage::new(test, "codex");
+    let nginx = (route == Route::Https).then(|| crate::tls::Nginx::start(&[stage.ac.http]));
+    let upstream_names: Vec<&str> = stage.tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    // The premise, beyond the stage's: agentchattr lists the denied tools.
     for denied in DENIED {
         assert!(upstream_names.contains(&denied), "agentchattr lists no {denied}: {upstream_names:?}");
     }
-    let send = upstream.iter().find(|t| t["name"] == "chat_send").expect("agentchattr lists chat_send");
-    assert!(
-        send["inputSchema"]["required"].as_array().is_some_and(|r| r.contains(&json!("sender"))),
-        "{send}"
-    );
-    let mut want: Vec<&str> = upstream_names.iter().copied().filter(|n| !DENIED.contains(n)).collect();
-    want.sort_unstable();
+    let message = match route.claims() {
+        Some(claimed) => format!("{test}: posted claiming to be {claimed}"),
+        None => format!("{test}: posted without a sender"),
+    };
+    let mut arguments = json!({"message": message, "channel": "general"});
+    if let Some(claimed) = route.claims() {
+        arguments["sender"] = json!(claimed);
+    }
 
     let (url, ca) = match &nginx {
         Some(n) => (
             format!("https://localhost:{}/mcp", n.ports[0]),
             vec!["--ca-file".to_string(), crate::tls::cert("root.pem")],
         ),
-        None => (format!("{}/mcp", ac.mcp_base()), Vec::new()),
+        None => (format!("{}/mcp", stage.ac.mcp_base()), Vec::new()),
     };
-    let mut p = ProxyProcess::builder(url)
-        .agent(&name)
-        .token(&token)
-        .arg("--deny-tool", DENIED[0])
-        .arg("--deny-tool", DENIED[1])
-        .args(ca)
-        .env("RUST_LOG", "info")
-        .start();
-    let model = model();
-    let trap = StubUpstream::start(|_, s| {
-        let _ = s.write_all(&response("403 Forbidden", &[], b"this test reaches nothing but loopback"));
-        Next::Close
-    });
-    let scratch = scratch_dir("codex-turn");
-    let (home, work) = (scratch.join("home"), scratch.join("work"));
-    for dir in [&home, &work] {
-        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-    }
-    std::fs::write(home.join("config.toml"), config(&model, &p.url("/mcp"))).expect("write config.toml");
-    let setup = started.elapsed();
+    let proxy = stage.proxy_to(url).arg("--deny-tool", DENIED[0]).arg("--deny-tool", DENIED[1]).args(ca);
+    let mut served = stage.serve(route.via(), proxy);
+    let model = model(arguments.clone());
+    let server = match &served {
+        Served::Http { url, .. } => format!("url = {}", json!(url)),
+        Served::Stdio { command, args } => format!("command = {}\nargs = {}", json!(command), json!(args)),
+    };
+    std::fs::write(stage.home.join("config.toml"), config(&model, &server)).expect("write config.toml");
 
-    let run = codex_exec(&home, &work, &trap, "Post a short hello to #general with chat_send.");
-    p.stop();
+    let run = codex_exec(&stage);
+    served.stop();
 
     let mut c = Checks::default();
-    c.check(run.status.success(), format!("codex exec exited with {}", run.status));
-    let reqs = model.requests();
-    let turns: Vec<Value> = reqs
-        .iter()
-        .filter(|r| r.method == "POST" && r.target == "/v1/responses")
-        .map(|r| serde_json::from_slice(&r.body).unwrap_or(Value::Null))
-        .collect();
-    let others: Vec<String> = reqs.iter().map(|r| format!("{} {}", r.method, r.target)).collect();
-    c.check(
-        turns.len() == 2,
-        format!("the model was asked {} times, want 2 (the call, then its output): {others:?}", turns.len()),
-    );
-    c.check(
-        turns.len() == reqs.len(),
-        format!("the model got requests other than POST /v1/responses: {others:?}"),
-    );
-    c.check(
-        turns.iter().all(|t| t["stream"] == true),
-        "a model request without \"stream\": true".to_string(),
-    );
+    let turns = Turns::of(&mut c, &model, TURN_PATH, |body, tool| {
+        call_output(body, if tool == "chat_send" { SEND_CALL } else { READ_CALL })
+    });
+    c.check(turns.bodies.iter().all(|t| t["stream"] == true), "a model request without \"stream\": true");
 
-    // What Codex offered its model on the first turn.
-    let first = turns.first().cloned().unwrap_or(Value::Null);
-    let tools = offered(&first["tools"]);
-    let namespace = namespace_of(&first["tools"], "chat_send");
-    c.check(namespace.is_some(), "no namespace of the offered tools holds chat_send".to_string());
-    let ns = namespace.clone().unwrap_or_default();
-    let mut got: Vec<&str> =
-        tools.iter().filter(|(n, _)| *n == ns).filter_map(|(_, t)| t["name"].as_str()).collect();
-    got.sort_unstable();
-    c.check(
-        got == want,
-        format!("Codex offered agentchattr's tools {got:?} (namespace {ns:?}), want {want:?}"),
-    );
+    // What Codex offered its model on the first turn: agentchattr's tools in its namespace, the denied ones
+    // nowhere.
+    let tools = offered(&turns.get(0)["tools"]);
+    let namespace = format!("mcp__{SERVER}");
+    let ours: Vec<(String, Value)> = tools
+        .iter()
+        .filter(|(ns, _)| *ns == namespace)
+        .map(|(_, t)| (t["name"].as_str().unwrap_or("?").to_string(), t["parameters"].clone()))
+        .collect();
+    hosts::check_offered(&mut c, "Codex", &ours, &DENIED);
     let anywhere: Vec<&str> = tools.iter().filter_map(|(_, t)| t["name"].as_str()).collect();
     for denied in DENIED {
         c.check(!anywhere.contains(&denied), format!("{denied} offered to the model: {anywhere:?}"));
     }
-    let with_sender: Vec<String> = tools
-        .iter()
-        .filter(|(_, t)| {
-            t["parameters"]["properties"].get("sender").is_some()
-                || t["parameters"]["required"].as_array().is_some_and(|r| r.contains(&json!("sender")))
-        })
-        .map(|(n, t)| format!("{n}/{}", t["name"].as_str().unwrap_or("?")))
-        .collect();
-    c.check(with_sender.is_empty(), format!("offered with a sender parameter: {with_sender:?}"));
 
-    // The call's output, as the model saw it on the second turn, and as Codex reported it.
-    let output = turns.get(1).and_then(call_output);
-    c.check(output.is_some(), format!("no function_call_output for {CALL_ID} on the second turn"));
-    let output = output.unwrap_or_default();
-    let output_id = sent_id(&output);
-    c.check(
-        output_id.is_some(),
-        format!("the call's output is not agentchattr's \"Sent (id=N)\": {output:?}"),
-    );
+    // The calls' outputs as the model saw them, and in agentchattr.
+    let id = stage.check_landing(&mut c, &message, &turns);
+
+    // The calls as Codex reported them.
     let calls = tool_calls(&run.stdout);
-    c.check(calls.len() == 1, format!("Codex reported {} MCP tool calls, want 1", calls.len()));
+    let reported: Vec<Value> =
+        calls.iter().map(|call| json!([call["server"], call["tool"], call["status"]])).collect();
+    c.eq(
+        "the calls Codex reported (server, tool, status)",
+        &json!(reported),
+        &json!([[SERVER, "chat_send", "completed"], [SERVER, "chat_read", "completed"]]),
+    );
     if let Some(call) = calls.first() {
-        c.eq(
-            "the reported call's tool",
-            &json!([call["server"], call["tool"], call["status"]]),
-            &json!(["agentchattr", "chat_send", "completed"]),
-        );
-        c.eq(
-            "the reported call's arguments",
-            &call["arguments"],
-            &json!({"message": MESSAGE, "channel": "general"}),
-        );
-        c.check(call["error"].is_null(), format!("the reported call failed: {call}"));
+        c.eq("the reported chat_send's arguments", &call["arguments"], &arguments);
         c.check(
-            sent_id(&call["result"].to_string()) == output_id,
-            format!("the reported result {} is not the model's {output:?}", call["result"]),
+            sent_id(&call["result"].to_string()) == id,
+            format!("the reported result {} is not the model's {:?}", call["result"], turns.send_output),
         );
     }
+    c.check(calls.iter().all(|call| call["error"].is_null()), format!("a reported call failed: {calls:?}"));
     c.check(run.stdout.contains(FINAL), format!("Codex did not end with the model's {FINAL:?}"));
+    if route == Route::Https {
+        c.check(!served.log().contains("TLS with upstream"), "a TLS failure was logged");
+    }
+    stage.check_ending(&mut c, "codex exec", route.via(), StdioEnd::SignalThenKill, route.claims(), &run);
+    stage.finish(c, test, "codex exec", &run, &served, &turns);
+}
 
-    // Stored once, under the agent's name, with the id the call answered.
-    let messages = ac.messages();
-    let stored: Vec<&Value> = messages.iter().filter(|m| m["text"] == MESSAGE).collect();
-    c.check(stored.len() == 1, format!("stored {} times, want once: {stored:?}", stored.len()));
-    if let Some(m) = stored.first() {
-        c.eq("the stored sender", &m["sender"], &json!(name));
-        c.eq("the stored channel", &m["channel"], &json!("general"));
-        c.check(
-            m["id"].as_u64() == output_id,
-            format!("stored as {}, the call answered {output_id:?}", m["id"]),
-        );
-    }
-    c.check(
-        trap.connections() == 0,
-        format!(
-            "Codex tried to leave loopback: {:?}",
-            trap.requests().iter().map(|r| r.head.start.clone()).collect::<Vec<_>>()
-        ),
-    );
-    let tools_json = serde_json::to_string_pretty(&first["tools"]).unwrap_or_default();
-    let evidence = [
-        ("codex stdout (--json events)", run.stdout.clone()),
-        ("codex stderr", run.stderr.clone()),
-        ("model requests", others.join("\n")),
-        ("tools offered on the first turn", tools_json),
-        ("second turn's call output", output.clone()),
-        ("the proxy's log", p.stderr_text()),
-        ("agentchattr's output", ac.log_text()),
-    ];
-    if https {
-        c.check(!p.stderr_text().contains("TLS with upstream"), "a TLS failure was logged".to_string());
-    }
-    let test = match https {
-        true => "a_codex_turn_over_https_through_nginx_lands_stamped",
-        false => "a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stamped",
-    };
-    c.finish(test, &evidence);
-    eprintln!(
-        "codex turn: codex exec {:.1} s (setup {:.1} s, whole test {:.1} s); agent {name}, message id {:?}",
-        run.elapsed.as_secs_f64(),
-        setup.as_secs_f64(),
-        started.elapsed().as_secs_f64(),
-        output_id
-    );
+cases! { codex_turn;
+    a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stamped => Route::Http;
+    a_codex_turn_over_https_through_nginx_lands_stamped => Route::Https;
+    codex_over_stdio_posts_as_the_agent_and_reads_it_back => Route::Stdio;
 }

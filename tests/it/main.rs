@@ -15,6 +15,11 @@ mod agentchattr_own_tests;
 mod audit;
 /// Every request body is scanned whatever its method, Content-Type or framing.
 mod body_rule;
+/// Real Claude Code turns (`claude -p` at 2.1.217 and the current release, a scripted Messages-API model)
+/// through the proxy, over HTTP and as a stdio server, to the real agentchattr. Unix only: the agentchattr venv, and Claude Code in a process
+/// group of its own.
+#[cfg(unix)]
+mod claude_code;
 /// The command line: arguments, exit codes, the port line, signals, secrets.
 mod cli;
 /// Real MCP SDK clients (Python, TypeScript, rmcp) against a real FastMCP server. Unix only: the
@@ -22,8 +27,8 @@ mod cli;
 /// interpreter the test does not install.
 #[cfg(unix)]
 mod clients;
-/// A real Codex CLI turn (`codex exec`, a scripted Responses-API model) through the tool policy to the real
-/// agentchattr. Unix only: the agentchattr venv, and Codex in a process group of its own.
+/// Real Codex CLI turns (`codex exec`, a scripted Responses-API model) through the tool policy, over HTTP (to
+/// an http:// or https:// upstream) and as a stdio server, to the real agentchattr. Unix only: the agentchattr venv, and Codex in a process group of its own.
 #[cfg(unix)]
 mod codex;
 /// The official MCP conformance suite (0.1.16, 0.2.0-alpha.12) direct and through the proxy, in server and client
@@ -38,6 +43,11 @@ mod demo;
 mod forwarding;
 /// Framing: malformed requests, head limits, request and response bodies, byte-at-a-time input.
 mod framing;
+/// Real Gemini CLI turns (`gemini -p`, a scripted Gemini-API model) through the proxy, over HTTP and as a stdio
+/// server, to the real agentchattr.
+/// Unix only: the agentchattr venv, and Gemini CLI in a process group of its own.
+#[cfg(unix)]
+mod gemini;
 /// The audit log's file (full disk, removed directory, SIGUSR1, rotation by size) and the metrics listener
 /// (`/healthz` through the restart grace, `/metrics` as Prometheus text, what else it refuses).
 mod health;

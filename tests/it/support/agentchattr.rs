@@ -7,7 +7,8 @@
 //! - [`Agentchattr`]: `run.py --port P --mcp-http-port M --mcp-sse-port S --data-dir D --upload-dir U` in the
 //!   `agentchattr` venv ([`realenv::agentchattr_py`]); its `Session token: <hex>` line read, its three ports
 //!   waited for. SIGKILLed and started again on the same ports and data dir, optionally without
-//!   `D/registry.json` (the tokens it issued). Its web API (history, renames) over a raw HTTP/1.1 client.
+//!   `D/registry.json` (the tokens it issued). Its web API (history, renames) and its own `tools/list` over a
+//!   raw HTTP/1.1 client.
 //! - [`Wrapper`]: `tests/support/agentchattr_wrapper.py` (register, `McpIdentityProxy` from `python/`, heartbeat,
 //!   re-register on 409) in the same venv; its events are JSON lines, its stderr holds the proxy's log.
 #![allow(dead_code)]
@@ -24,7 +25,7 @@ use serde_json::{json, Value};
 
 use crate::support::proxy_process::{drain_into, scratch_dir, BIN};
 use crate::support::realenv;
-use crate::support::wire::{request, RawClient};
+use crate::support::wire::{request, RawClient, Resp};
 
 /// The snapshot: agentchattr's source tree at a813e38 (MIT), kept beside the work tree, never copied into it.
 pub const SNAPSHOT: &str =
@@ -346,6 +347,48 @@ impl Agentchattr {
         assert_eq!(status, 200, "POST /api/label/{name}: {status} {answer}");
         answer
     }
+
+    /// agentchattr's own `tools/list`, asked directly (no proxy) on one connection: initialize, initialized,
+    /// list.
+    #[track_caller]
+    pub fn tools(&self) -> Vec<Value> {
+        let stream = TcpStream::connect(("127.0.0.1", self.http)).expect("connect to agentchattr's MCP port");
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut c = RawClient::new(stream);
+        let host = format!("127.0.0.1:{}", self.http);
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "tools-test", "version": "0"}}});
+        let resp = mcp_post(&mut c, &host, None, &init);
+        let session = resp.one("mcp-session-id").to_string();
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let resp = mcp_post(&mut c, &host, Some(&session), &initialized);
+        assert_eq!(resp.status, 202, "notifications/initialized: {}", resp.raw_text());
+        let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+        let answer = answer_of(&mcp_post(&mut c, &host, Some(&session), &list));
+        answer["result"]["tools"]
+            .as_array()
+            .cloned()
+            .unwrap_or_else(|| panic!("agentchattr's tools/list: no tools in {answer}"))
+    }
+}
+
+/// One MCP POST to `/mcp` on `c`, with the session when there is one.
+fn mcp_post(c: &mut RawClient, host: &str, session: Option<&str>, body: &Value) -> Resp {
+    let mut fields =
+        vec![("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+    if let Some(s) = session {
+        fields.push(("Mcp-Session-Id", s));
+    }
+    c.send(&request("POST", "/mcp", host, &fields, body.to_string().as_bytes()));
+    c.read_response("POST")
+}
+
+/// The JSON-RPC answer in a JSON body or in an event stream's `data:` line.
+fn answer_of(resp: &Resp) -> Value {
+    let text = resp.text();
+    let data = text.lines().find_map(|l| l.strip_prefix("data:")).unwrap_or(&text);
+    serde_json::from_str(data.trim())
+        .unwrap_or_else(|e| panic!("not a JSON-RPC answer ({e}): {}", resp.raw_text()))
 }
 
 impl Drop for Agentchattr {

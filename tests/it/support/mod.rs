@@ -8,6 +8,9 @@ pub mod agentchattr;
 pub mod checks;
 /// One exchange on a new connection, the usual POST, the healthy-request and error-shape checks.
 pub mod exchange;
+/// Real agent CLIs making one turn: their environment and process group, the network trap, the landing checks.
+#[cfg(unix)]
+pub mod hosts;
 /// `/proc` readers: CPU time, RSS and open descriptors of a process. Linux only.
 #[cfg(target_os = "linux")]
 pub mod procfs;

