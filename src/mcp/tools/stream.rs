@@ -19,6 +19,7 @@ use super::policy::Policy;
 use crate::mcp::initialize::{for_each_message_event, Format};
 use crate::mcp::json;
 use crate::mcp::rpc;
+use crate::mcp::sse::{Framer, NoEvents};
 use crate::mcp::stamp::StampMap;
 use std::fmt;
 
@@ -96,9 +97,10 @@ pub struct ListFilter {
     over: bool,
     /// The answer has been dealt with: what follows passes as it is.
     done: bool,
-    /// How far the held event was looked at for its end, and where the
-    /// line there began (so a long event is walked once, not per read).
-    scan: Scan,
+    /// The stream's events, as they end (each byte is read once).
+    framer: Framer,
+    /// The held event ended on a CR that ended the read: an LF may follow.
+    cr_pending: bool,
     outcome: ListReport,
 }
 
@@ -152,7 +154,8 @@ impl ListFilter {
             held: Vec::new(),
             over: false,
             done: false,
-            scan: Scan::default(),
+            framer: Framer::default(),
+            cr_pending: false,
             outcome: ListReport::default(),
         }
     }
@@ -177,43 +180,55 @@ impl ListFilter {
             Format::Json => self.hold(data),
             Format::EventStream => {
                 let mut rest = data;
+                if self.cr_pending && !rest.is_empty() {
+                    // The event ended on a CR: an LF now is the second half
+                    // of that line end, and goes with the event.
+                    self.cr_pending = false;
+                    if let Some(lf) = rest.get(..1).filter(|b| *b == b"\n") {
+                        self.framer.feed(lf, &mut NoEvents);
+                        self.hold(lf);
+                        rest = rest.get(1..).unwrap_or_default();
+                    }
+                    self.end_event(out);
+                }
                 while !rest.is_empty() && !self.done {
-                    // Find where the held event ends, looking only at the
-                    // new bytes (and the one before them, for a CRLF).
-                    let before = self.held.len();
-                    self.hold(rest);
-                    let taken = self.held.len() - before;
-                    match self.scan.end(&self.held) {
-                        Some(end) => {
-                            // Bytes past the event go back to `rest`.
-                            let extra = self.held.len() - end;
-                            let consumed = taken - extra.min(taken);
-                            rest = rest.get(consumed..).unwrap_or_default();
-                            self.held.truncate(end);
-                            self.scan = Scan::default();
-                            let event = std::mem::take(&mut self.held);
-                            self.event(&event, out);
-                        }
-                        None => {
-                            rest = rest.get(taken..).unwrap_or_default();
-                            if self.over && taken == 0 {
-                                // Dropping the rest of an oversized event:
-                                // look for its end in what is not kept.
-                                match event_end_unkept(rest) {
-                                    Some(end) => {
-                                        self.refuse_sse(NotRewritten::TooLarge, out);
-                                        rest = rest.get(end..).unwrap_or_default();
-                                    }
-                                    None => rest = &[],
-                                }
+                    let (n, dispatched) = self.framer.feed(rest, &mut NoEvents);
+                    let piece = rest.get(..n).unwrap_or_default();
+                    self.hold(piece);
+                    rest = rest.get(n..).unwrap_or_default();
+                    if dispatched {
+                        // A blank line ended by a CR: an LF after it is the
+                        // second half of that line end, and goes with the
+                        // event (it may come in the next read).
+                        if piece.last() == Some(&b'\r') {
+                            if rest.is_empty() {
+                                self.cr_pending = true;
+                                continue;
+                            }
+                            if let Some(lf) = rest.get(..1).filter(|b| *b == b"\n") {
+                                self.framer.feed(lf, &mut NoEvents);
+                                self.hold(lf);
+                                rest = rest.get(1..).unwrap_or_default();
                             }
                         }
+                        self.end_event(out);
                     }
                 }
                 if self.done && !rest.is_empty() {
                     out.extend_from_slice(rest);
                 }
             }
+        }
+    }
+
+    /// The held event is whole: rewritten, passed, or (over the bound)
+    /// refused.
+    fn end_event(&mut self, out: &mut Vec<u8>) {
+        if self.over {
+            self.refuse_sse(NotRewritten::TooLarge, out);
+        } else {
+            let event = std::mem::take(&mut self.held);
+            self.event(&event, out);
         }
     }
 
@@ -249,14 +264,10 @@ impl ListFilter {
                 }
             }
             Format::EventStream => {
-                // A CR that ended the stream ends its line: the held event
-                // is complete if that line was blank (any earlier end was
-                // found as it came).
-                let ends_on_cr = Scan::default().end(&[self.held.as_slice(), b"\n"].concat()).is_some();
-                if !self.over && self.held.ends_with(b"\r") && ends_on_cr {
-                    let event = std::mem::take(&mut self.held);
+                if std::mem::take(&mut self.cr_pending) {
+                    // The stream ended after an event's closing CR.
                     self.done = false;
-                    self.event(&event, out);
+                    self.end_event(out);
                     if self.done {
                         return;
                     }
@@ -319,7 +330,6 @@ impl ListFilter {
         self.outcome.refused = true;
         self.held.clear();
         self.over = false;
-        self.scan = Scan::default();
         let message = self.error_message(why);
         if let Some(w) = self.ids.iter_mut().find(|w| !w.answered) {
             w.answered = true;
@@ -473,65 +483,6 @@ enum Answering {
     /// A response whose id is no owed list's (its id's JSON text): read in
     /// case it holds a list all the same.
     Stray(Box<[u8]>),
-}
-
-/// The search for the end of the event being held, resumed where it
-/// stopped: `pos` is the next byte to look at, `line_start` where its line
-/// began.
-#[derive(Clone, Copy, Debug, Default)]
-struct Scan {
-    pos: usize,
-    line_start: usize,
-}
-
-impl Scan {
-    /// Where the first complete event in `held` ends (after its blank
-    /// line). Lines end with CRLF, LF or CR; a CR at the very end may be
-    /// the first half of a CRLF, so it waits for the next byte.
-    fn end(&mut self, held: &[u8]) -> Option<usize> {
-        while let Some(&b) = held.get(self.pos) {
-            if b != b'\n' && b != b'\r' {
-                self.pos += memchr::memchr2(b'\n', b'\r', held.get(self.pos..).unwrap_or_default())
-                    .unwrap_or(held.len() - self.pos);
-                continue;
-            }
-            let next = match (b, held.get(self.pos + 1)) {
-                (b'\r', Some(b'\n')) => self.pos + 2,
-                (b'\r', None) => return None,
-                _ => self.pos + 1,
-            };
-            if self.pos == self.line_start {
-                return Some(next);
-            }
-            self.line_start = next;
-            self.pos = next;
-        }
-        None
-    }
-}
-
-/// `Scan::end` from the start of `held`.
-#[cfg(test)]
-fn event_end(held: &[u8], _from: usize) -> Option<usize> {
-    Scan::default().end(held)
-}
-
-/// `event_end` over bytes that are not kept (the tail of an oversized
-/// event); a line end split across reads is not seen, so the event's end
-/// may be found one event late (it is dropped either way).
-fn event_end_unkept(bytes: &[u8]) -> Option<usize> {
-    let mut prev_nl = false;
-    for (i, &b) in bytes.iter().enumerate() {
-        if b == b'\n' {
-            if prev_nl {
-                return Some(i + 1);
-            }
-            prev_nl = true;
-        } else if b != b'\r' {
-            prev_nl = false;
-        }
-    }
-    None
 }
 
 /// `event`'s lines with its `data` lines replaced by `message`'s (each of
@@ -852,18 +803,6 @@ mod tests {
         assert!(text.starts_with(&format!("[{call},")) && text.ends_with(&format!(",{err}]")), "{text}");
         let m = messages(Format::Json, &out);
         assert_eq!(m[1]["result"]["tools"].as_array().map(Vec::len), Some(1), "{text}");
-    }
-
-    #[test]
-    fn event_ends_are_found_whatever_the_line_ends() {
-        assert_eq!(event_end(b"data: a\n\n", 0), Some(9));
-        assert_eq!(event_end(b"data: a\r\n\r\nx", 0), Some(11));
-        assert_eq!(event_end(b"data: a\r\rx", 0), Some(9));
-        // A CR at the end may be half a CRLF: it waits (`finish` ends it).
-        assert_eq!(event_end(b"data: a\r\r", 0), None);
-        assert_eq!(event_end(b"data: a\r\n\r", 0), None);
-        assert_eq!(event_end(b"data: a\n", 0), None);
-        assert_eq!(event_end(b"\n", 0), Some(1));
     }
 
     #[test]
