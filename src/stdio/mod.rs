@@ -409,6 +409,11 @@ impl Bridge {
                 }
                 v.held = None;
             }
+            // stdout is full: the pipe is left as it is, so its connection
+            // stops reading the upstream (the writer wakes the loop).
+            if !self.out.has_room() {
+                return;
+            }
             let mut emit = self.out.emit(v.id);
             let (used, event) = match v.closed.as_mut() {
                 Some(pipe) => {

@@ -27,6 +27,8 @@ use crate::support::setup::{AGENT, INITIALIZE, INITIALIZED, SESSION, TOKEN};
 use crate::support::stdio_proxy::StdioProxy;
 use crate::support::wire::{response, Next, Req, StubUpstream};
 
+#[cfg(target_os = "linux")]
+mod backpressure;
 mod contract;
 mod guarantees;
 mod upstreams;
