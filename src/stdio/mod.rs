@@ -557,6 +557,13 @@ impl Bridge {
                         }
                         o.owed.clear();
                     }
+                } else if let Some(fixed) = batch_error(&m, &answers, &o.owed) {
+                    // One error to a whole batch under an id none of its
+                    // requests has (a 404's `"server-error"`): each request
+                    // gets it under its own id, as the batch's answer.
+                    debug!("stdio: an error answer (HTTP {status}) to a batch took its requests' ids");
+                    m = fixed;
+                    o.owed.clear();
                 }
                 for (id, _) in &answers {
                     o.owed.retain(|owed| !same_id(owed, id));
@@ -977,6 +984,25 @@ fn answered_ids(m: &[u8]) -> Vec<(Vec<u8>, bool)> {
 
 fn same_id(a: &[u8], b: &[u8]) -> bool {
     a == b || IdKey::of(a).is_some_and(|k| Some(k) == IdKey::of(b))
+}
+
+/// The answer to a batch whose requests are `owed` when `m` is one error
+/// object under an id none of them has: an array of that error, once under
+/// each request's id.
+fn batch_error(m: &[u8], answers: &[(Vec<u8>, bool)], owed: &[Vec<u8>]) -> Option<Vec<u8>> {
+    let [(id, true)] = answers else { return None };
+    if owed.is_empty() || m.first() != Some(&b'{') || owed.iter().any(|o| same_id(o, id)) {
+        return None;
+    }
+    let mut out = b"[".to_vec();
+    for (n, owed) in owed.iter().enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(&with_id(m, owed)?);
+    }
+    out.push(b']');
+    Some(out)
 }
 
 /// `m` (one response object) with its `id` replaced by `id`.

@@ -271,3 +271,20 @@ fn an_endpoint_resolves_to_a_path_on_the_proxy() {
     assert_eq!(resolve_endpoint("/sse", b""), None);
     assert_eq!(resolve_endpoint("/sse", b"/a b"), None);
 }
+
+#[test]
+fn one_error_to_a_batch_under_a_foreign_id_answers_each_request_under_its_own() {
+    let m = br#"{"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"x"}}"#;
+    let owed = [b"1".to_vec(), b"\"b\"".to_vec()];
+    let fixed = batch_error(m, &answered_ids(m), &owed).unwrap_or_default();
+    assert_eq!(
+        String::from_utf8_lossy(&fixed),
+        r#"[{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"x"}},{"jsonrpc":"2.0","id":"b","error":{"code":-32600,"message":"x"}}]"#
+    );
+    // An error under one of the batch's ids, a result, or nothing owed: as it came.
+    let own = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"x"}}"#;
+    assert_eq!(batch_error(own, &answered_ids(own), &owed), None);
+    let result = br#"{"jsonrpc":"2.0","id":"server-error","result":{}}"#;
+    assert_eq!(batch_error(result, &answered_ids(result), &owed), None);
+    assert_eq!(batch_error(m, &answered_ids(m), &[]), None);
+}

@@ -277,6 +277,18 @@ fn an_upstream_404_for_an_unrecorded_session_answers_each_request_with_its_id() 
         assert_eq!(error_code(&answer, &id), -32600, "{answer}");
         assert_eq!(answer["error"]["message"], "Session not found", "the server's own error: {answer}");
     }
+    p.send_json(&json!([
+        {"jsonrpc":"2.0","id":"b1","method":"tools/list"},
+        {"jsonrpc":"2.0","id":"b2","method":"tools/list"},
+    ]));
+    // The batch's answer: the server's error under each request's id.
+    let answer = p.next(ANSWER);
+    let batch = answer.as_array().unwrap_or_else(|| panic!("not a batch answer: {answer}"));
+    assert_eq!(batch.len(), 2, "{answer}");
+    for (a, id) in batch.iter().zip([json!("b1"), json!("b2")]) {
+        assert_eq!(error_code(a, &id), -32600, "{answer}");
+        assert_eq!(a["error"]["message"], "Session not found", "{answer}");
+    }
     p.end_session(Duration::from_secs(5));
     assert!(p.pending().is_empty(), "an answer the host did not ask for: {:?}", p.pending());
 }
