@@ -31,6 +31,8 @@ use crate::support::wire::{response, Next, Req, StubUpstream};
 mod backpressure;
 mod contract;
 mod guarantees;
+#[cfg(unix)]
+mod real_hosts;
 mod upstreams;
 
 /// Bound on any one answer the tests wait for.
