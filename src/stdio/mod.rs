@@ -536,6 +536,12 @@ impl Bridge {
 
     fn on_message(&mut self, i: usize, mut m: Vec<u8>) {
         let Some(v) = self.vconns.get_mut(i) else { return };
+        if !is_jsonrpc(&m) {
+            // stdout carries JSON-RPC only (a `{"detail": ...}` error page,
+            // a GET answered with JSON); a request it answered gets an error.
+            warn!("stdio: an upstream message that is not JSON-RPC, dropped ({} bytes)", m.len());
+            return;
+        }
         if v.fallback {
             v.fallback_answer.push(m);
             return;
@@ -984,6 +990,30 @@ fn answered_ids(m: &[u8]) -> Vec<(Vec<u8>, bool)> {
 
 fn same_id(a: &[u8], b: &[u8]) -> bool {
     a == b || IdKey::of(a).is_some_and(|k| Some(k) == IdKey::of(b))
+}
+
+/// Whether `m` is a JSON-RPC message (an object with a `method`, `result`
+/// or `error` member) or a non-empty batch of them.
+fn is_jsonrpc(m: &[u8]) -> bool {
+    let Ok(top) = json::parse_value(m) else { return false };
+    let message = |v: &json::Value| {
+        matches!(v.kind, json::Kind::Object { .. })
+            && ["method", "result", "error"]
+                .iter()
+                .any(|k| json::find_member(m, v, k).is_ok_and(|f| f.value.is_some()))
+    };
+    match top.kind {
+        json::Kind::Array => {
+            let (mut n, mut all) = (0, true);
+            let read = json::for_each_element(m, &top, |v| {
+                n += 1;
+                all &= message(&v);
+                Ok::<(), json::ScanError>(())
+            });
+            read.is_ok() && all && n > 0
+        }
+        _ => message(&top),
+    }
 }
 
 /// The answer to a batch whose requests are `owed` when `m` is one error

@@ -288,3 +288,25 @@ fn one_error_to_a_batch_under_a_foreign_id_answers_each_request_under_its_own() 
     assert_eq!(batch_error(result, &answered_ids(result), &owed), None);
     assert_eq!(batch_error(m, &answered_ids(m), &[]), None);
 }
+
+#[test]
+fn only_json_rpc_messages_and_batches_of_them_count_as_messages() {
+    for m in [
+        &br#"{"jsonrpc":"2.0","id":1,"result":{}}"#[..],
+        br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#,
+        br#"{"jsonrpc":"2.0","method":"notifications/progress"}"#,
+        br#"[{"id":1,"result":{}},{"method":"x"}]"#,
+    ] {
+        assert!(is_jsonrpc(m), "{}", String::from_utf8_lossy(m));
+    }
+    for m in [
+        &br#"{"ok":true}"#[..],
+        br#"{"detail":"Not Found"}"#,
+        b"[]",
+        br#"[{"id":1,"result":{}},2]"#,
+        b"7",
+        b"{",
+    ] {
+        assert!(!is_jsonrpc(m), "{}", String::from_utf8_lossy(m));
+    }
+}

@@ -437,3 +437,36 @@ fn a_legacy_sse_fastmcp_server_is_reached_at_its_sse_url() {
     assert_eq!(seen["authorization"], json!([format!("Bearer {TOKEN}")]), "{seen}");
     p.end_session(Duration::from_secs(5));
 }
+
+#[test]
+fn a_body_that_is_not_json_rpc_never_reaches_stdout_and_the_request_gets_an_error_with_its_id() {
+    let up = mcp_upstream(|req, v, s| {
+        let answer = match (req.method.as_str(), v["params"]["name"].as_str()) {
+            // A GET answered with JSON (a server that offers no stream, badly).
+            ("GET", _) => json_response("200 OK", &[], &json!({"hello": "world"})),
+            ("POST", Some("json")) => json_response("200 OK", &[], &json!({"ok": true})),
+            ("POST", Some("detail")) => json_response("404 Not Found", &[], &json!({"detail": "Not Found"})),
+            ("POST", Some("text")) => {
+                response("500 Internal Server Error", &[("Content-Type", "text/plain")], b"oops")
+            }
+            _ => return None,
+        };
+        let _ = s.write_all(&answer);
+        Some(Next::KeepAlive)
+    });
+    let mut p = start(&up.url(), &[]);
+    handshake(&mut p);
+    for (id, tool, cause) in
+        [("j", "json", "held no response"), ("d", "detail", "404"), ("t", "text", "oops")]
+    {
+        let answer = p.call(&tool_call(json!(id), tool, json!({})));
+        error_code(&answer, &json!(id));
+        let message = answer["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains(cause), "{tool}: {answer}");
+    }
+    // A GET stream or two came and went meanwhile.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(up.requests().iter().any(|r| r.method == "GET"));
+    p.end_session(Duration::from_secs(5));
+    assert!(p.pending().is_empty(), "{:?}", p.pending());
+}
