@@ -522,8 +522,8 @@ impl Bridge {
                     v.fallback = true;
                 }
             }
-            Job::Get if head.status == 405 => {
-                debug!("stdio: the server offers no GET stream (405)");
+            Job::Get if head.status == 405 || (head.status == 200 && !head.event_stream) => {
+                debug!("stdio: the server offers no GET stream (HTTP {}, no event stream)", head.status);
                 self.get = GetStream::Never;
             }
             Job::Stream if head.status != 200 || !head.event_stream => {
