@@ -152,3 +152,18 @@ fn stdin_closed_with_calls_in_flight_gets_their_answers_then_the_delete() {
     p.wait_stdout_eof();
     p.assert_stdout_clean();
 }
+
+#[test]
+fn a_last_line_without_its_newline_is_read_at_stdin_eof() {
+    let up = plain_upstream();
+    let mut p = start(&up.url(), &[]);
+    handshake(&mut p);
+    p.send_raw(br#"{"jsonrpc":"2.0","id":"last","method":"tools/call","params":{"name":"chat_read"}}"#);
+    p.close_stdin();
+    let answer = p.answer_to(&json!("last"), ANSWER);
+    assert_eq!(answer["result"]["method"], "tools/call", "{answer}");
+    assert_eq!(p.wait_exit(Duration::from_secs(5)).and_then(|s| s.code()), Some(0));
+    deleted(&up, Duration::ZERO);
+    p.wait_stdout_eof();
+    p.assert_stdout_clean();
+}

@@ -471,3 +471,81 @@ fn a_body_that_is_not_json_rpc_never_reaches_stdout_and_the_request_gets_an_erro
     p.end_session(Duration::from_secs(5));
     assert!(p.pending().is_empty(), "{:?}", p.pending());
 }
+
+#[test]
+fn a_message_too_large_to_hold_streams_whole_while_other_answers_wait_for_the_line() {
+    // 1 MiB of text in a pretty-printed answer over many data: lines, sent in
+    // pieces: it streams to stdout (past 64 KiB) while a fast answer comes.
+    let text: String = (0..1024 * 1024).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+    let theirs = text.clone();
+    let up = mcp_upstream(move |_, v, s| {
+        if v["params"]["name"] != "big" {
+            return None;
+        }
+        let pretty = serde_json::to_string_pretty(
+            &json!({"jsonrpc":"2.0","id":v["id"],"result":{"content":[],"text":theirs}}),
+        )
+        .unwrap_or_default();
+        let mut event = String::from("event: message\n");
+        for line in pretty.lines() {
+            event.push_str("data: ");
+            event.push_str(line);
+            event.push('\n');
+        }
+        event.push('\n');
+        let _ = s.write_all(SSE_HEAD);
+        for piece in event.as_bytes().chunks(event.len() / 8 + 1) {
+            std::thread::sleep(Duration::from_millis(60));
+            if s.write_all(&chunk(piece)).is_err() {
+                return Some(Next::Close);
+            }
+        }
+        let _ = s.write_all(b"0\r\n\r\n");
+        Some(Next::KeepAlive)
+    });
+    let mut p = start(&up.url(), &[]);
+    handshake(&mut p);
+    p.send_json(&tool_call(json!("big"), "big", json!({})));
+    std::thread::sleep(Duration::from_millis(150));
+    p.send_json(&tool_call(json!("small"), "chat_read", json!({})));
+    let big = p.answer_to(&json!("big"), ANSWER);
+    assert!(big["result"]["text"] == text.as_str(), "the large answer is cut or changed");
+    let small = p.answer_to(&json!("small"), ANSWER);
+    assert_eq!(small["result"]["method"], "tools/call");
+    p.end_session(Duration::from_secs(5));
+}
+
+#[test]
+fn forty_calls_at_once_are_all_answered_with_at_most_32_in_flight() {
+    let now = Arc::new(Mutex::new((0usize, 0usize)));
+    let theirs = now.clone();
+    let up = mcp_upstream(move |_, v, s| {
+        if v["params"]["name"] != "wait" {
+            return None;
+        }
+        {
+            let mut n = theirs.lock().unwrap();
+            n.0 += 1;
+            n.1 = n.1.max(n.0);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        theirs.lock().unwrap().0 -= 1;
+        let _ = s.write_all(&json_response("200 OK", &[], &answer_of(v).unwrap_or(Value::Null)));
+        Some(Next::KeepAlive)
+    });
+    let mut p = start(&up.url(), &[]);
+    handshake(&mut p);
+    let t0 = Instant::now();
+    for id in 0..40 {
+        p.send_json(&tool_call(json!(id), "wait", json!({})));
+    }
+    for id in 0..40 {
+        let answer = p.answer_to(&json!(id), ANSWER);
+        assert_eq!(answer["result"]["method"], "tools/call", "{answer}");
+    }
+    let took = t0.elapsed();
+    let most = now.lock().unwrap().1;
+    assert_eq!(most, 32, "calls in flight at once upstream");
+    assert!(took < Duration::from_secs(3), "40 calls of 0.5 s took {took:?}");
+    p.end_session(Duration::from_secs(5));
+}
