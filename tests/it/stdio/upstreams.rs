@@ -17,7 +17,7 @@ use super::{
 };
 use crate::support::exchange::chunk;
 use crate::support::setup::{
-    assert_credentials, dead_port, AGENT, INITIALIZE, INITIALIZED, SESSION, SSE_HEAD, TOKEN,
+    assert_credentials, dead_port, AGENT, INITIALIZE, INITIALIZED, SESSION, SSE_HEAD,
 };
 use crate::support::wire::{response, Next, Req, StubUpstream};
 
@@ -421,6 +421,7 @@ fn an_upstream_that_refuses_a_streamable_initialize_and_offers_an_endpoint_is_us
 #[cfg(unix)]
 #[test]
 fn a_legacy_sse_fastmcp_server_is_reached_at_its_sse_url() {
+    use crate::support::setup::TOKEN;
     let server = crate::support::realenv::FastMcp::start(crate::support::realenv::py1(), "sse", TOKEN);
     let mut p = start(&server.url("/sse"), &[]);
     p.send(INITIALIZE);
