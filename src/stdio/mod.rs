@@ -630,6 +630,7 @@ impl Bridge {
                 if self.initialized {
                     self.queue.push_front(Outgoing {
                         line: br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_vec(),
+                        initialized: true,
                         ..Outgoing::default()
                     });
                 }
@@ -749,8 +750,10 @@ impl Bridge {
                 Transport::Legacy { endpoint: Some(e), .. } => e.clone(),
                 Transport::Legacy { endpoint: None, .. } | Transport::Probing { .. } => return,
             };
-            // Nothing overtakes an initialize: later requests need its session.
-            if self.vconns.iter().any(|v| is_init_post(&v.job)) || self.in_flight() >= MAX_IN_FLIGHT {
+            // Nothing overtakes an initialize (later requests need its
+            // session) or its `notifications/initialized` (a server may
+            // refuse requests before it: MCP lifecycle, initialization).
+            if self.vconns.iter().any(|v| is_handshake_post(&v.job)) || self.in_flight() >= MAX_IN_FLIGHT {
                 return;
             }
             if front.initialize && !front.replay && matches!(self.transport, Transport::Streamable) {
@@ -917,6 +920,10 @@ fn v_closed_and_stuck(v: Option<&VConn>) -> bool {
 
 fn is_init_post(job: &Job) -> bool {
     matches!(job, Job::Post(o) if o.initialize)
+}
+
+fn is_handshake_post(job: &Job) -> bool {
+    matches!(job, Job::Post(o) if o.initialize || o.initialized)
 }
 
 /// Why requests got no answer, for their error.

@@ -550,3 +550,115 @@ fn forty_calls_at_once_are_all_answered_with_at_most_32_in_flight() {
     assert!(took < Duration::from_secs(3), "40 calls of 0.5 s took {took:?}");
     p.end_session(Duration::from_secs(5));
 }
+
+/// A legacy SSE server at `/sse` whose stream `n` offers the endpoint of
+/// session `s<n>`, answers that session's messages, and ends after it has
+/// carried the answer to a call of the tool `end_stream`.
+fn legacy_restarting_upstream() -> StubUpstream {
+    use std::collections::HashMap;
+    use std::sync::mpsc::{channel, Sender};
+    let streams: Arc<Mutex<HashMap<String, Sender<Value>>>> = Arc::default();
+    let opened = Arc::new(Mutex::new(0));
+    StubUpstream::start(move |req: &Req, s: &mut TcpStream| {
+        let v: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        if req.method == "GET" && req.target == "/sse" {
+            let session = {
+                let mut n = opened.lock().unwrap();
+                *n += 1;
+                format!("s{n}")
+            };
+            let (tx, rx) = channel();
+            streams.lock().unwrap().insert(session.clone(), tx);
+            let mut head = SSE_HEAD.to_vec();
+            head.extend(event(&format!("event: endpoint\ndata: /messages/?session_id={session}\n\n")));
+            let _ = s.write_all(&head);
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(15) {
+                let Ok(answer) = rx.recv_timeout(Duration::from_millis(100)) else { continue };
+                let end = answer["result"]["arguments"]["end"] == true;
+                if s.write_all(&message_event(&answer)).is_err() || end {
+                    break;
+                }
+            }
+            let _ = s.write_all(b"0\r\n\r\n");
+            return Next::Close;
+        }
+        let session = req.target.strip_prefix("/messages/?session_id=").unwrap_or("").to_string();
+        let tx = streams.lock().unwrap().get(&session).cloned();
+        let Some(tx) = tx else {
+            let _ = s.write_all(&response("404 Not Found", &[], b"Could not find session"));
+            return Next::KeepAlive;
+        };
+        let _ = s.write_all(&response("202 Accepted", &[], b"Accepted"));
+        if let Some(mut a) = answer_of(&v) {
+            if v["params"]["name"] == "end_stream" {
+                a["result"]["arguments"] = json!({"end": true});
+            }
+            let _ = tx.send(a);
+        }
+        Next::KeepAlive
+    })
+}
+
+#[test]
+fn a_lost_legacy_stream_is_opened_again_and_the_session_set_up_anew_unseen_by_the_host() {
+    let up = legacy_restarting_upstream();
+    let mut p = start(&format!("http://127.0.0.1:{}/sse", up.port), &[]);
+    handshake(&mut p);
+    let answer = p.call(&tool_call(json!("e"), "end_stream", json!({})));
+    assert_eq!(answer["result"]["arguments"]["end"], true, "{answer}");
+    // The stream ended with that answer: the next call waits for the new one.
+    let answer = p.call(&tool_call(json!("after"), "chat_send", json!({"sender": "x"})));
+    assert_eq!(answer["result"]["arguments"]["sender"], AGENT, "{answer}");
+    p.end_session(Duration::from_secs(5));
+    assert!(p.pending().is_empty(), "the host saw more than its answers: {:?}", p.pending());
+    let on = |session: &str| -> Vec<Value> {
+        up.requests()
+            .iter()
+            .filter(|r| r.target == format!("/messages/?session_id={session}"))
+            .map(|r| serde_json::from_slice(&r.body).unwrap_or(Value::Null))
+            .collect()
+    };
+    let methods = |msgs: Vec<Value>| -> Vec<String> {
+        msgs.iter().map(|m| m["method"].as_str().unwrap_or("?").to_string()).collect()
+    };
+    assert_eq!(methods(on("s1")), ["initialize", "notifications/initialized", "tools/call"]);
+    assert_eq!(methods(on("s2")), ["initialize", "notifications/initialized", "tools/call"]);
+    assert_eq!(on("s2")[0]["params"], on("s1")[0]["params"], "the host's initialize, replayed");
+}
+
+/// A server refuses requests before `notifications/initialized` (the Python
+/// SDK's raises "Received request before initialization was complete"): the
+/// host writes it and its next request at once, and the proxy must not let
+/// the request overtake it on another connection.
+#[test]
+fn no_request_overtakes_notifications_initialized() {
+    let answered_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let arrived_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let (answered, arrived) = (answered_at.clone(), arrived_at.clone());
+    let up = mcp_upstream(move |_, v, s| match v["method"].as_str() {
+        Some("notifications/initialized") => {
+            std::thread::sleep(Duration::from_millis(300));
+            let _ = s.write_all(&response("202 Accepted", &[], b""));
+            *answered.lock().unwrap() = Some(Instant::now());
+            Some(Next::KeepAlive)
+        }
+        Some("tools/list") => {
+            *arrived.lock().unwrap() = Some(Instant::now());
+            None
+        }
+        _ => None,
+    });
+    let mut p = start(&up.url(), &[]);
+    p.send(INITIALIZE);
+    p.answer_to(&json!(1), ANSWER);
+    p.send(INITIALIZED);
+    let list = p.call(&json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}));
+    assert!(list["result"]["tools"].is_array(), "{list}");
+    let (answered, arrived) = (*answered_at.lock().unwrap(), *arrived_at.lock().unwrap());
+    assert!(
+        answered.zip(arrived).is_some_and(|(a, b)| b >= a),
+        "tools/list reached the upstream before notifications/initialized was accepted"
+    );
+    p.end_session(Duration::from_secs(5));
+}
