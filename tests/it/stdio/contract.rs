@@ -167,3 +167,17 @@ fn a_last_line_without_its_newline_is_read_at_stdin_eof() {
     p.wait_stdout_eof();
     p.assert_stdout_clean();
 }
+
+#[test]
+fn a_host_that_closes_stdout_ends_the_session_with_its_delete_and_exit_0() {
+    let up = plain_upstream();
+    let mut p = start(&up.url(), &[]);
+    handshake(&mut p);
+    p.close_stdout_after_next_line();
+    p.call(&tool_call(json!(1), "chat_read", json!({})));
+    // stdout is closed now: the next answer cannot be written.
+    p.send_json(&tool_call(json!(2), "chat_read", json!({})));
+    let status = p.wait_exit(Duration::from_secs(5));
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{status:?}\n{}", p.stderr_text());
+    deleted(&up, Duration::ZERO);
+}

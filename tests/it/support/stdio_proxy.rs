@@ -28,11 +28,13 @@ struct StdoutRecord {
     eof: bool,
 }
 
-/// The stdout reader stops before its next line while this is set.
+/// The stdout reader stops before its next line while `paused` is set, and
+/// closes stdout before its next line once `closing` is.
 #[derive(Default)]
 struct Gate {
     paused: Mutex<bool>,
     changed: Condvar,
+    closing: std::sync::atomic::AtomicBool,
 }
 
 /// A running `--stdio` proxy. Killed on drop.
@@ -101,6 +103,9 @@ impl StdioProxy {
                     while *paused {
                         paused = g.changed.wait(paused).unwrap();
                     }
+                }
+                if g.closing.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
                 }
                 line.clear();
                 match reader.read_until(b'\n', &mut line) {
@@ -230,6 +235,12 @@ impl StdioProxy {
     pub fn resume_reading(&self) {
         *self.gate.paused.lock().unwrap() = false;
         self.gate.changed.notify_all();
+    }
+
+    /// Closes stdout, as a host that went away: the reader drops the pipe
+    /// before the next line it would read (so once one more line came).
+    pub fn close_stdout_after_next_line(&self) {
+        self.gate.closing.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Lines and bytes read from stdout so far.
