@@ -422,6 +422,16 @@ impl Bridge {
                     r
                 }
                 None => match core.pipe(v.id) {
+                    Some(pipe) if pipe.conn_done() => {
+                        // The connection shut its sending side and lingers,
+                        // reading until our side closes: what it wrote is all
+                        // there will be, and our side closes now.
+                        let last = std::mem::take(pipe);
+                        pipe.close();
+                        core.wake(v.id);
+                        v.closed = Some(last);
+                        continue;
+                    }
                     Some(pipe) => {
                         let r = v.reader.pump(pipe.received(), &mut emit);
                         pipe.consume(r.0);

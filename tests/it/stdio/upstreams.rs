@@ -662,3 +662,30 @@ fn no_request_overtakes_notifications_initialized() {
     );
     p.end_session(Duration::from_secs(5));
 }
+
+#[test]
+fn an_answer_cut_by_the_upstream_gets_an_error_with_its_id_naming_the_cut() {
+    let up = mcp_upstream(|_, v, s| {
+        if v["params"]["name"] != "cut" {
+            return None;
+        }
+        let mut part = SSE_HEAD.to_vec();
+        part.extend(message_event(&json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}})));
+        part.extend(event("event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":"));
+        let _ = s.write_all(&part);
+        Some(Next::Close)
+    });
+    let mut p = start(&up.url(), &[]);
+    handshake(&mut p);
+    let t0 = Instant::now();
+    let answer = p.call(&tool_call(json!("c"), "cut", json!({})));
+    error_code(&answer, &json!("c"));
+    assert!(t0.elapsed() < Duration::from_secs(1), "the cut was told after {:?}", t0.elapsed());
+    let message = answer["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("cut") || message.contains("closed"), "{answer}");
+    let progress = p.pending();
+    assert_eq!(progress.len(), 1, "the progress before the cut arrived: {progress:?}");
+    let answer = p.call(&tool_call(json!("next"), "chat_read", json!({})));
+    assert_eq!(answer["result"]["method"], "tools/call", "the session goes on: {answer}");
+    p.end_session(Duration::from_secs(5));
+}
