@@ -668,8 +668,19 @@ impl Bridge {
             }
             Job::Post(o) => {
                 let legacy = matches!(self.transport, Transport::Legacy { .. });
-                if legacy && ok {
-                    self.legacy_owed.extend(o.owed.iter().cloned());
+                if legacy {
+                    // Its answers come on the stream, owed since it was sent
+                    // (one may come before this POST's own answer): if the
+                    // POST failed, those still owed get the error.
+                    if !ok && !o.replay {
+                        let cause = failure(status, &reason, why, text);
+                        for id in &o.owed {
+                            if let Some(at) = self.legacy_owed.iter().position(|x| same_id(x, id)) {
+                                self.legacy_owed.remove(at);
+                                self.reply_local(id, rpc::INTERNAL_ERROR, &cause);
+                            }
+                        }
+                    }
                 } else if !o.owed.is_empty() && !o.replay {
                     let cause = failure(status, &reason, why, text);
                     for id in &o.owed {
@@ -772,12 +783,16 @@ impl Bridge {
             }
             let Some(o) = self.queue.pop_front() else { return };
             let legacy = matches!(self.transport, Transport::Legacy { .. });
+            if legacy {
+                self.legacy_owed.extend(o.owed.iter().cloned());
+            }
             let request = self.request("POST", &target, Some(&o.line), !legacy);
             match self.send(core, request, Job::Post(Box::new(o)), now) {
                 Ok(()) => {}
                 Err(job) => {
                     if let Job::Post(o) = job {
                         let cause = "the proxy could not open a connection for the request";
+                        self.legacy_owed.retain(|x| !o.owed.iter().any(|id| same_id(x, id)));
                         for id in &o.owed {
                             self.reply_local(id, rpc::INTERNAL_ERROR, cause);
                         }

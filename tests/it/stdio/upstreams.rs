@@ -589,13 +589,15 @@ fn legacy_restarting_upstream() -> StubUpstream {
             let _ = s.write_all(&response("404 Not Found", &[], b"Could not find session"));
             return Next::KeepAlive;
         };
-        let _ = s.write_all(&response("202 Accepted", &[], b"Accepted"));
+        // The answer goes on the stream before the POST's own 202, as it may.
         if let Some(mut a) = answer_of(&v) {
             if v["params"]["name"] == "end_stream" {
                 a["result"]["arguments"] = json!({"end": true});
             }
             let _ = tx.send(a);
+            std::thread::sleep(Duration::from_millis(100));
         }
+        let _ = s.write_all(&response("202 Accepted", &[], b"Accepted"));
         Next::KeepAlive
     })
 }
