@@ -10,7 +10,9 @@ arrives, a stamped tools/call with the token injected, a new identity over
 Ctrl-C, exit status 2 (bad arguments, --control-stdin on a file) and 3 (port
 in use); an https:// upstream (tests/support/tls_upstream.py with certificates
 made by tests/support/make_tls_certs.sh): answers over one TLS handshake, and
-an unknown issuer answered 502. Standard library only (and the openssl
+an unknown issuer answered 502; and --stdio, where stdin and stdout are the
+host's pipes: initialize, tools/list and a stamped tools/call as JSON-RPC
+lines, nothing else on stdout, exit 0 at stdin's end. Standard library only (and the openssl
 command); exits non-zero on the first failure.
 """
 
@@ -60,14 +62,25 @@ class Upstream(BaseHTTPRequestHandler):
         try:
             msg = json.loads(body)
             rid = msg.get("id") if isinstance(msg, dict) else None
+            method = msg.get("method") if isinstance(msg, dict) else None
         except ValueError:
-            rid = None
-        answer = {"jsonrpc": "2.0", "id": rid, "result": {"received": len(body)}}
+            msg, rid, method = None, None, None
+        if isinstance(msg, dict) and method is not None and "id" not in msg:
+            # A notification: accepted, never answered (MCP streamable HTTP).
+            self.send(202, "text/plain", b"")
+            return
+        result = {"received": len(body)}
+        if method == "tools/list":
+            result = {"tools": [{"name": "chat_send", "inputSchema": {"type": "object"}}]}
+        answer = {"jsonrpc": "2.0", "id": rid, "result": result}
         self.send(200, "application/json", json.dumps(answer).encode())
 
     def do_GET(self):
         self.record(b"")
-        if self.path == "/big":
+        if self.path == "/mcp":
+            # No standalone stream on the MCP endpoint (the stdio front-end asks for one).
+            self.send(405, "text/plain", b"")
+        elif self.path == "/big":
             self.send(200, "application/octet-stream", b"x" * BIG)
         elif self.path == "/sse":
             self.send_response(200)
@@ -275,8 +288,55 @@ def main():
     check(r.returncode == 3 and f"  MCP proxy: port {busy} in use".encode() in r.stdout,
           f"port in use: exit status {r.returncode}, stdout {r.stdout.decode(errors='replace').strip()!r}", None)
 
+    stdio_smoke(up)
     tls_smoke()
     print(f"wine smoke run passed in {time.monotonic() - t0:.1f} s")
+
+
+def stdio_smoke(up):
+    """--stdio under wine: the host's pipes on stdin and stdout, JSON-RPC lines both ways."""
+    args = [WINE, EXE, "--upstream", f"http://127.0.0.1:{up}/mcp", "--agent", "win-agent", "--stdio"]
+    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
+    lines = []
+
+    def read_lines():
+        for line in proc.stdout:
+            lines.append(line)
+
+    threading.Thread(target=read_lines, daemon=True).start()
+
+    def ask(msg, limit):
+        proc.stdin.write(json.dumps(msg).encode() + b"\n")
+        proc.stdin.flush()
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            for line in lines:
+                answer = json.loads(line)
+                if isinstance(answer, dict) and answer.get("id") == msg["id"]:
+                    return answer
+            time.sleep(0.05)
+        fail(f"--stdio: no answer to {msg['method']} within {limit} s; stdout {lines!r}", proc)
+
+    t = time.monotonic()
+    init = ask({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                           "clientInfo": {"name": "wine-smoke", "version": "1"}}}, START_LIMIT)
+    check("result" in init, f"--stdio: initialize answered on stdout in {time.monotonic() - t:.1f} s", proc)
+    proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+    listed = ask({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, 10)
+    tools = [t.get("name") for t in listed.get("result", {}).get("tools", [])]
+    check(tools == ["chat_send"], f"--stdio: tools/list answered: {tools}", proc)
+    called = ask({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                  "params": {"name": "chat_send", "arguments": {"sender": "spoof", "message": "hi"}}}, 10)
+    headers, msg = last_tools_call()
+    check("result" in called and msg["params"]["arguments"]["sender"] == "win-agent"
+          and headers.get("authorization") == f"Bearer {TOKEN}", "--stdio: tools/call stamped, the token injected", proc)
+    proc.stdin.close()
+    code = wait_exit(proc, 15, "--stdio: stdin EOF")
+    time.sleep(0.2)
+    every_line_jsonrpc = all(json.loads(line).get("jsonrpc") == "2.0" for line in lines)
+    check(code == 0 and len(lines) == 3 and every_line_jsonrpc,
+          f"--stdio: exit status {code} at stdin's end; stdout held the 3 answers and nothing else: {lines!r}", None)
 
 
 def tls_smoke():

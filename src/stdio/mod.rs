@@ -401,6 +401,11 @@ impl Bridge {
                 }
                 v.held = None;
             }
+            // stdout is full: the pipe is left as it is, so its connection
+            // stops reading the upstream (the writer wakes the loop).
+            if !self.out.has_room() {
+                return;
+            }
             let mut emit = self.out.emit(v.id);
             let (used, event) = match v.closed.as_mut() {
                 Some(pipe) => {
@@ -409,6 +414,16 @@ impl Bridge {
                     r
                 }
                 None => match core.pipe(v.id) {
+                    Some(pipe) if pipe.conn_done() => {
+                        // The connection shut its sending side and lingers,
+                        // reading until our side closes: what it wrote is all
+                        // there will be, and our side closes now.
+                        let last = std::mem::take(pipe);
+                        pipe.close();
+                        core.wake(v.id);
+                        v.closed = Some(last);
+                        continue;
+                    }
                     Some(pipe) => {
                         let r = v.reader.pump(pipe.received(), &mut emit);
                         pipe.consume(r.0);
@@ -510,8 +525,8 @@ impl Bridge {
                     v.fallback = true;
                 }
             }
-            Job::Get if head.status == 405 => {
-                debug!("stdio: the server offers no GET stream (405)");
+            Job::Get if head.status == 405 || (head.status == 200 && !head.event_stream) => {
+                debug!("stdio: the server offers no GET stream (HTTP {}, no event stream)", head.status);
                 self.get = GetStream::Never;
             }
             Job::Stream if head.status != 200 || !head.event_stream => {
@@ -524,10 +539,6 @@ impl Bridge {
 
     fn on_message(&mut self, i: usize, mut m: Vec<u8>) {
         let Some(v) = self.vconns.get_mut(i) else { return };
-        if v.fallback {
-            v.fallback_answer.push(m);
-            return;
-        }
         let status = v.head.as_ref().map_or(200, |h| h.status);
         let stream = matches!(v.job, Job::Get | Job::Stream);
         if !is_jsonrpc(&m) || (stream && status != 200) {
@@ -546,6 +557,10 @@ impl Bridge {
             }
             return;
         }
+        if v.fallback {
+            v.fallback_answer.push(m);
+            return;
+        }
         let answers = answered_ids(&m);
         let is_legacy_stream = matches!(v.job, Job::Stream);
         match &mut v.job {
@@ -562,6 +577,13 @@ impl Bridge {
                         }
                         o.owed.clear();
                     }
+                } else if let Some(fixed) = batch_error(&m, &answers, &o.owed) {
+                    // One error to a whole batch under an id none of its
+                    // requests has (a 404's `"server-error"`): each request
+                    // gets it under its own id, as the batch's answer.
+                    debug!("stdio: an error answer (HTTP {status}) to a batch took its requests' ids");
+                    m = fixed;
+                    o.owed.clear();
                 }
                 for (id, _) in &answers {
                     o.owed.retain(|owed| !same_id(owed, id));
@@ -622,6 +644,7 @@ impl Bridge {
                 if self.initialized {
                     self.queue.push_front(Outgoing {
                         line: br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_vec(),
+                        initialized: true,
                         ..Outgoing::default()
                     });
                 }
@@ -649,8 +672,19 @@ impl Bridge {
             }
             Job::Post(o) => {
                 let legacy = matches!(self.transport, Transport::Legacy { .. });
-                if legacy && ok {
-                    self.legacy_owed.extend(o.owed.iter().cloned());
+                if legacy {
+                    // Its answers come on the stream, owed since it was sent
+                    // (one may come before this POST's own answer): if the
+                    // POST failed, those still owed get the error.
+                    if !ok && !o.replay {
+                        let cause = failure(status, &reason, why, text);
+                        for id in &o.owed {
+                            if let Some(at) = self.legacy_owed.iter().position(|x| same_id(x, id)) {
+                                self.legacy_owed.remove(at);
+                                self.reply_local(id, rpc::INTERNAL_ERROR, &cause);
+                            }
+                        }
+                    }
                 } else if !o.owed.is_empty() && !o.replay {
                     let text = if text.trim().is_empty() { v.dropped.as_str() } else { text };
                     let cause = failure(status, &reason, why, text);
@@ -742,8 +776,10 @@ impl Bridge {
                 Transport::Legacy { endpoint: Some(e), .. } => e.clone(),
                 Transport::Legacy { endpoint: None, .. } | Transport::Probing { .. } => return,
             };
-            // Nothing overtakes an initialize: later requests need its session.
-            if self.vconns.iter().any(|v| is_init_post(&v.job)) || self.in_flight() >= MAX_IN_FLIGHT {
+            // Nothing overtakes an initialize (later requests need its
+            // session) or its `notifications/initialized` (a server may
+            // refuse requests before it: MCP lifecycle, initialization).
+            if self.vconns.iter().any(|v| is_handshake_post(&v.job)) || self.in_flight() >= MAX_IN_FLIGHT {
                 return;
             }
             if front.initialize && !front.replay && matches!(self.transport, Transport::Streamable) {
@@ -752,12 +788,16 @@ impl Bridge {
             }
             let Some(o) = self.queue.pop_front() else { return };
             let legacy = matches!(self.transport, Transport::Legacy { .. });
+            if legacy {
+                self.legacy_owed.extend(o.owed.iter().cloned());
+            }
             let request = self.request("POST", &target, Some(&o.line), !legacy);
             match self.send(core, request, Job::Post(Box::new(o)), now) {
                 Ok(()) => {}
                 Err(job) => {
                     if let Job::Post(o) = job {
                         let cause = "the proxy could not open a connection for the request";
+                        self.legacy_owed.retain(|x| !o.owed.iter().any(|id| same_id(x, id)));
                         for id in &o.owed {
                             self.reply_local(id, rpc::INTERNAL_ERROR, cause);
                         }
@@ -921,6 +961,10 @@ fn is_init_post(job: &Job) -> bool {
     matches!(job, Job::Post(o) if o.initialize)
 }
 
+fn is_handshake_post(job: &Job) -> bool {
+    matches!(job, Job::Post(o) if o.initialize || o.initialized)
+}
+
 /// Why requests got no answer, for their error.
 fn failure(status: u16, reason: &str, why: Option<&str>, text: &str) -> String {
     let mut cause = match (why, status) {
@@ -1017,6 +1061,25 @@ fn is_jsonrpc(m: &[u8]) -> bool {
 
 fn same_id(a: &[u8], b: &[u8]) -> bool {
     a == b || IdKey::of(a).is_some_and(|k| Some(k) == IdKey::of(b))
+}
+
+/// The answer to a batch whose requests are `owed` when `m` is one error
+/// object under an id none of them has: an array of that error, once under
+/// each request's id.
+fn batch_error(m: &[u8], answers: &[(Vec<u8>, bool)], owed: &[Vec<u8>]) -> Option<Vec<u8>> {
+    let [(id, true)] = answers else { return None };
+    if owed.is_empty() || m.first() != Some(&b'{') || owed.iter().any(|o| same_id(o, id)) {
+        return None;
+    }
+    let mut out = b"[".to_vec();
+    for (n, owed) in owed.iter().enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(&with_id(m, owed)?);
+    }
+    out.push(b']');
+    Some(out)
 }
 
 /// `m` (one response object) with its `id` replaced by `id`.

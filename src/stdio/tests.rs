@@ -296,3 +296,42 @@ fn only_json_rpc_reaches_the_host() {
         assert!(!is_jsonrpc(no), "{}", String::from_utf8_lossy(no));
     }
 }
+
+#[test]
+fn one_error_to_a_batch_under_a_foreign_id_answers_each_request_under_its_own() {
+    let m = br#"{"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"x"}}"#;
+    let owed = [b"1".to_vec(), b"\"b\"".to_vec()];
+    let fixed = batch_error(m, &answered_ids(m), &owed).unwrap_or_default();
+    assert_eq!(
+        String::from_utf8_lossy(&fixed),
+        r#"[{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"x"}},{"jsonrpc":"2.0","id":"b","error":{"code":-32600,"message":"x"}}]"#
+    );
+    // An error under one of the batch's ids, a result, or nothing owed: as it came.
+    let own = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"x"}}"#;
+    assert_eq!(batch_error(own, &answered_ids(own), &owed), None);
+    let result = br#"{"jsonrpc":"2.0","id":"server-error","result":{}}"#;
+    assert_eq!(batch_error(result, &answered_ids(result), &owed), None);
+    assert_eq!(batch_error(m, &answered_ids(m), &[]), None);
+}
+
+#[test]
+fn only_json_rpc_messages_and_batches_of_them_count_as_messages() {
+    for m in [
+        &br#"{"jsonrpc":"2.0","id":1,"result":{}}"#[..],
+        br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#,
+        br#"{"jsonrpc":"2.0","method":"notifications/progress"}"#,
+        br#"[{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","method":"x"}]"#,
+    ] {
+        assert!(is_jsonrpc(m), "{}", String::from_utf8_lossy(m));
+    }
+    for m in [
+        &br#"{"ok":true}"#[..],
+        br#"{"detail":"Not Found"}"#,
+        b"[]",
+        br#"[{"id":1,"result":{}},2]"#,
+        b"7",
+        b"{",
+    ] {
+        assert!(!is_jsonrpc(m), "{}", String::from_utf8_lossy(m));
+    }
+}

@@ -90,7 +90,7 @@ fn stored<'a>(messages: &'a [Value], text: &str) -> Vec<&'a Value> {
     messages.iter().filter(|m| m["text"] == text).collect()
 }
 
-fn senders(messages: &[Value]) -> String {
+pub(crate) fn senders(messages: &[Value]) -> String {
     let lines: Vec<String> = messages
         .iter()
         .map(|m| format!("#{} {} {:?} in {}", m["id"], m["sender"], m["text"], m["channel"]))
@@ -98,10 +98,10 @@ fn senders(messages: &[Value]) -> String {
     format!("[{}]", lines.join("; "))
 }
 
-/// What this suite adds to the shared `Checks`.
+/// What this suite adds to the shared `Checks` (the stdio suite's real hosts use them too).
 impl Checks {
     /// The client script itself failed (an exception outside any recorded step).
-    fn script_ran(&mut self, out: &Value) {
+    pub(crate) fn script_ran(&mut self, out: &Value) {
         if let Some(err) = out["error"].as_str() {
             let lines: Vec<&str> = err.trim_end().lines().collect();
             let first = lines.first().copied().unwrap_or("");
@@ -111,7 +111,7 @@ impl Checks {
     }
 
     /// A `list` step: agentchattr's twelve tools.
-    fn listed(&mut self, what: &str, rec: &Value) {
+    pub(crate) fn listed(&mut self, what: &str, rec: &Value) {
         if rec.is_null() {
             self.failures.push(format!("{what}: never made"));
             return;
@@ -129,7 +129,7 @@ impl Checks {
     }
 
     /// A `call` step (chat_send): answered "Sent (id=N)" by agentchattr, not an error; returns N.
-    fn sent(&mut self, what: &str, rec: &Value) -> Option<u64> {
+    pub(crate) fn sent(&mut self, what: &str, rec: &Value) -> Option<u64> {
         if rec.is_null() {
             self.failures.push(format!("{what}: never made"));
             return None;
@@ -156,7 +156,7 @@ impl Checks {
 
     /// agentchattr stored the message `text` exactly once, in #general, under `sender`, with the id its answer
     /// gave (when it gave one).
-    fn stored_as(&mut self, messages: &[Value], text: &str, sender: &str, id: Option<u64>) {
+    pub(crate) fn stored_as(&mut self, messages: &[Value], text: &str, sender: &str, id: Option<u64>) {
         let found = stored(messages, text);
         if found.len() != 1 {
             self.failures.push(format!(

@@ -70,6 +70,9 @@ mod shim;
 mod soak;
 /// The legacy HTTP+SSE transport: `GET /sse` endpoint rewriting and `POST /messages/`.
 mod sse;
+/// `--stdio`: the host's JSON-RPC lines on stdin and stdout, to stand-ins and, with the real SDKs' stdio clients,
+/// to the real agentchattr.
+mod stdio;
 /// A recorded session's GET stream held open through an upstream restart and reattached.
 mod stream_hold;
 /// Streamed responses: SSE latency, re-framing, disconnects, no head-of-line blocking.

@@ -2,10 +2,12 @@
 // (through the proxy), driven step by step; JSON on stdout. The TypeScript twin of agentchattr_client.py.
 //
 //   NODE_PATH=<realenv>/node/node_modules node agentchattr_client.cjs URL --steps STEP[,STEP...]
-//        [--sender mallory] [--timeout 60]
+//        [--transport streamable-http|stdio] [--sender mallory] [--timeout 60]
 //
 // connect (initialize + notifications/initialized + standalone GET stream), the steps, then
-// terminateSession() (DELETE) and close(). Steps:
+// terminateSession() (DELETE) and close(). With `--transport stdio`, URL is the command line of a stdio server as a
+// JSON array (the proxy with `--stdio`), which StdioClientTransport spawns (with RUST_LOG from this environment,
+// `debug` by default; its stderr is this script's): no HTTP to record, no session id, and close() ends it. Steps:
 //
 // - `list:LABEL`        tools/list; the tool names are recorded.
 // - `call:LABEL`        chat_send {sender, message: LABEL, channel: "general", choices: []}; its result or error is
@@ -15,6 +17,7 @@
 //                       and after the last pause ended; first waits
 //                       up to SECS seconds for a byte on a GET stream after the last pause (agentchattr's server
 //                       writes a `: ping` comment on it every 15 s and nothing else).
+// - `read:LABEL`        chat_read {sender, channel: "general"}; its result or error is recorded, never thrown.
 // - `pause:NAME`        print `PAUSE NAME` and wait for a line on stdin (the test acts meanwhile).
 //
 // Every fetch is recorded by a wrapper under the transport (the body passes through a TransformStream that notes
@@ -27,6 +30,7 @@
 
 const { Client } = require('@modelcontextprotocol/sdk/client/index.js');
 const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/client/streamableHttp.js');
+const { StdioClientTransport } = require('@modelcontextprotocol/sdk/client/stdio.js');
 const {
   errorOf,
   flagParser,
@@ -43,7 +47,7 @@ const BODY_CAP = 256 * 1024;
 const CHUNK_RECORDS_CAP = 200;
 
 const parseArgs = flagParser(
-  { steps: null, sender: 'mallory', timeout: 60 },
+  { steps: null, sender: 'mallory', timeout: 60, transport: 'streamable-http' },
   ['steps'],
   'usage: agentchattr_client.cjs URL --steps STEPS [options]',
 );
@@ -174,16 +178,25 @@ async function run(args, out) {
     return new Response(counted, { status: response.status, statusText: response.statusText, headers: response.headers });
   };
 
-  const transport = new StreamableHTTPClientTransport(new URL(args.url), {
-    requestInit: { headers: { Authorization: 'Bearer spoof' } },
-    fetch: recordingFetch,
-  });
+  const stdio = args.transport === 'stdio';
+  const argv = stdio ? JSON.parse(args.url) : null;
+  const transport = stdio
+    ? new StdioClientTransport({
+        command: argv[0],
+        args: argv.slice(1),
+        env: { RUST_LOG: process.env.RUST_LOG || 'debug' },
+        stderr: 'inherit',
+      })
+    : new StreamableHTTPClientTransport(new URL(args.url), {
+        requestInit: { headers: { Authorization: 'Bearer spoof' } },
+        fetch: recordingFetch,
+      });
   const client = new Client({ name: 'agentchattr-test-client', version: '0.0.1' });
   transport.onerror = (e) =>
     out.transport_errors.push({ t: now(), message: String(e && e.message ? e.message : e) });
 
   await client.connect(transport);
-  const sessionId = () => transport.sessionId ?? null;
+  const sessionId = () => (stdio ? null : (transport.sessionId ?? null));
   const callTool = (name, a) => client.callTool({ name, arguments: a }, undefined, { timeout: CALL_TIMEOUT_MS });
 
   async function call(label) {
@@ -196,6 +209,13 @@ async function run(args, out) {
     rec.elapsed_ms = performance.now() - t0;
     rec.session_id = sessionId();
     rec.http_range = [lo, out.http.length];
+    return rec;
+  }
+
+  async function read(label) {
+    const rec = { step: 'read', label };
+    await recordCall(rec, () => callTool('chat_read', { sender: args.sender, channel: 'general' }));
+    rec.session_id = sessionId();
     return rec;
   }
 
@@ -248,6 +268,7 @@ async function run(args, out) {
     let rec;
     if (kind === 'call') rec = await call(rest[0]);
     else if (kind === 'list') rec = await list(rest[0]);
+    else if (kind === 'read') rec = await read(rest[0]);
     else if (kind === 'stream') rec = await stream(rest[0], Number(rest[1] || 0));
     else if (kind === 'pause') {
       pauseT = now();
@@ -259,7 +280,7 @@ async function run(args, out) {
   }
   out.session_id_at_end = sessionId();
 
-  await transport.terminateSession();
+  if (!stdio) await transport.terminateSession();
   await client.close();
   out.closed = true;
 }

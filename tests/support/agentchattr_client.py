@@ -1,13 +1,16 @@
 """One MCP session of the Python SDK against agentchattr (through the proxy), driven step by step; JSON on stdout.
 
-    python agentchattr_client.py URL --steps STEP[,STEP...] [--transport streamable-http|sse]
+    python agentchattr_client.py URL --steps STEP[,STEP...] [--transport streamable-http|sse|stdio]
         [--sender mallory] [--timeout 60]
 
 The SDK is whichever the interpreter has: 1.x (`streamable_http_client` + `ClientSession`, or with
 `--transport sse` the legacy `sse_client` + `ClientSession`) or 2.x (`mcp.Client`, mode "auto": against
 agentchattr's FastMCP 1.x its `server/discover` probe is refused and it falls back to the initialize
-handshake, i.e. a session). It connects (one initialize), runs the steps, then exits (the streamable HTTP
-clients send the closing DELETE). Steps:
+handshake, i.e. a session). With `--transport stdio`, URL is the command line of a stdio server as a JSON array
+(the proxy with `--stdio`), which the SDK's `stdio_client` spawns (with `RUST_LOG` from this environment, `debug`
+by default; its stderr is this script's); there is no HTTP to record and no session id. It connects (one
+initialize), runs the steps, then exits (the streamable HTTP clients send the closing DELETE; the stdio client
+closes the server's stdin). Steps:
 
 - `list:LABEL`        tools/list; the tool names are recorded.
 - `call:LABEL`        chat_send {sender, message: LABEL, channel: "general", choices: []}, as an agent would send
@@ -17,6 +20,7 @@ clients send the closing DELETE). Steps:
                       and the bytes it carried before and after the last pause ended; first waits up to SECS seconds for a byte to arrive on a GET stream
                       after the last pause (agentchattr's server writes a `: ping` comment on it every 15 s
                       and nothing else).
+- `read:LABEL`        chat_read {sender, channel: "general"}; its result or error is recorded, never raised.
 - `pause:NAME`        print `PAUSE NAME` and wait for a line on stdin (the test acts meanwhile).
 
 Every HTTP exchange is recorded by a transport wrapper under the SDK's httpx client: method, path and query,
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import time
 from datetime import timedelta
 from importlib.metadata import version
@@ -43,13 +48,13 @@ from client_common import error_of, last_sent_session_id, pause, print_result, r
 
 try:  # SDK 2.x
     import httpx2 as httpx
-    from mcp import Client
+    from mcp import Client, StdioServerParameters
     from mcp.client.streamable_http import streamable_http_client
 
     SDK_MAJOR = 2
 except ModuleNotFoundError:  # SDK 1.x
     import httpx
-    from mcp import ClientSession
+    from mcp import ClientSession, StdioServerParameters, stdio_client
     from mcp.client.sse import sse_client
     from mcp.client.streamable_http import streamable_http_client
 
@@ -221,6 +226,12 @@ class Run:
         rec["http_range"] = [n_http, len(self.http)]
         return rec
 
+    async def step_read(self, label: str) -> dict:
+        rec = {"step": "read", "label": label}
+        await record_call(rec, self.call, "chat_read", {"sender": self.args.sender, "channel": "general"})
+        rec["session_id"] = self.session_id()
+        return rec
+
     async def step_list(self, label: str) -> dict:
         rec = {"step": "list", "label": label}
         try:
@@ -278,6 +289,8 @@ class Run:
                 rec = await self.step_call(rest)
             elif kind == "list":
                 rec = await self.step_list(rest)
+            elif kind == "read":
+                rec = await self.step_read(rest)
             elif kind == "stream":
                 label, _, secs = rest.partition(":")
                 rec = await self.step_stream(label, float(secs or 0))
@@ -297,9 +310,29 @@ class Run:
             transport=Recording(self.http),
         )
 
+    def stdio_server(self):
+        argv = json.loads(self.args.url)
+        env = {"RUST_LOG": os.environ.get("RUST_LOG", "debug")}
+        return StdioServerParameters(command=argv[0], args=argv[1:], env=env)
+
     async def run(self) -> None:
         timeout = timedelta(seconds=CALL_TIMEOUT_S)
-        if SDK_MAJOR == 1 and self.args.transport == "sse":
+        if SDK_MAJOR == 1 and self.args.transport == "stdio":
+            async with stdio_client(self.stdio_server()) as (read, write):
+                async with ClientSession(read, write) as session:
+                    init = await session.initialize()
+                    self.out["protocol_version"] = init.protocolVersion
+                    self.session_id = lambda: None
+                    self.call = lambda name, a: session.call_tool(name, a, read_timeout_seconds=timeout)
+                    self.list_tools = session.list_tools
+                    await self.steps()
+        elif self.args.transport == "stdio":
+            async with Client(self.stdio_server()) as client:
+                self.session_id = lambda: None
+                self.call = lambda name, a: client.call_tool(name, a, read_timeout_seconds=CALL_TIMEOUT_S)
+                self.list_tools = client.list_tools
+                await self.steps()
+        elif SDK_MAJOR == 1 and self.args.transport == "sse":
             async with sse_client(self.args.url, httpx_client_factory=self.make_http_client) as (read, write):
                 async with ClientSession(read, write) as session:
                     init = await session.initialize()
@@ -348,7 +381,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
     parser.add_argument("--steps", required=True)
-    parser.add_argument("--transport", default="streamable-http", choices=["streamable-http", "sse"])
+    parser.add_argument("--transport", default="streamable-http", choices=["streamable-http", "sse", "stdio"])
     parser.add_argument("--sender", default="mallory")
     parser.add_argument("--timeout", type=float, default=60, help="bound on the whole run, pauses included")
     args = parser.parse_args()

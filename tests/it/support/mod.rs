@@ -23,6 +23,8 @@ pub mod realenv;
 pub mod restarting;
 /// The proxy in front of a `StubUpstream` with one token and agent, as the behaviour suites start it.
 pub mod setup;
+/// `StdioProxy`: the binary with `--stdio`, its stdin written and its stdout read line by line and checked.
+pub mod stdio_proxy;
 /// Both ends of the raw HTTP/1.1 wire: `StubUpstream`, `RawClient` and their strict head parser.
 pub mod wire;
 

@@ -1,5 +1,6 @@
 //! `ProxyProcess`: the real proxy binary as a child process, started from
-//! its argv built by `ProxyBuilder`; scratch files.
+//! its argv built by `ProxyBuilder` (or, with `--stdio`, a `StdioProxy`);
+//! scratch files.
 #![allow(dead_code)]
 
 use std::ffi::{OsStr, OsString};
@@ -10,6 +11,8 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use crate::support::stdio_proxy::StdioProxy;
 
 /// The proxy binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-identity-proxy");
@@ -136,6 +139,13 @@ impl ProxyBuilder {
     pub fn start(self) -> ProxyProcess {
         ProxyProcess::spawn(&self.argv(), &self.envs, self.piped_stdin)
     }
+
+    /// Start the proxy with `--stdio` added, stdin, stdout and stderr piped,
+    /// as an MCP host starts a stdio server (`StdioProxy`).
+    #[track_caller]
+    pub fn start_stdio(self) -> StdioProxy {
+        StdioProxy::spawn(&self.argv(), &self.envs)
+    }
 }
 
 impl ProxyProcess {
@@ -246,14 +256,7 @@ impl ProxyProcess {
     /// `GET path` on the metrics listener (`/metrics`, `/healthz`): its status and body as text.
     #[track_caller]
     pub fn metrics_get(&self, path: &str) -> (u16, String) {
-        let port = self.metrics_port();
-        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics listener");
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut c = crate::support::wire::RawClient::new(s);
-        c.send(&crate::support::wire::request("GET", path, &format!("127.0.0.1:{port}"), &[], b""));
-        let resp = c.read_response("GET");
-        (resp.status, resp.text())
+        metrics_get(self.metrics_port(), path)
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -346,6 +349,19 @@ impl Drop for ProxyProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `GET path` on the metrics listener at `port` (`/metrics`, `/healthz`):
+/// its status and body as text.
+#[track_caller]
+pub fn metrics_get(port: u16, path: &str) -> (u16, String) {
+    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics listener");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut c = crate::support::wire::RawClient::new(s);
+    c.send(&crate::support::wire::request("GET", path, &format!("127.0.0.1:{port}"), &[], b""));
+    let resp = c.read_response("GET");
+    (resp.status, resp.text())
 }
 
 /// Collects a child's pipe into a shared buffer.
