@@ -6,6 +6,8 @@
 
 use mio::net::TcpStream;
 use std::io::{self, IoSlice, Read, Write};
+use std::net::SocketAddr;
+use std::time::Instant;
 
 /// Bytes a connection may have written to a pipe that the front-end has not
 /// taken yet: past it, writes would block, the connection stops reading its
@@ -143,6 +145,42 @@ impl Pipe {
             }
         }
         Ok(n)
+    }
+}
+
+impl super::Conn {
+    /// A connection whose client is the `--stdio` front-end, through an
+    /// in-memory pipe (`client_sock`): no socket, no peer address.
+    pub fn with_pipe(id: u64, now: Instant) -> super::Conn {
+        let peer = SocketAddr::from(([0, 0, 0, 0], 0));
+        super::Conn::with_client(id, ClientSock::Pipe(Pipe::default()), peer, now)
+    }
+
+    /// The client's TCP socket (none for a pipe).
+    pub fn client_tcp(&mut self) -> Option<&mut TcpStream> {
+        match &mut self.client {
+            ClientSock::Tcp(s) => Some(s),
+            ClientSock::Pipe(_) => None,
+        }
+    }
+
+    /// The client's pipe (the `--stdio` front-end's connections).
+    pub fn pipe_mut(&mut self) -> Option<&mut Pipe> {
+        match &mut self.client {
+            ClientSock::Pipe(p) => Some(p),
+            ClientSock::Tcp(_) => None,
+        }
+    }
+
+    /// The pipe of a closed connection, with what it wrote last.
+    pub fn into_pipe(self) -> Option<Pipe> {
+        match self.client {
+            ClientSock::Pipe(mut p) => {
+                p.mark_conn_done();
+                Some(p)
+            }
+            ClientSock::Tcp(_) => None,
+        }
     }
 }
 

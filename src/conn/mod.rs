@@ -49,7 +49,7 @@ use crate::io::{read_into, SocketState};
 use crate::limits::{ANSWER_FLUSH_TIMEOUT, MAX_IO_PER_EVENT, MAX_REQUEST_HEAD};
 use crate::mcp::stamp::StampError;
 use answer::Answer;
-use client_sock::{ClientSock, Pipe};
+use client_sock::ClientSock;
 pub use ctx::Ctx;
 use log::{debug, info, trace, warn};
 use mio::net::TcpStream;
@@ -106,14 +106,7 @@ impl Conn {
         Conn::with_client(id, ClientSock::Tcp(client), peer, now)
     }
 
-    /// A connection whose client is the `--stdio` front-end, through an
-    /// in-memory pipe (`client_sock`): no socket, no peer address.
-    pub fn with_pipe(id: u64, now: Instant) -> Conn {
-        let peer = SocketAddr::from(([0, 0, 0, 0], 0));
-        Conn::with_client(id, ClientSock::Pipe(Pipe::default()), peer, now)
-    }
-
-    fn with_client(id: u64, client: ClientSock, peer: SocketAddr, now: Instant) -> Conn {
+    pub(super) fn with_client(id: u64, client: ClientSock, peer: SocketAddr, now: Instant) -> Conn {
         Conn {
             id,
             peer,
@@ -241,33 +234,6 @@ impl Conn {
         match self.phase {
             Phase::Closed(r) => Some(r),
             _ => None,
-        }
-    }
-
-    /// The client's TCP socket (none for a pipe).
-    pub fn client_tcp(&mut self) -> Option<&mut TcpStream> {
-        match &mut self.client {
-            ClientSock::Tcp(s) => Some(s),
-            ClientSock::Pipe(_) => None,
-        }
-    }
-
-    /// The client's pipe (the `--stdio` front-end's connections).
-    pub fn pipe_mut(&mut self) -> Option<&mut Pipe> {
-        match &mut self.client {
-            ClientSock::Pipe(p) => Some(p),
-            ClientSock::Tcp(_) => None,
-        }
-    }
-
-    /// The pipe of a closed connection, with what it wrote last.
-    pub fn into_pipe(self) -> Option<Pipe> {
-        match self.client {
-            ClientSock::Pipe(mut p) => {
-                p.mark_conn_done();
-                Some(p)
-            }
-            ClientSock::Tcp(_) => None,
         }
     }
 
