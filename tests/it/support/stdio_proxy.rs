@@ -29,12 +29,12 @@ struct StdoutRecord {
 }
 
 /// The stdout reader stops before its next line while `paused` is set, and
-/// closes stdout before its next line once `closing` is.
+/// closes stdout once it has read `close_at` lines (0: never).
 #[derive(Default)]
 struct Gate {
     paused: Mutex<bool>,
     changed: Condvar,
-    closing: std::sync::atomic::AtomicBool,
+    close_at: std::sync::atomic::AtomicUsize,
 }
 
 /// A running `--stdio` proxy. Killed on drop.
@@ -104,7 +104,8 @@ impl StdioProxy {
                         paused = g.changed.wait(paused).unwrap();
                     }
                 }
-                if g.closing.load(std::sync::atomic::Ordering::SeqCst) {
+                let close_at = g.close_at.load(std::sync::atomic::Ordering::SeqCst);
+                if close_at != 0 && rec.lock().unwrap().lines >= close_at {
                     break;
                 }
                 line.clear();
@@ -240,7 +241,10 @@ impl StdioProxy {
     /// Closes stdout, as a host that went away: the reader drops the pipe
     /// before the next line it would read (so once one more line came).
     pub fn close_stdout_after_next_line(&self) {
-        self.gate.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Counted from the lines read now, so a reader that has not looped
+        // back yet still reads the next one.
+        let next = self.record.lock().unwrap().lines + 1;
+        self.gate.close_at.store(next, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Lines and bytes read from stdout so far.
