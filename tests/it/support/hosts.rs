@@ -20,7 +20,7 @@
 use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -270,7 +270,7 @@ impl Stage {
     fn stdio_proxies(&self) -> Vec<u32> {
         #[cfg(target_os = "linux")]
         return crate::support::procfs::running_with(
-            Path::new(BIN),
+            std::path::Path::new(BIN),
             &[OsStr::new("--stdio"), self.audit.as_os_str()],
         );
         #[cfg(not(target_os = "linux"))]
