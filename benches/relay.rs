@@ -183,14 +183,13 @@ fn relay_command(wrap: &[String], program: &str) -> Command {
 }
 
 /// RELAY_BENCH_PROXY_ARGS (split on spaces) for the proxy under test, e.g.
-/// `--deny-tool x --audit-log /tmp/a.jsonl`; never for the base build
-/// (RELAY_BENCH_BASE_BIN), which may not know the flags.
+/// `--deny-tool x --audit-log /tmp/a.jsonl`; the base build
+/// (RELAY_BENCH_BASE_BIN), which may not know the flags, gets
+/// RELAY_BENCH_BASE_ARGS instead.
 fn extra_proxy_args(bin: &str) -> Vec<String> {
     let base = std::env::var("RELAY_BENCH_BASE_BIN").ok();
-    if base.as_deref() == Some(bin) {
-        return Vec::new();
-    }
-    std::env::var("RELAY_BENCH_PROXY_ARGS").unwrap_or_default().split_whitespace().map(String::from).collect()
+    let var = if base.as_deref() == Some(bin) { "RELAY_BENCH_BASE_ARGS" } else { "RELAY_BENCH_PROXY_ARGS" };
+    std::env::var(var).unwrap_or_default().split_whitespace().map(String::from).collect()
 }
 
 /// Spawn `bin` as the proxy, run by the command `wrap` when it is not empty.

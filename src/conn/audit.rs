@@ -11,7 +11,7 @@ use super::Conn;
 use crate::mcp::initialize::Format;
 use crate::mcp::rpc::{self, Role};
 use crate::mcp::version_scan::{Answered, VersionScan};
-use crate::obs::audit::{cut, Outcome, Record, Request, MAX_CLAIMED, MAX_NAME};
+use crate::obs::audit::{cut, IdText, Outcome, Record, Request, Text, MAX_CLAIMED, MAX_NAME};
 use log::warn;
 use smallvec::SmallVec;
 use std::time::Instant;
@@ -34,9 +34,9 @@ pub(super) enum End {
 /// One request of the body.
 #[derive(Debug)]
 struct Audited {
-    id: Box<[u8]>,
-    method: Box<str>,
-    tool: Option<Box<str>>,
+    id: IdText,
+    method: Text,
+    tool: Option<Text>,
     claimed: Option<Box<str>>,
     /// Answered by the proxy in the upstream's place (a hidden tool).
     hidden: bool,
@@ -88,7 +88,7 @@ impl ExchangeAudit {
             }
             // Not JSON (refused): one record with a null id.
             let none = Audited {
-                id: b"null".as_slice().into(),
+                id: IdText::from_slice(b"null"),
                 method: "".into(),
                 tool: None,
                 claimed: None,
@@ -121,7 +121,14 @@ impl ExchangeAudit {
                 (text != agent).then(|| cut(&text, MAX_CLAIMED).into())
             });
             let hidden = is_call && !policy.allows_call(body, name.as_ref());
-            a.requests.push(Audited { id: m.id().json().into(), method, tool, claimed, hidden, slot: None });
+            a.requests.push(Audited {
+                id: IdText::from_slice(m.id().json()),
+                method,
+                tool,
+                claimed,
+                hidden,
+                slot: None,
+            });
         }
         if skipped > 0 {
             warn!("audit: a batch of more than {MAX_AUDITED} requests: {skipped} of them get no record");

@@ -307,46 +307,75 @@ pub fn find_member(body: &[u8], object: &Value, key: &str) -> Result<Lookup, Sca
 /// Whether `write_json_string` escapes any byte of `s` (else it writes
 /// `s` between quotes as it is).
 pub fn needs_escape(s: &str) -> bool {
-    s.bytes().any(|c| c == b'"' || c == b'\\' || c < 0x20)
+    find_special(s.as_bytes()).is_some()
+}
+
+/// Where `write_json_string` writes: a byte buffer that takes a slice whole
+/// (`Extend<u8>` on a `Vec` pushes byte by byte).
+pub trait ByteSink {
+    fn put(&mut self, bytes: &[u8]);
+    fn byte(&mut self, b: u8);
+    fn reserve_for(&mut self, n: usize);
+}
+
+impl ByteSink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+    fn byte(&mut self, b: u8) {
+        self.push(b);
+    }
+    fn reserve_for(&mut self, n: usize) {
+        self.reserve(n);
+    }
+}
+
+impl<const N: usize> ByteSink for smallvec::SmallVec<[u8; N]> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+    fn byte(&mut self, b: u8) {
+        self.push(b);
+    }
+    fn reserve_for(&mut self, n: usize) {
+        self.reserve(n);
+    }
 }
 
 /// Writes `s` as a JSON string, quotes included: `"` and `\` escaped,
 /// control characters as `\n`-style or `\u00XX` escapes, the rest as UTF-8.
-pub fn write_json_string<E: Extend<u8>>(s: &str, out: &mut E) {
+/// Plain runs are written whole, found a word at a time.
+pub fn write_json_string<S: ByteSink>(s: &str, out: &mut S) {
+    write_json_text(s.as_bytes(), out);
+}
+
+/// `write_json_string` for text held as bytes (UTF-8, as its maker
+/// promises: bytes at and above 0x80 are written as they are).
+pub fn write_json_text<S: ByteSink>(text: &[u8], out: &mut S) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bytes = s.as_bytes();
-    // The usual text (an agent name, a key) has nothing to escape: one
-    // `extend` of known length, which a `SmallVec` reserves once.
-    if !needs_escape(s) {
-        let quote = std::iter::once(b'"');
-        out.extend(quote.clone().chain(bytes.iter().copied()).chain(quote));
-        return;
-    }
-    out.extend([b'"']);
-    let mut run = 0;
-    for (i, &c) in bytes.iter().enumerate() {
-        let short: &[u8] = match c {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0x08 => b"\\b",
-            0x0c => b"\\f",
-            0x00..=0x1f => b"",
-            _ => continue,
-        };
-        out.extend(bytes.get(run..i).unwrap_or_default().iter().copied());
-        if short.is_empty() {
-            let hex = |n: u8| HEX.get(usize::from(n)).copied().unwrap_or(b'0');
-            out.extend([b'\\', b'u', b'0', b'0', hex(c >> 4), hex(c & 0xf)]);
-        } else {
-            out.extend(short.iter().copied());
+    let mut rest = text;
+    out.reserve_for(rest.len() + 2);
+    out.byte(b'"');
+    while let Some(at) = find_special(rest) {
+        out.put(rest.get(..at).unwrap_or_default());
+        let c = rest.get(at).copied().unwrap_or(0);
+        match c {
+            b'"' => out.put(b"\\\""),
+            b'\\' => out.put(b"\\\\"),
+            b'\n' => out.put(b"\\n"),
+            b'\r' => out.put(b"\\r"),
+            b'\t' => out.put(b"\\t"),
+            0x08 => out.put(b"\\b"),
+            0x0c => out.put(b"\\f"),
+            _ => {
+                let hex = |n: u8| HEX.get(usize::from(n)).copied().unwrap_or(b'0');
+                out.put(&[b'\\', b'u', b'0', b'0', hex(c >> 4), hex(c & 0xf)]);
+            }
         }
-        run = i + 1;
+        rest = rest.get(at + 1..).unwrap_or_default();
     }
-    out.extend(bytes.get(run..).unwrap_or_default().iter().copied());
-    out.extend([b'"']);
+    out.put(rest);
+    out.byte(b'"');
 }
 
 /// Whether the whole body is UTF-8. Not run ahead of a scan: the scanner
@@ -1619,7 +1648,20 @@ mod tests {
 
     #[test]
     fn write_json_string_round_trips() {
-        for s in ["", "plain", "é—😀", "a\"b\\c/", "\n\r\t\u{8}\u{c}\u{0}\u{1f}\u{7f}", "\u{2028}"] {
+        // Long runs too (past SWAR_BYTES, the vector search), with escapes at their ends.
+        let long = "x".repeat(300);
+        let cases = [
+            "".to_string(),
+            "plain".into(),
+            "é—😀".into(),
+            "a\"b\\c/".into(),
+            "\n\r\t\u{8}\u{c}\u{0}\u{1f}\u{7f}".into(),
+            "\u{2028}".into(),
+            long.clone(),
+            format!("\"{long}\u{1}{long}\\"),
+            format!("{long}é\n"),
+        ];
+        for s in cases.iter().map(String::as_str) {
             let mut out = Vec::new();
             write_json_string(s, &mut out);
             let v = parse_value(&out).unwrap();

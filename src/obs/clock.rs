@@ -9,34 +9,50 @@ pub fn write_rfc3339_millis(since_epoch: Duration, out: &mut Vec<u8>) {
     let secs = since_epoch.as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, d) = civil_from_days(days);
-    let fields = [
-        (y, 4, b'-'),
-        (m, 2, b'-'),
-        (d, 2, b'T'),
-        (rem / 3600, 2, b':'),
-        (rem % 3600 / 60, 2, b':'),
-        (rem % 60, 2, b'.'),
-        (u64::from(since_epoch.subsec_millis()), 3, b'Z'),
-    ];
-    // Built on the stack and appended once (24 bytes up to year 9999).
+    // Built on the stack and appended once (24 bytes up to year 9999); every
+    // field but a year past 9999 has a fixed width, written with constant
+    // divisors (a record is written per request).
     let mut text: SmallVec<[u8; 32]> = SmallVec::new();
-    for (value, width, sep) in fields {
-        push_padded(value, width, &mut text);
-        text.push(sep);
+    if y > 9999 {
+        text.extend_from_slice(y.to_string().as_bytes());
+    } else {
+        text.extend_from_slice(&[digit(y / 1000), digit(y / 100), digit(y / 10), digit(y)]);
     }
+    let two = |v: u64| [digit(v / 10), digit(v)];
+    let [m1, m0] = two(m);
+    let [d1, d0] = two(d);
+    let [h1, h0] = two(rem / 3600);
+    let [n1, n0] = two(rem % 3600 / 60);
+    let [s1, s0] = two(rem % 60);
+    let ms = u64::from(since_epoch.subsec_millis());
+    text.extend_from_slice(&[
+        b'-',
+        m1,
+        m0,
+        b'-',
+        d1,
+        d0,
+        b'T',
+        h1,
+        h0,
+        b':',
+        n1,
+        n0,
+        b':',
+        s1,
+        s0,
+        b'.',
+        digit(ms / 100),
+        digit(ms / 10),
+        digit(ms),
+        b'Z',
+    ]);
     out.extend_from_slice(&text);
 }
 
-fn push_padded(value: u64, width: u32, out: &mut SmallVec<[u8; 32]>) {
-    let mut div = 10u64.pow(width.saturating_sub(1));
-    // Years past 9999 keep all their digits.
-    while value / div >= 10 {
-        div *= 10;
-    }
-    while div > 0 {
-        out.push(b'0' + (value / div % 10) as u8);
-        div /= 10;
-    }
+/// The last decimal digit of `v`.
+fn digit(v: u64) -> u8 {
+    b'0' + (v % 10) as u8
 }
 
 /// The proleptic Gregorian (year, month, day) of a count of days since

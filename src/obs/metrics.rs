@@ -55,19 +55,20 @@ struct ByLabel {
 }
 
 impl ByLabel {
-    fn row(&mut self, label: &str) -> &mut [u64; 5] {
-        let label = match self.rows.iter().position(|(l, _)| &**l == label) {
+    /// `label`: UTF-8 text as bytes (an audit `Text`'s).
+    fn row(&mut self, label: &[u8]) -> &mut [u64; 5] {
+        let label = match self.rows.iter().position(|(l, _)| l.as_bytes() == label) {
             Some(i) => i,
-            None if self.rows.len() < MAX_LABELS || label == "other" => {
-                self.rows.push((label.into(), [0; 5]));
+            None if self.rows.len() < MAX_LABELS || label == b"other" => {
+                self.rows.push((String::from_utf8_lossy(label).into(), [0; 5]));
                 self.rows.len() - 1
             }
-            None => return self.row("other"),
+            None => return self.row(b"other"),
         };
         &mut self.rows[label].1
     }
 
-    fn add(&mut self, label: &str, outcome: Outcome) {
+    fn add(&mut self, label: &[u8], outcome: Outcome) {
         let at = Outcome::ALL.iter().position(|o| *o == outcome).unwrap_or(0);
         self.row(label)[at] += 1;
     }
@@ -94,11 +95,11 @@ impl Metrics {
         match record {
             Record::Request(r) => {
                 let outcome = r.outcome.unwrap_or(Outcome::Ok);
-                self.requests.add(&r.method, outcome);
+                self.requests.add(r.method.as_bytes(), outcome);
                 if let Some(tool) = &r.tool {
-                    self.tool_calls.add(tool, outcome);
+                    self.tool_calls.add(tool.as_bytes(), outcome);
                     if r.claimed.is_some() {
-                        self.impersonations.add(tool, Outcome::Ok);
+                        self.impersonations.add(tool.as_bytes(), Outcome::Ok);
                     }
                 }
                 if let Some(why) = r.reason.filter(|_| r.by_proxy) {
