@@ -249,34 +249,6 @@ impl EndpointRewriter {
     }
 }
 
-/// The complete lines of `stream`, in order, without their ends (CRLF, LF
-/// or CR: WHATWG HTML §9.2.6); a last line with no end is not one yet.
-pub(crate) fn lines(stream: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let mut rest = stream;
-    std::iter::from_fn(move || {
-        let end = memchr::memchr2(b'\n', b'\r', rest)?;
-        let line = rest.get(..end).unwrap_or_default();
-        let skip = if rest.get(end..end + 2) == Some(b"\r\n") { 2 } else { 1 };
-        rest = rest.get(end + skip..).unwrap_or_default();
-        Some(line)
-    })
-}
-
-/// A non-blank line of an event stream split as WHATWG HTML §9.2.6 says:
-/// the field name runs to the first colon and the value starts after it,
-/// one space after the colon dropped; a line without a colon is a name with
-/// an empty value, and a comment (a line starting with a colon) has an
-/// empty name. Returns the name and where the value starts in `line`.
-pub(crate) fn field(line: &[u8]) -> (&[u8], usize) {
-    match memchr::memchr(b':', line) {
-        Some(colon) => {
-            let space = usize::from(line.get(colon + 1) == Some(&b' '));
-            (line.get(..colon).unwrap_or_default(), colon + 1 + space)
-        }
-        None => (line, line.len()),
-    }
-}
-
 /// If `value` is `http://<upstream><rest>` with `<rest>` empty or starting
 /// with `/`, `?` or `#`, returns the offset of `<upstream>` in `value`.
 /// Scheme and authority compare ASCII-case-insensitively; the authority must
@@ -981,21 +953,46 @@ mod tests {
         assert_eq!(out, b"event: endpoint\ndata: http://127.0.0.1:8200/m");
     }
 
+    /// A field line is split as WHATWG HTML §9.2.6 says: the name runs to
+    /// the first colon and the value starts after it, one space after the
+    /// colon dropped; a line without a colon is a name with an empty value,
+    /// and a comment (a line starting with a colon) has an empty name.
     #[test]
-    fn field_splits_like_the_spec() {
-        for (line, name, value) in [
-            ("data: x", "data", "x"),
-            ("data:x", "data", "x"),
-            ("data:  x", "data", " x"),
-            ("data:", "data", ""),
-            ("data", "data", ""),
-            ("a:b: c", "a", "b: c"),
-            (": comment", "", "comment"),
-            (":", "", ""),
-            ("event:endpoint ", "event", "endpoint "),
+    fn the_framer_splits_fields_like_the_spec() {
+        /// The data, the last event type and whether the event had data.
+        #[derive(Default)]
+        struct Said(String, Option<String>, Option<bool>);
+        impl EventSink for Said {
+            fn data(&mut self, bytes: &[u8]) {
+                self.0.push_str(&String::from_utf8_lossy(bytes));
+            }
+            fn event_type(&mut self, value: &[u8]) {
+                self.1 = Some(String::from_utf8_lossy(value).into_owned());
+            }
+            fn dispatch(&mut self, had_data: bool) {
+                self.2 = Some(had_data);
+            }
+        }
+        for (line, data, kind) in [
+            ("data: x", Some("x"), None),
+            ("data:x", Some("x"), None),
+            ("data:  x", Some(" x"), None),
+            ("data:", Some(""), None),
+            ("data", Some(""), None),
+            ("data:b: c", Some("b: c"), None),
+            ("a:b: c", None, None),
+            ("data : x", None, None),
+            (": comment", None, None),
+            (":", None, None),
+            ("event:endpoint ", None, Some("endpoint ")),
+            ("event", None, Some("")),
         ] {
-            let (n, at) = field(line.as_bytes());
-            assert_eq!((n, &line.as_bytes()[at..]), (name.as_bytes(), value.as_bytes()), "{line:?}");
+            let mut said = Said::default();
+            let stream = format!("{line}\n\n");
+            let (n, dispatched) = Framer::default().feed(stream.as_bytes(), &mut said);
+            assert!(dispatched && n == stream.len(), "{line:?}");
+            let want = (data.unwrap_or_default(), kind.map(str::to_string), Some(data.is_some()));
+            assert_eq!((said.0.as_str(), said.1, said.2), want, "{line:?}");
         }
     }
 
