@@ -16,7 +16,7 @@
 //!
 //! Pure: bytes in, bytes out; the table holds connection ids, not sockets.
 
-use super::sse::{field, lines, EndpointRewriter};
+use super::sse::{EndpointRewriter, EventSink, Framer};
 use super::stamp::StampMap;
 use super::tools::{ListFilter, ListOptions, ListReport, Policy};
 use crate::limits::{MAX_LEGACY_QUEUED, MAX_LEGACY_STREAMS, MAX_PENDING_LISTS, MAX_SSE_SCAN};
@@ -38,39 +38,97 @@ pub fn post_session(target: &[u8]) -> Option<&[u8]> {
 
 /// The session an `endpoint` event names: the `session_id` of its `data`
 /// URL (absolute or relative), from the first `endpoint` event in `stream`
-/// that is dispatched (its blank line came) with one `data` line.
+/// that is dispatched (its blank line came) with one `data` line, as
+/// `sse::Framer` reads the stream.
 pub fn endpoint_session(stream: &[u8]) -> Option<Box<[u8]>> {
-    let mut endpoint = false;
-    let mut data: Option<&[u8]> = None;
-    let mut data_lines = 0;
-    let mut url = None;
-    for line in lines(stream) {
-        if line.is_empty() {
-            if endpoint && data_lines == 1 {
-                url = data;
-                break;
+    match EndpointSession::default().feed(stream) {
+        Endpoint::Named(session) => Some(session),
+        Endpoint::Pending | Endpoint::Unnamed => None,
+    }
+}
+
+/// `endpoint_session` read as the stream arrives, in any split.
+#[derive(Debug, Default)]
+struct EndpointSession {
+    framer: Framer,
+    event: EndpointData,
+    /// Bytes read so far.
+    read: usize,
+}
+
+/// What the first endpoint event with one `data` line said.
+#[derive(Debug, PartialEq, Eq)]
+enum Endpoint {
+    /// No such event yet.
+    Pending,
+    Named(Box<[u8]>),
+    /// Its URL is no `messages` URL with a `session_id`.
+    Unnamed,
+}
+
+impl EndpointSession {
+    fn feed(&mut self, bytes: &[u8]) -> Endpoint {
+        self.read = self.read.saturating_add(bytes.len());
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let (n, dispatched) = self.framer.feed(rest, &mut self.event);
+            rest = rest.get(n..).unwrap_or_default();
+            if dispatched && std::mem::take(&mut self.event.found) {
+                return match url_session(&self.event.data) {
+                    Some(session) => Endpoint::Named(session.into()),
+                    None => Endpoint::Unnamed,
+                };
             }
-            (endpoint, data, data_lines) = (false, None, 0);
-            continue;
         }
-        let (name, at) = field(line);
-        let value = line.get(at..).unwrap_or_default();
-        match name {
-            b"event" => endpoint = value == b"endpoint",
-            b"data" => {
-                data = Some(value);
-                data_lines += 1;
-            }
-            _ => {}
+        Endpoint::Pending
+    }
+}
+
+/// The current event's data, as `Framer` reads it.
+#[derive(Debug, Default)]
+struct EndpointData {
+    data: Vec<u8>,
+    endpoint: bool,
+    /// The event has had more than one `data` line.
+    several: bool,
+    /// It was dispatched, an endpoint event with one `data` line.
+    found: bool,
+}
+
+impl EventSink for EndpointData {
+    fn data(&mut self, bytes: &[u8]) {
+        // The LF joining two data lines comes alone; no value holds one.
+        if bytes == b"\n" {
+            self.several = true;
+        }
+        if !self.several {
+            self.data.extend_from_slice(bytes);
         }
     }
-    let url = url?;
-    // The path of an absolute URL: from the first '/' after "scheme://".
+
+    fn event_type(&mut self, value: &[u8]) {
+        self.endpoint = value == b"endpoint";
+    }
+
+    fn dispatch(&mut self, had_data: bool) {
+        self.found = had_data && self.endpoint && !self.several;
+        if !self.found {
+            self.data.clear();
+        }
+        self.endpoint = false;
+        self.several = false;
+    }
+}
+
+/// The session an endpoint URL names: the `session_id` of its path's
+/// `messages` target, the path of an absolute URL starting at the first
+/// '/' after "scheme://".
+fn url_session(url: &[u8]) -> Option<&[u8]> {
     let path_at = match memchr::memmem::find(url, b"://") {
         Some(s) => s + 3 + memchr::memchr(b'/', url.get(s + 3..).unwrap_or_default())?,
         None => 0,
     };
-    post_session(url.get(path_at..).unwrap_or_default()).map(Into::into)
+    post_session(url.get(path_at..).unwrap_or_default())
 }
 
 /// One legacy stream the proxy relays.
@@ -193,9 +251,9 @@ pub struct LegacyStream {
     /// proxy's may go).
     boundary: super::sse::Framer,
     outcomes: Vec<ListReport>,
-    /// The stream so far, until its endpoint event names the session
-    /// (bounded by `MAX_SSE_SCAN`; `None` once found or given up).
-    before_session: Option<Vec<u8>>,
+    /// The stream read for its endpoint event's session (bounded by
+    /// `MAX_SSE_SCAN`; `None` once found or given up).
+    session_scan: Option<Box<EndpointSession>>,
     stage: Vec<u8>,
     spare: Vec<u8>,
 }
@@ -209,7 +267,7 @@ impl LegacyStream {
             events: Vec::new(),
             boundary: super::sse::Framer::default(),
             outcomes: Vec::new(),
-            before_session: Some(Vec::new()),
+            session_scan: Some(Box::default()),
             stage: Vec::new(),
             spare: Vec::new(),
         }
@@ -257,16 +315,23 @@ impl LegacyStream {
     /// The session, from the first endpoint event (in whatever reads it
     /// came); given up past `MAX_SSE_SCAN` bytes.
     fn learn_session(&mut self, stage: &[u8]) {
-        let Some(seen) = self.before_session.as_mut() else { return };
-        seen.extend_from_slice(stage);
-        if let Some(session) = endpoint_session(seen) {
-            self.new_session = Some(session);
-            self.before_session = None;
-        } else if seen.len() > MAX_SSE_SCAN {
-            log::debug!(
-                "legacy SSE: no endpoint event in the first {MAX_SSE_SCAN} bytes: its session is not routed"
-            );
-            self.before_session = None;
+        let Some(scan) = self.session_scan.as_mut() else { return };
+        match scan.feed(stage) {
+            Endpoint::Named(session) => {
+                self.new_session = Some(session);
+                self.session_scan = None;
+            }
+            Endpoint::Unnamed => {
+                log::debug!("legacy SSE: the endpoint event names no session: it is not routed");
+                self.session_scan = None;
+            }
+            Endpoint::Pending if scan.read > MAX_SSE_SCAN => {
+                log::debug!(
+                    "legacy SSE: no endpoint event in the first {MAX_SSE_SCAN} bytes: its session is not routed"
+                );
+                self.session_scan = None;
+            }
+            Endpoint::Pending => {}
         }
     }
 
@@ -380,6 +445,37 @@ mod tests {
         ];
         for (stream, want) in cases {
             assert_eq!(endpoint_session(stream).as_deref(), *want, "{}", String::from_utf8_lossy(stream));
+        }
+    }
+
+    #[test]
+    fn the_session_is_read_as_the_stream_arrives_in_any_split() {
+        let cases: &[(&[u8], Option<&[u8]>)] = &[
+            // The stream's BOM is not part of the first field's name.
+            (b"\xEF\xBB\xBFevent: endpoint\r\ndata: /messages/?session_id=b\r\n\r\n", Some(b"b")),
+            (b"event: endpoint\rdata: /messages/?session_id=c\r\r", Some(b"c")),
+            // Two data lines are no URL; `event` given twice, the last wins.
+            (b"event: endpoint\ndata: /messages/?session_id=x\ndata: y\n\n", None),
+            (b"event: endpoint\nevent: message\ndata: /messages/?session_id=x\n\n", None),
+            (b"event: message\nevent: endpoint\ndata: /messages/?session_id=d\n\n", Some(b"d")),
+            // Not dispatched: the blank line never came.
+            (b"event: endpoint\ndata: /messages/?session_id=x\n", None),
+            // The first endpoint event decides, even naming no session.
+            (b"event: endpoint\ndata: /m\n\nevent: endpoint\ndata: /messages/?session_id=x\n\n", None),
+        ];
+        for (stream, want) in cases {
+            let text = String::from_utf8_lossy(stream);
+            assert_eq!(endpoint_session(stream).as_deref(), *want, "{text}");
+            for i in 0..=stream.len() {
+                let mut scan = EndpointSession::default();
+                let first = scan.feed(&stream[..i]);
+                let got = if first == Endpoint::Pending { scan.feed(&stream[i..]) } else { first };
+                let got = match got {
+                    Endpoint::Named(session) => Some(session),
+                    Endpoint::Pending | Endpoint::Unnamed => None,
+                };
+                assert_eq!(got.as_deref(), *want, "{text} cut at {i}");
+            }
         }
     }
 

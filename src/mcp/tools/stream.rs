@@ -19,7 +19,7 @@ use super::policy::Policy;
 use crate::mcp::initialize::{for_each_message_event, Format};
 use crate::mcp::json;
 use crate::mcp::rpc;
-use crate::mcp::sse::{Framer, NoEvents};
+use crate::mcp::sse::{Framer, NoEvents, Stop, UTF8_BOM};
 use crate::mcp::stamp::StampMap;
 use std::fmt;
 
@@ -486,23 +486,38 @@ enum Answering {
 }
 
 /// `event`'s lines with its `data` lines replaced by `message`'s (each of
-/// its lines one `data:` line).
+/// its lines one `data:` line), the event read as `for_each_message_event`
+/// read it; every line ends with CRLF.
 fn write_event_like(event: &[u8], message: &[u8], out: &mut Vec<u8>) {
+    let mut framer = Framer::default();
+    let mut rest = event;
     let mut wrote = false;
-    for line in crate::mcp::sse::lines(event) {
-        if line.is_empty() {
-            break;
-        }
-        let (name, _) = crate::mcp::sse::field(line);
-        if name == b"data" {
-            if !wrote {
-                write_data(message, out);
-                wrote = true;
+    loop {
+        let (n, stop) = framer.feed_line(rest, &mut NoEvents);
+        let (line, tail) = rest.split_at(n.min(rest.len()));
+        rest = tail;
+        // The line's bytes after the LF of the CRLF before it, without the
+        // byte that ended it.
+        let content = line.strip_prefix(b"\n").unwrap_or(line);
+        let content = content.get(..content.len().saturating_sub(1)).unwrap_or_default();
+        match stop {
+            Stop::Line { data: true } => {
+                if !wrote {
+                    // A data line that begins with a BOM is the stream's
+                    // first line, whose BOM stays where it was.
+                    if content.starts_with(UTF8_BOM) {
+                        out.extend_from_slice(UTF8_BOM);
+                    }
+                    write_data(message, out);
+                    wrote = true;
+                }
             }
-            continue;
+            Stop::Line { data: false } => {
+                out.extend_from_slice(content);
+                out.extend_from_slice(b"\r\n");
+            }
+            Stop::Dispatch | Stop::Input => break,
         }
-        out.extend_from_slice(line);
-        out.extend_from_slice(b"\r\n");
     }
     if !wrote {
         write_data(message, out);
@@ -607,6 +622,26 @@ mod tests {
             assert_eq!(t.as_array().unwrap().len(), 1, "cut {cut}");
             assert!(!text.contains("chat_rules") && !text.contains("\"sender\""), "cut {cut}: {text}");
             assert!(!o.refused);
+        }
+    }
+
+    /// An answer whose stream began with a BOM and then its data line kept
+    /// that line as it came, the original list in it, beside the rewritten
+    /// data: the BOM was read as part of the line's field name there, but
+    /// not where the answer was found.
+    #[test]
+    fn regression_an_answer_after_the_stream_s_bom_is_replaced_whole() {
+        let stream = format!("\u{FEFF}data: {LIST}\r\nid: 1\r\n\r\n");
+        let b = stream.as_bytes();
+        for cut in 0..=b.len() {
+            let (out, o) = run(Format::EventStream, &[&b[..cut], &b[cut..]], &["chat_rules"]);
+            let text = String::from_utf8(out.clone()).unwrap();
+            assert!(
+                text.starts_with("\u{FEFF}data: {") && text.ends_with("}\r\nid: 1\r\n\r\n"),
+                "cut {cut}: {text}"
+            );
+            assert!(!text.contains("chat_rules"), "cut {cut}: {text}");
+            assert_eq!((o.hidden_tools, o.refused), (1, false), "cut {cut}");
         }
     }
 
