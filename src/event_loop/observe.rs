@@ -12,6 +12,7 @@
 
 use crate::config::{AuditLog, Config};
 use crate::http::guard::{bearer_matches, host_allowed};
+use crate::http::write;
 use crate::limits::{HEALTH_PROBE_TIMEOUT, MAX_METRICS_CONNS, METRICS_REQUEST_TIMEOUT};
 use crate::obs::metrics::{Gauges, Metrics};
 use crate::obs::Observer;
@@ -513,24 +514,18 @@ fn route(head: &[u8], loopback: bool, port: u16, config: &Config) -> Route {
     }
 }
 
+/// A whole answer: the head (the one reason-phrase table), then `body`;
+/// the connection closes after it.
 fn response(status: u16, content_type: &str, body: &[u8]) -> Vec<u8> {
-    let reason = match status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        431 => "Request Header Fields Too Large",
-        503 => "Service Unavailable",
-        _ => "Error",
-    };
-    let mut out = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
+    let mut out = b"HTTP/1.1 ".to_vec();
+    write::push_decimal(&mut out, u64::from(status));
+    out.push(b' ');
+    out.extend_from_slice(write::reason_phrase(status));
+    out.extend_from_slice(b"\r\nContent-Type: ");
+    out.extend_from_slice(content_type.as_bytes());
+    out.extend_from_slice(b"\r\nContent-Length: ");
+    write::push_decimal(&mut out, body.len() as u64);
+    out.extend_from_slice(b"\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n");
     out.extend_from_slice(body);
     out
 }
@@ -586,6 +581,14 @@ mod tests {
         assert_eq!(fits, [0, 0, 2, 2, 2, 5, 5, 5, 5, 9, 9]);
         assert_eq!(whole_records(b"", 10), 0);
         assert_eq!((record_count(buf), record_count(b"")), (3, 0));
+    }
+
+    #[test]
+    fn an_answer_is_its_head_then_its_body() {
+        let got = response(405, "text/plain", b"only GET\n");
+        let want = "HTTP/1.1 405 Method Not Allowed\r\nContent-Type: text/plain\r\nContent-Length: 9\r\n\
+                    Cache-Control: no-store\r\nConnection: close\r\n\r\nonly GET\n";
+        assert_eq!(String::from_utf8_lossy(&got), want);
     }
 
     fn config(client_token: Option<&str>) -> Config {
