@@ -12,8 +12,10 @@
 
 use crate::config::{AuditLog, Config};
 use crate::http::guard::{bearer_matches, host_allowed};
+use crate::http::head::{parse_request, ParseError};
+use crate::http::headers::name;
 use crate::http::write;
-use crate::limits::{HEALTH_PROBE_TIMEOUT, MAX_METRICS_CONNS, METRICS_REQUEST_TIMEOUT};
+use crate::limits::{HEALTH_PROBE_TIMEOUT, MAX_METRICS_CONNS, MAX_METRICS_HEAD, METRICS_REQUEST_TIMEOUT};
 use crate::obs::metrics::{Gauges, Metrics};
 use crate::obs::Observer;
 use crate::sys;
@@ -290,12 +292,12 @@ impl MetricsServer {
                         break;
                     }
                 }
-                if c.head.len() > 8192 {
+                if c.head.len() > MAX_METRICS_HEAD {
                     break;
                 }
             }
             match route(&c.head, c.loopback, self.addr.port(), view.config) {
-                Route::Incomplete if c.head.len() > 8192 => {
+                Route::Incomplete if c.head.len() > MAX_METRICS_HEAD => {
                     c.out = response(431, "text/plain", b"head too large\n")
                 }
                 Route::Incomplete if done || view.now >= c.deadline => {
@@ -435,6 +437,7 @@ impl MetricsServer {
     }
 }
 
+#[derive(Debug, PartialEq, Eq)]
 enum Route {
     Incomplete,
     Metrics,
@@ -442,75 +445,46 @@ enum Route {
     Answer(u16, &'static str),
 }
 
-/// A request head, as far as the metrics listener reads it.
-struct Head<'a> {
-    method: &'a [u8],
-    target: &'a [u8],
-    fields: Vec<(&'a [u8], &'a [u8])>,
-}
-
-impl<'a> Head<'a> {
-    fn field(&self, name: &str) -> Option<&'a [u8]> {
-        self.fields.iter().find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes())).map(|&(_, v)| v)
-    }
-}
-
-/// Reads a whole request head (`Ok(None)`: not whole yet). Strict enough
-/// for two GET paths: CRLF line ends, `METHOD SP TARGET SP HTTP/1.x`, then
-/// `name: value` fields with token names. (Its own small reader: the relay's
-/// parser stays inlined where it runs.)
-fn parse_head(buf: &[u8]) -> Result<Option<Head<'_>>, ()> {
-    let Some(end) = memchr::memmem::find(buf, b"\r\n\r\n") else { return Ok(None) };
-    let mut lines = buf.get(..end).unwrap_or_default().split(|&b| b == b'\n');
-    let line = lines.next().ok_or(())?;
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let mut parts = line.split(|&b| b == b' ');
-    let (method, target, version) =
-        (parts.next().ok_or(())?, parts.next().ok_or(())?, parts.next().ok_or(())?);
-    let token = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
-    if parts.next().is_some() || method.is_empty() || !method.iter().all(token) || !target.starts_with(b"/") {
-        return Err(());
-    }
-    if version != b"HTTP/1.1" && version != b"HTTP/1.0" {
-        return Err(());
-    }
-    let mut fields = Vec::new();
-    for line in lines {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let colon = memchr::memchr(b':', line).ok_or(())?;
-        let (name, value) =
-            (line.get(..colon).unwrap_or_default(), line.get(colon + 1..).unwrap_or_default());
-        if name.is_empty() || !name.iter().all(token) || fields.len() >= 64 {
-            return Err(());
-        }
-        fields.push((name, value.trim_ascii()));
-    }
-    Ok(Some(Head { method, target, fields }))
-}
-
-/// What a request head asks for.
+/// What a request head asks for, read by `http::head` (the MCP
+/// listener's parser) and refused with its status.
 fn route(head: &[u8], loopback: bool, port: u16, config: &Config) -> Route {
-    let req = match parse_head(head) {
+    let req = match parse_request(head) {
         Ok(Some(h)) => h,
         Ok(None) => return Route::Incomplete,
-        Err(()) => return Route::Answer(400, "bad request\n"),
+        Err(e) => return Route::Answer(e.client_status(), refusal_body(e)),
     };
+    // The parser takes every request-target form; a route is a path.
+    if !req.target.starts_with(b"/") {
+        return Route::Answer(400, "bad request\n");
+    }
     // On loopback, a Host that is not loopback is a browser page rebound to
     // it (as on the MCP listener); off loopback, the client token is required.
-    if loopback && !req.field("host").is_some_and(|h| host_allowed(h, port)) {
+    if loopback && !req.headers.get_name(name::HOST).is_some_and(|h| host_allowed(h, port)) {
         return Route::Answer(403, "Host not allowed\n");
     }
     if let (false, Some(secret)) = (loopback, config.client_token.as_deref()) {
-        if !req.field("authorization").is_some_and(|v| bearer_matches(v, secret.as_bytes())) {
+        let authorization = req.headers.get_name(name::AUTHORIZATION);
+        if !authorization.is_some_and(|v| bearer_matches(v, secret.as_bytes())) {
             return Route::Answer(401, "client token required\n");
         }
     }
     let path = req.target.split(|&b| b == b'?').next().unwrap_or_default();
-    match (req.method, path) {
+    match (req.method.as_slice(), path) {
         (b"GET", b"/metrics") => Route::Metrics,
         (b"GET", b"/healthz") => Route::Health,
         (_, b"/metrics" | b"/healthz") => Route::Answer(405, "only GET\n"),
         _ => Route::Answer(404, "only /metrics and /healthz here\n"),
+    }
+}
+
+/// The body of the answer to a head `http::head` refused (its status is
+/// `client_status`, as on the MCP listener); it names nothing the client sent.
+fn refusal_body(e: ParseError) -> &'static str {
+    match e {
+        ParseError::TooLarge => "head too large\n",
+        ParseError::TooManyFields => "too many header fields\n",
+        _ if e.client_status() == 501 => "transfer coding not implemented\n",
+        _ => "bad request\n",
     }
 }
 
@@ -624,7 +598,6 @@ mod tests {
             (get("/healthz?x", "localhost:9464", ""), true, &open, "health"),
             (get("/metrics", "evil.example", ""), true, &open, "403"),
             (get("/metrics", "127.0.0.1:9465", ""), true, &open, "403"),
-            ("GET /metrics HTTP/1.1\r\n\r\n".to_string(), true, &open, "403"),
             (get("/mcp", "127.0.0.1:9464", ""), true, &open, "404"),
             (get("/metrics", "127.0.0.1:9464", "").replacen("GET", "POST", 1), true, &open, "405"),
             // Off loopback: the client token, whatever the Host.
@@ -644,5 +617,50 @@ mod tests {
         for (head, loopback, c, want) in cases {
             assert_eq!(routed(&head, loopback, c), want, "{head:?} loopback {loopback}");
         }
+    }
+
+    /// What the project's head parser refuses, the metrics listener
+    /// refuses too, with the MCP listener's status.
+    #[test]
+    fn heads_the_parser_refuses_are_refused() {
+        let open = config(None);
+        let many: String = (0..crate::limits::MAX_FIELDS).map(|i| format!("X-{i}: v\r\n")).collect();
+        let cases = [
+            // The request line.
+            ("GET /metrics\r\nHost: 127.0.0.1:9464\r\n\r\n", "400"),
+            ("G(T /metrics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\n\r\n", "400"),
+            ("GET  /metrics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\n\r\n", "400"),
+            ("GET /met rics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\n\r\n", "400"),
+            ("GET /metrics HTTP/1.2\r\nHost: 127.0.0.1:9464\r\n\r\n", "400"),
+            // A target that is not a path.
+            ("GET http://127.0.0.1:9464/metrics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\n\r\n", "400"),
+            ("OPTIONS * HTTP/1.1\r\nHost: 127.0.0.1:9464\r\n\r\n", "400"),
+            // Field lines.
+            ("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\nX-A: b\r\n c\r\n\r\n", "400"),
+            ("GET /metrics HTTP/1.1\r\nHost : 127.0.0.1:9464\r\n\r\n", "400"),
+            ("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\nAuthorization: a\r\nAuthorization: b\r\n\r\n", "400"),
+            // Host (RFC 9112 §3.2: 400 for none in HTTP/1.1, or several).
+            ("GET /metrics HTTP/1.1\r\n\r\n", "400"),
+            ("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\nHost: 127.0.0.1:9464\r\n\r\n", "400"),
+            ("GET /metrics HTTP/1.1\r\nHost: evil.example\r\nHost: 127.0.0.1:9464\r\n\r\n", "400"),
+            // HTTP/1.0 may leave Host out; loopback still wants its own.
+            ("GET /metrics HTTP/1.0\r\n\r\n", "403"),
+            // Framing the parser cannot use.
+            ("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "400"),
+            ("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", "501"),
+        ];
+        for (head, want) in cases {
+            assert_eq!(routed(head, true, &open), want, "{head:?}");
+        }
+        let too_many = format!("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\n{many}\r\n");
+        assert_eq!(
+            route(too_many.as_bytes(), true, 9464, &open),
+            Route::Answer(431, "too many header fields\n")
+        );
+        // Line ends of a lone LF are read as the MCP listener reads them.
+        assert_eq!(routed("GET /metrics HTTP/1.1\nHost: 127.0.0.1:9464\n\n", true, &open), "metrics");
+        // Off loopback with the token, HTTP/1.0 without Host is answered.
+        let ten = "GET /healthz HTTP/1.0\r\nAuthorization: Bearer s3cret\r\n\r\n";
+        assert_eq!(routed(ten, false, &config(Some("s3cret"))), "health");
     }
 }
