@@ -172,6 +172,10 @@ pub const MAX_TOKEN_LEN: usize = 4096;
 /// health check or two); more wait in the listen queue.
 pub const MAX_METRICS_CONNS: usize = 16;
 
+/// Longest request head the metrics listener reads (two GET paths need
+/// little); a head not whole by then is answered 431.
+pub const MAX_METRICS_HEAD: usize = 8 * 1024;
+
 /// A metrics listener's client must send its request within this, and then
 /// has as long again to read the answer.
 pub const METRICS_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);

@@ -230,7 +230,7 @@ pub fn write_response(status: u16, body: &[u8], close: bool, out: &mut Vec<u8>) 
     write::response_head(
         out,
         status,
-        reason_phrase(status),
+        write::reason_phrase(status),
         &fields,
         BodyField::Length(body.len() as u64),
         close,
@@ -242,23 +242,6 @@ impl fmt::Display for Answer {
     /// How the exchange ended, for its log line.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message())
-    }
-}
-
-fn reason_phrase(status: u16) -> &'static [u8] {
-    match status {
-        200 => b"OK",
-        202 => b"Accepted",
-        400 => b"Bad Request",
-        401 => b"Unauthorized",
-        403 => b"Forbidden",
-        408 => b"Request Timeout",
-        413 => b"Content Too Large",
-        431 => b"Request Header Fields Too Large",
-        501 => b"Not Implemented",
-        502 => b"Bad Gateway",
-        504 => b"Gateway Timeout",
-        _ => b"Error",
     }
 }
 

@@ -4,8 +4,9 @@
 //! here can stop the process except shutdown. `run` is a loop of named
 //! steps; the state they share lives in `Proxy`.
 
+mod audit_file;
 mod identity;
-mod observe;
+mod metrics;
 mod pool;
 #[cfg(feature = "dns-refresh")]
 mod resolve;
@@ -25,14 +26,16 @@ use crate::mcp::stamp::StampMap;
 use crate::mcp::tools::Learned;
 use crate::obs::audit::Record;
 use crate::obs::metrics::Gauges;
+use crate::obs::serve::View;
 use crate::obs::Observer;
 use crate::sys::{self, Signals};
 use crate::transport::Transport;
+use audit_file::AuditFile;
 use identity::{ControlStdin, IdentityWatch, Live};
 use log::{debug, error, info, warn};
+use metrics::MetricsServer;
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
-use observe::{AuditFile, MetricsServer, View};
 use pool::Pool;
 use slab::Slab;
 use std::cell::RefCell;
@@ -556,7 +559,15 @@ impl Proxy {
         let streams = self.slab.entries.iter().flatten().filter(|c| c.is_streaming()).count();
         let gauges =
             Gauges { sessions: self.sessions.borrow().len(), client_connections: self.slab.live, streams };
-        let view = View { config: &self.config, agent: &self.live.identity.agent, gauges, now };
+        let config = &self.config;
+        let view = View {
+            port: m.addr.port(),
+            client_token: config.client_token.as_deref(),
+            restart_grace: config.restart_grace,
+            agent: &self.live.identity.agent,
+            gauges,
+            now,
+        };
         let registry = self.poll.registry();
         let mut obs = self.obs.borrow_mut();
         if woken.metrics_accept {
@@ -566,10 +577,10 @@ impl Proxy {
             m.probe_event(registry, &mut obs, &view);
         }
         for slot in woken.metrics_slots.drain(..) {
-            m.drive(slot, registry, &mut obs, &view);
+            m.drive(slot, registry, &mut obs, &view, config);
         }
         if m.deadline().is_some_and(|d| now >= d) {
-            m.expire(registry, &mut obs, &view);
+            m.expire(registry, &mut obs, &view, config);
         }
     }
 

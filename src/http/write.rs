@@ -66,6 +66,29 @@ fn body_field(out: &mut Vec<u8>, body: BodyField) {
     }
 }
 
+/// The reason phrase of a status the proxy answers with itself (RFC 9110
+/// §15); its one table, for the MCP listener and the metrics listener.
+/// A client must not rely on it (RFC 9112 §4): other codes get `Error`.
+pub fn reason_phrase(status: u16) -> &'static [u8] {
+    match status {
+        200 => b"OK",
+        202 => b"Accepted",
+        400 => b"Bad Request",
+        401 => b"Unauthorized",
+        403 => b"Forbidden",
+        404 => b"Not Found",
+        405 => b"Method Not Allowed",
+        408 => b"Request Timeout",
+        413 => b"Content Too Large",
+        431 => b"Request Header Fields Too Large",
+        501 => b"Not Implemented",
+        502 => b"Bad Gateway",
+        503 => b"Service Unavailable",
+        504 => b"Gateway Timeout",
+        _ => b"Error",
+    }
+}
+
 /// Appends `n` in decimal, without `core::fmt`.
 pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
@@ -136,6 +159,20 @@ mod tests {
         let mut out = Vec::new();
         response_head(&mut out, 204, b"", &HeaderList::new(), BodyField::Omitted, false);
         assert_eq!(out, b"HTTP/1.1 204 \r\n\r\n");
+    }
+
+    #[test]
+    fn reason_phrases_are_rfc_9110s() {
+        let got: Vec<(u16, &[u8])> = [200, 404, 413, 431, 503, 299].map(|s| (s, reason_phrase(s))).to_vec();
+        let want: [(u16, &[u8]); 6] = [
+            (200, b"OK"),
+            (404, b"Not Found"),
+            (413, b"Content Too Large"),
+            (431, b"Request Header Fields Too Large"),
+            (503, b"Service Unavailable"),
+            (299, b"Error"),
+        ];
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! What an operator sees of the proxy besides its log: the audit log's
 //! records (`audit`), the counters and gauges behind `/metrics`
-//! (`metrics`), the upstream's health behind `/healthz` (`health`), and
-//! the RFC 3339 time stamps they carry (`clock`). Pure: fed values and the
-//! time, gives bytes; the event loop owns the sockets and the file.
+//! (`metrics`), the upstream's health behind `/healthz` (`health`), the
+//! RFC 3339 time stamps they carry (`clock`), and the metrics listener's
+//! requests and answers (`serve`). Pure: fed values and the time, gives
+//! bytes; the event loop owns the sockets and the file.
 
 pub mod audit;
 pub mod clock;
 pub mod health;
 pub mod metrics;
+pub mod serve;
 
 use audit::Record;
 use health::Health;
