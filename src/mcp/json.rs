@@ -314,10 +314,15 @@ pub fn needs_escape(s: &str) -> bool {
 /// (`Extend<u8>` on a `Vec` pushes byte by byte).
 pub trait ByteSink {
     fn put(&mut self, bytes: &[u8]);
-    fn byte(&mut self, b: u8);
-    fn reserve_for(&mut self, n: usize);
+    fn byte(&mut self, b: u8) {
+        self.put(&[b]);
+    }
+    /// Room for `n` more bytes (a hint).
+    fn reserve_for(&mut self, _n: usize) {}
 }
 
+/// The audit log's and the error writers' buffer: a byte is a push, and the
+/// string's room is reserved once.
 impl ByteSink for Vec<u8> {
     fn put(&mut self, bytes: &[u8]) {
         self.extend_from_slice(bytes);
@@ -330,15 +335,10 @@ impl ByteSink for Vec<u8> {
     }
 }
 
+/// The stamp's splice buffer, written only for a name that needs escapes.
 impl<const N: usize> ByteSink for smallvec::SmallVec<[u8; N]> {
     fn put(&mut self, bytes: &[u8]) {
         self.extend_from_slice(bytes);
-    }
-    fn byte(&mut self, b: u8) {
-        self.push(b);
-    }
-    fn reserve_for(&mut self, n: usize) {
-        self.reserve(n);
     }
 }
 
