@@ -14,8 +14,7 @@
 
 use std::fmt;
 
-use memchr::memchr2;
-
+use super::lex::{self, find_special, StrEnd};
 use crate::limits::MAX_JSON_DEPTH;
 
 /// Why a body is not JSON the stamper can act on. `offset` is the byte where
@@ -488,21 +487,6 @@ impl Iterator for Unescape<'_> {
     }
 }
 
-/// What may follow a backslash in a string (RFC 8259 §7).
-const SIMPLE_ESCAPE: u8 = 1;
-const UNICODE_ESCAPE: u8 = 2;
-const ESCAPES: [u8; 256] = {
-    let mut t = [0u8; 256];
-    let simple = b"\"\\/bfnrt";
-    let mut i = 0;
-    while i < simple.len() {
-        t[simple[i] as usize] = SIMPLE_ESCAPE;
-        i += 1;
-    }
-    t[b'u' as usize] = UNICODE_ESCAPE;
-    t
-};
-
 /// The caller's map from a `params.name` value to the identity key.
 type IdentityKey<'f, 'k> = &'f dyn Fn(&Value) -> Option<&'k str>;
 
@@ -551,162 +535,25 @@ impl Cursor<'_> {
         }
     }
 
-    /// Skips a string starting at its opening quote; returns whether it
-    /// holds an escape. Inlined where strings are read: most strings of a
-    /// request are ASCII keys and short values without escapes, and for
-    /// them this is one or two word tests with the position in a register.
-    /// At the first `\\`, control character, non-ASCII byte or (past
-    /// `SWAR_BYTES`) long run, `string_rest` goes on from there.
+    /// Skips a string starting at its opening quote (the lexer's whole-text
+    /// reading); returns whether it holds an escape.
     #[inline(always)]
     fn string(&mut self) -> Result<bool, ScanError> {
-        self.expect(b'"')?;
-        let from = self.pos;
-        let limit = from + SWAR_BYTES;
-        let mut at = from;
-        while let Some(w) = self.b.get(at..at + 8) {
-            let hits = stop_bytes(le_word(w));
-            if hits != 0 {
-                at += (hits.trailing_zeros() / 8) as usize;
-                if self.b.get(at) == Some(&b'"') {
-                    self.pos = at + 1;
-                    return Ok(false);
-                }
-                break;
-            }
-            at += 8;
-            if at >= limit {
-                break;
-            }
+        if self.peek() != Some(b'"') {
+            return Err(self.err());
         }
-        self.pos = at;
-        self.string_rest(from)
-    }
-
-    /// The rest of a string from `pos`, past any plain ASCII run `string`
-    /// skipped from `text_start` (just after the opening quote): escapes,
-    /// control characters, long runs, non-ASCII text and the last bytes of
-    /// the body. Returns whether it holds an escape. The string's text must
-    /// be UTF-8, and this is where it is checked (see `check_utf8`).
-    #[inline(never)]
-    fn string_rest(&mut self, text_start: usize) -> Result<bool, ScanError> {
-        let mut escaped = false;
-        loop {
-            let rest = self.b.get(self.pos..).unwrap_or_default();
-            let Some(i) = find_special(rest) else {
-                return Err(ScanError::Syntax { offset: self.b.len() });
-            };
-            self.pos += i;
-            match rest.get(i) {
-                Some(b'"') => {
-                    // A multi-byte sequence cannot hold the quote (its
-                    // bytes are all non-ASCII), so the text is checked alone.
-                    let text = self.b.get(text_start..self.pos).unwrap_or_default();
-                    if let Err(e) = std::str::from_utf8(text) {
-                        return Err(ScanError::InvalidUtf8 { offset: text_start + e.valid_up_to() });
-                    }
-                    self.pos += 1;
-                    return Ok(escaped);
-                }
-                Some(b'\\') => self.pos += 1,
-                // RFC 8259 §7: control characters must be escaped.
-                _ => return Err(self.err()),
-            }
-            escaped = true;
-            // A table, not a `match`: the escape letters of real text are
-            // unpredictable, and a jump table mispredicts on each.
-            let class = self.peek().map_or(0, |c| ESCAPES.get(usize::from(c)).copied().unwrap_or(0));
-            if class == SIMPLE_ESCAPE {
-                self.pos += 1;
-            } else {
-                let hex = self.b.get(self.pos + 1..self.pos + 5);
-                if class != UNICODE_ESCAPE || !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-                    return Err(self.err());
-                }
-                self.pos += 5;
-            }
+        match lex::string(self.b, &mut self.pos, true)? {
+            StrEnd::Closed { escaped } => Ok(escaped),
+            StrEnd::Cut { .. } => Err(ScanError::Syntax { offset: self.b.len() }),
         }
     }
 
-    fn literal(&mut self, lit: &[u8]) -> Result<(), ScanError> {
-        if self.b.get(self.pos..).is_some_and(|r| r.starts_with(lit)) {
-            self.pos += lit.len();
-            Ok(())
-        } else {
-            Err(self.err())
-        }
-    }
-
-    fn digits(&mut self) -> usize {
-        let start = self.pos;
-        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
-            self.pos += 1;
-        }
-        self.pos - start
-    }
-
-    /// RFC 8259 §6 number, any length; plus `-Infinity`.
-    fn number(&mut self) -> Result<(), ScanError> {
-        if self.peek() == Some(b'-') {
-            self.pos += 1;
-            if self.peek() == Some(b'I') {
-                return self.literal(b"Infinity");
-            }
-        }
-        match self.peek() {
-            Some(b'0') => self.pos += 1,
-            Some(b'1'..=b'9') => {
-                self.digits();
-            }
-            _ => return Err(self.err()),
-        }
-        if self.peek() == Some(b'.') {
-            self.pos += 1;
-            if self.digits() == 0 {
-                return Err(self.err());
-            }
-        }
-        if let Some(b'e' | b'E') = self.peek() {
-            self.pos += 1;
-            if let Some(b'+' | b'-') = self.peek() {
-                self.pos += 1;
-            }
-            if self.digits() == 0 {
-                return Err(self.err());
-            }
-        }
-        Ok(())
-    }
-
+    /// A string, number or literal: the lexer's.
     fn scalar(&mut self) -> Result<Kind, ScanError> {
-        let kind = match self.peek() {
-            Some(b'"') => Kind::String { escaped: self.string()? },
-            Some(b'-' | b'0'..=b'9') => {
-                self.number()?;
-                Kind::Number
-            }
-            Some(b't') => {
-                self.literal(b"true")?;
-                Kind::True
-            }
-            Some(b'f') => {
-                self.literal(b"false")?;
-                Kind::False
-            }
-            Some(b'n') => {
-                self.literal(b"null")?;
-                Kind::Null
-            }
-            Some(b'N') => {
-                self.literal(b"NaN")?;
-                Kind::Number
-            }
-            Some(b'I') => {
-                self.literal(b"Infinity")?;
-                Kind::Number
-            }
-            _ => return Err(self.err()),
-        };
-        Ok(kind)
+        match self.peek() {
+            Some(b'"') => Ok(Kind::String { escaped: self.string()? }),
+            _ => lex::scalar(self.b, &mut self.pos),
+        }
     }
 
     /// Skips one value inside `depth` open containers. Inlined, with the
@@ -997,89 +844,6 @@ fn first(slot: &mut Option<Value>, duplicate: &mut bool, v: Value) {
     } else {
         *slot = Some(v);
     }
-}
-
-/// Index of the first byte of `s` that ends a plain run inside a string:
-/// `"`, `\\` or a control character. Most strings of a request are keys and
-/// short values (2 to 20 bytes), so the run is searched one `u64` at a time
-/// and the search stops at the first word holding a hit: a short key costs
-/// one word. Past `SWAR_BYTES` the run is long, and memchr's vector search
-/// (with a vectorized control check) takes over.
-fn find_special(s: &[u8]) -> Option<usize> {
-    let mut at = 0;
-    while let Some(w) = s.get(at..at + 8) {
-        let hits = special_bytes(le_word(w));
-        if hits != 0 {
-            return Some(at + (hits.trailing_zeros() / 8) as usize);
-        }
-        at += 8;
-        if at >= SWAR_BYTES {
-            return long_run(s, at);
-        }
-    }
-    // Fewer than 8 bytes left.
-    let rest = s.get(at..)?;
-    rest.iter().position(|&c| is_special(c)).map(|i| at + i)
-}
-
-/// `find_special` from `at` on, for a run already known to be long.
-fn long_run(s: &[u8], at: usize) -> Option<usize> {
-    let rest = s.get(at..)?;
-    let end = memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
-    let run = rest.get(..end)?;
-    let stop = if has_control(run) {
-        run.iter().position(|&c| c < 0x20)?
-    } else if end < rest.len() {
-        end
-    } else {
-        return None;
-    };
-    Some(at + stop)
-}
-
-/// Runs of string text at least this long are searched with memchr.
-const SWAR_BYTES: usize = 256;
-
-/// The little-endian `u64` of an 8-byte slice (0 for any other length,
-/// which callers never pass).
-fn le_word(w: &[u8]) -> u64 {
-    w.try_into().map_or(0, u64::from_le_bytes)
-}
-
-fn is_special(c: u8) -> bool {
-    c == b'"' || c == b'\\' || c < 0x20
-}
-
-/// SWAR: the high bit of each byte of the result is set where `x` holds
-/// `"`, `\\` or a byte below 0x20. Borrows can flag bytes above a real hit,
-/// never below, so the lowest set bit is exact.
-fn special_bytes(x: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let zero = |t: u64| t.wrapping_sub(ONES) & !t;
-    let quote = zero(x ^ (ONES * u64::from(b'"')));
-    let backslash = zero(x ^ (ONES * u64::from(b'\\')));
-    let control = x.wrapping_sub(ONES * 0x20) & !x;
-    (quote | backslash | control) & HIGHS
-}
-
-/// As `special_bytes`, also flagging non-ASCII bytes (high bit set), which
-/// end the inlined ASCII fast path of `Cursor::string`. Borrows start only
-/// at a flagged byte (a zero byte after the XOR, or one below 0x20), so again
-/// the lowest set bit is exact; a flagged non-ASCII byte needs no `& !t`.
-fn stop_bytes(x: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let quote = (x ^ (ONES * u64::from(b'"'))).wrapping_sub(ONES);
-    let backslash = (x ^ (ONES * u64::from(b'\\'))).wrapping_sub(ONES);
-    let control = x.wrapping_sub(ONES * 0x20);
-    (quote | backslash | control | x) & HIGHS
-}
-
-/// Whether a run of string bytes holds a control character. Written without
-/// early exit so it vectorizes.
-fn has_control(run: &[u8]) -> bool {
-    run.iter().fold(false, |acc, &c| acc | (c < 0x20))
 }
 
 #[cfg(test)]
@@ -1776,37 +1540,6 @@ mod tests {
             }
         }
         assert!(valid > 10_000, "generator too weak: {valid}");
-    }
-
-    #[test]
-    fn find_special_agrees_with_a_byte_loop() {
-        let mut r = Rng(7);
-        let alphabet = b"aZ \"\\\x00\x1f\x20\x7f\x80\xa2\xdc\xff!#";
-        for _ in 0..20_000 {
-            let len = r.below(700);
-            let mut s: Vec<u8> = (0..len).map(|_| b'x').collect();
-            for _ in 0..r.below(4) * r.below(2) {
-                if len > 0 {
-                    let at = r.below(len);
-                    s[at] = r.pick(alphabet);
-                }
-            }
-            let naive = s.iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20);
-            assert_eq!(find_special(&s), naive, "{s:?}");
-        }
-    }
-
-    #[test]
-    fn stop_bytes_finds_the_first_stop() {
-        let mut r = Rng(11);
-        let alphabet = b"aZ \"\\\x00\x1f\x20\x21\x5b\x5d\x7f\x80\xa2\xdc\xff";
-        for _ in 0..100_000 {
-            let w: [u8; 8] = std::array::from_fn(|_| if r.below(3) == 0 { r.pick(alphabet) } else { b'x' });
-            let naive = w.iter().position(|&c| is_special(c) || c >= 0x80);
-            let hits = stop_bytes(u64::from_le_bytes(w));
-            let got = (hits != 0).then(|| (hits.trailing_zeros() / 8) as usize);
-            assert_eq!(got, naive, "{w:?}");
-        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod identity;
 pub mod initialize;
 pub mod json;
 pub mod legacy;
+pub mod lex;
 pub mod rpc;
 pub mod session;
 pub mod sse;

@@ -18,7 +18,8 @@
 //! passed over. A JSON body is decided when its value is complete.
 
 use super::initialize::Format;
-use super::json;
+use super::json::{self, ScanError};
+use super::lex::{Lexer, Tok, Token};
 use super::rpc;
 use crate::limits::MAX_JSON_DEPTH;
 use smallvec::SmallVec;
@@ -177,9 +178,19 @@ impl VersionScan {
                     self.state = s;
                     return &self.state;
                 }
-                self.feed_json(data);
+                self.json.feed(data, false);
+                if let Some(s) = self.json_settled() {
+                    self.state = s;
+                }
+                self.seen += data.len() as u64;
             }
-            Format::Json => self.feed_json(data),
+            Format::Json => {
+                self.json.feed(data, false);
+                if let Some(s) = self.json_settled() {
+                    self.state = s;
+                }
+                self.seen += data.len() as u64;
+            }
             Format::EventStream => {
                 let mut rest = data;
                 while !rest.is_empty() {
@@ -196,56 +207,17 @@ impl VersionScan {
         &self.state
     }
 
-    /// The byte path of a JSON body: resumable, whatever the split.
-    fn feed_json(&mut self, data: &[u8]) {
-        let mut i = 0;
-        while let Some(&b) = data.get(i) {
-            // The inside of a string nothing keeps, in one step.
-            let skip = self.json.skip_string(data.get(i..).unwrap_or_default());
-            if skip > 0 {
-                i += skip;
-                self.seen += skip as u64;
-                continue;
-            }
-            if self.json.lex == Lex::Scalar && self.json.stack.is_empty() && !is_scalar_byte(b) {
-                // A top value that is a scalar is whole at its
-                // first other byte, which is not part of it: one
-                // that may follow a value (whitespace, structure, a
-                // quote), as serde_json's stream reader requires;
-                // any other byte makes the text not JSON.
-                if json::is_ws(b) || matches!(b, b'"' | b'[' | b']' | b'{' | b'}' | b',' | b':') {
-                    self.json.end_value();
-                } else {
-                    self.json.lex = Lex::Error;
-                }
-            } else {
-                self.json.byte(b);
-                self.seen += 1;
-                i += 1;
-            }
-            if matches!(self.json.lex, Lex::End | Lex::Error) {
-                if let Some(s) = self.json_settled() {
-                    self.state = s;
-                    break;
-                }
-            }
-        }
-    }
-
     /// The body is over: a scan still pending ends without a version.
     pub fn finish(&mut self) -> &Scan {
-        if self.state == Scan::Pending && self.format == Format::Json && self.json.lex == Lex::Scalar {
+        if self.state == Scan::Pending && self.format == Format::Json {
             // A top value that is a scalar ends with the body.
-            self.json.end_value();
+            self.json.finish();
             if let Some(s) = self.json_settled() {
                 self.state = s;
             }
         }
         if self.state == Scan::Pending {
             self.state = match self.format {
-                Format::Json if self.json.lex == Lex::Error => {
-                    Scan::Missing(Why::NotJson { at: self.seen.saturating_sub(1) })
-                }
                 Format::Json => Scan::Missing(Why::Ended { events: 0, not_json: 0 }),
                 Format::EventStream => {
                     let st = &self.sse_state;
@@ -258,22 +230,26 @@ impl VersionScan {
 
     /// A JSON body is decided once its value is whole (or broken).
     fn json_settled(&mut self) -> Option<Scan> {
-        match self.json.lex {
-            Lex::End => {
+        match self.json.broken {
+            Some(ScanError::TooDeep { .. }) => Some(Scan::Missing(Why::TooDeep)),
+            Some(ScanError::Syntax { offset } | ScanError::InvalidUtf8 { offset }) => {
+                Some(Scan::Missing(Why::NotJson { at: self.seen + offset as u64 }))
+            }
+            None if self.json.lx.done() => {
                 self.json.commit();
                 Some(self.json.first_answer().unwrap_or(Scan::Missing(Why::NoAnswer)))
             }
-            Lex::Error if self.json.too_deep => Some(Scan::Missing(Why::TooDeep)),
-            Lex::Error => Some(Scan::Missing(Why::NotJson { at: self.seen.saturating_sub(1) })),
-            _ => None,
+            None => None,
         }
     }
 }
 
 /// A small byte buffer with a cap; bytes past it are counted, not kept.
+/// Inline up to 24 bytes: the texts kept (ids, versions, codes, keys) are
+/// short, and a scan is made for each exchange.
 #[derive(Debug, Default)]
 struct Capped {
-    bytes: Vec<u8>,
+    bytes: SmallVec<[u8; 24]>,
     over: bool,
 }
 
@@ -283,53 +259,16 @@ impl Capped {
         self.over = false;
     }
 
-    fn push(&mut self, b: u8, cap: usize) {
-        if self.bytes.len() < cap {
-            self.bytes.push(b);
-        } else {
-            self.over = true;
-        }
+    fn extend(&mut self, b: &[u8], cap: usize) {
+        let room = cap.saturating_sub(self.bytes.len());
+        self.bytes.extend_from_slice(b.get(..room).unwrap_or(b));
+        self.over |= b.len() > room;
     }
 
     /// The kept text, unless some of it was dropped.
     fn whole(&self) -> Option<&[u8]> {
         (!self.over).then_some(self.bytes.as_slice())
     }
-}
-
-/// The lexer's state between bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Lex {
-    /// Before the top value, or after `:` or `,` in an array.
-    Value,
-    /// After `[`: a value or `]`.
-    ValueOrClose,
-    /// After `{`: a key or `}`.
-    KeyOrClose,
-    /// After `,` in an object.
-    Key,
-    /// After a key.
-    Colon,
-    /// After a value inside a container: `,` or its close.
-    AfterValue,
-    /// Inside a string (`key`: an object key).
-    Str {
-        key: bool,
-        esc: Esc,
-    },
-    /// Inside a number or literal.
-    Scalar,
-    /// The top value is whole: only whitespace may follow.
-    End,
-    Error,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Esc {
-    No,
-    Backslash,
-    /// Hex digits still due after `\u`.
-    Hex(u8),
 }
 
 /// What a container is to the scan.
@@ -395,7 +334,8 @@ struct Waiter {
     pending: bool,
 }
 
-/// One JSON value (a message or a batch) read byte by byte.
+/// One JSON value (a message or a batch) read from the lexer's tokens as
+/// its pieces arrive.
 #[derive(Debug)]
 struct JsonScan {
     waiters: SmallVec<[Waiter; 1]>,
@@ -404,10 +344,11 @@ struct JsonScan {
     /// Answers found in the value being read: (waiter, answer, outcome),
     /// kept once the value is whole (`commit`).
     found: SmallVec<[(usize, Scan, Answered); 1]>,
-    lex: Lex,
-    too_deep: bool,
-    /// (is an object, role) per open container.
-    stack: Vec<(bool, Role)>,
+    lx: Lexer,
+    /// Why the value is not JSON (offset within the piece that said so).
+    broken: Option<ScanError>,
+    /// The role of each open container.
+    roles: SmallVec<[Role; 8]>,
     key: Capped,
     field: Field,
     target: Target,
@@ -426,10 +367,6 @@ struct JsonScan {
     error: bool,
     code: Capped,
     is_error: Capped,
-    /// The validation state of the scalar being read (a number or literal).
-    scalar: ScalarCheck,
-    /// The UTF-8 character being read in a string.
-    utf8: Utf8,
 }
 
 impl JsonScan {
@@ -438,9 +375,9 @@ impl JsonScan {
             waiters,
             sole,
             found: SmallVec::new(),
-            lex: Lex::Value,
-            too_deep: false,
-            stack: Vec::new(),
+            lx: Lexer::pieces(),
+            broken: None,
+            roles: SmallVec::new(),
             key: Capped::default(),
             field: Field::Other,
             target: Target::None,
@@ -454,23 +391,20 @@ impl JsonScan {
             error: false,
             code: Capped::default(),
             is_error: Capped::default(),
-            scalar: ScalarCheck::Done,
-            utf8: Utf8::default(),
         }
     }
 
     /// Ready for another value (the next SSE event's data).
     fn reset(&mut self) {
-        self.lex = Lex::Value;
-        self.too_deep = false;
-        self.stack.clear();
+        self.lx = Lexer::pieces();
+        self.broken = None;
+        self.roles.clear();
         self.target = Target::None;
         for (i, _, _) in self.found.drain(..) {
             if let Some(w) = self.waiters.get_mut(i) {
                 w.pending = false;
             }
         }
-        self.utf8 = Utf8::default();
     }
 
     /// The value is whole: the answers it held are kept.
@@ -481,6 +415,65 @@ impl JsonScan {
                 if w.answer.is_none() {
                     w.answer = Some(answer);
                     w.outcome = Some(outcome);
+                }
+            }
+        }
+    }
+
+    /// Reads a piece of the value's text, up to the value's end (`to_end`:
+    /// on to the piece's end, where only whitespace may follow it) or an
+    /// error.
+    fn feed(&mut self, data: &[u8], to_end: bool) {
+        let mut pos = 0;
+        while self.broken.is_none() && (to_end || !self.lx.done()) {
+            match self.lx.next(data, &mut pos) {
+                Ok(Some(t)) => self.token(data, t),
+                Ok(None) => break,
+                Err(e) => self.broken = Some(e),
+            }
+        }
+    }
+
+    /// The text is over: a scalar at the top ends with it.
+    fn finish(&mut self) {
+        if self.broken.is_none() && self.lx.in_top_scalar() {
+            match self.lx.finish(0) {
+                Ok(Some(t)) => self.token(&[], t),
+                Ok(None) => {}
+                Err(e) => self.broken = Some(e),
+            }
+        }
+    }
+
+    fn token(&mut self, data: &[u8], t: Token) {
+        let bytes = data.get(t.start..t.end).unwrap_or_default();
+        match t.tok {
+            Tok::Open { obj } => self.open(obj),
+            Tok::Close { obj } => self.close(obj),
+            // Keys count only in a message, its result and its error.
+            Tok::Key { .. } if !matches!(self.role(), Some(Role::Message | Role::Result | Role::Error)) => {
+                self.field = Field::Other;
+            }
+            // A whole key is read where it lies; a cut one is kept first.
+            Tok::Key { .. } if t.first && t.last => self.field = self.key_field(Some(bytes)),
+            Tok::Key { .. } => {
+                if t.first {
+                    self.key.clear();
+                }
+                self.key.extend(bytes, MAX_KEY);
+                if t.last {
+                    self.field = self.key_field(self.key.whole());
+                }
+            }
+            Tok::Scalar(_) => {
+                if t.first {
+                    self.begin_value();
+                }
+                if self.target != Target::None {
+                    self.capture(bytes);
+                }
+                if t.last {
+                    self.target = Target::None;
                 }
             }
         }
@@ -511,7 +504,6 @@ impl JsonScan {
             self.whole_message(data, m);
         }
         self.commit();
-        self.lex = Lex::End;
         Some(self.first_answer().unwrap_or(Scan::Missing(Why::NoAnswer)))
     }
 
@@ -580,149 +572,28 @@ impl JsonScan {
     }
 
     fn role(&self) -> Option<Role> {
-        self.stack.last().map(|&(_, r)| r)
+        self.roles.last().copied()
     }
 
-    fn capture(&mut self, b: u8) {
+    fn capture(&mut self, b: &[u8]) {
         match self.target {
             Target::None => {}
             Target::Id => {
-                self.id.push(b, MAX_ID);
-                self.id_hash = fnv(self.id_hash, &[b]);
+                self.id.extend(b, MAX_ID);
+                self.id_hash = fnv(self.id_hash, b);
             }
-            Target::Version => self.version.push(b, MAX_VERSION),
-            Target::Code => self.code.push(b, MAX_CODE),
-            Target::IsError => self.is_error.push(b, MAX_CODE),
+            Target::Version => self.version.extend(b, MAX_VERSION),
+            Target::Code => self.code.extend(b, MAX_CODE),
+            Target::IsError => self.is_error.extend(b, MAX_CODE),
         }
     }
 
-    fn byte(&mut self, b: u8) {
-        match self.lex {
-            Lex::Str { key, esc } => self.string_byte(b, key, esc),
-            Lex::Scalar => {
-                if is_scalar_byte(b) {
-                    self.capture(b);
-                    self.scalar = self.scalar.next(b);
-                } else {
-                    self.end_value();
-                    self.byte(b);
-                }
-            }
-            Lex::Error => {}
-            _ if json::is_ws(b) => {}
-            Lex::End => self.lex = Lex::Error,
-            Lex::Value | Lex::ValueOrClose => {
-                if b == b']' && self.lex == Lex::ValueOrClose {
-                    self.close(false);
-                } else {
-                    self.start_value(b);
-                }
-            }
-            Lex::KeyOrClose | Lex::Key => match b {
-                b'"' => {
-                    self.key.clear();
-                    self.key.push(b, MAX_KEY);
-                    self.lex = Lex::Str { key: true, esc: Esc::No };
-                }
-                b'}' if self.lex == Lex::KeyOrClose => self.close(true),
-                _ => self.lex = Lex::Error,
-            },
-            Lex::Colon => {
-                self.lex = if b == b':' { Lex::Value } else { Lex::Error };
-            }
-            Lex::AfterValue => match (b, self.stack.last().map(|&(obj, _)| obj)) {
-                (b',', Some(true)) => self.lex = Lex::Key,
-                (b',', Some(false)) => self.lex = Lex::Value,
-                (b'}', Some(true)) => self.close(true),
-                (b']', Some(false)) => self.close(false),
-                _ => self.lex = Lex::Error,
-            },
-        }
-    }
-
-    /// How many bytes at the start of `data` lie inside a string value
-    /// that nothing keeps, before its closing quote or next escape: they
-    /// change no state and can be passed over at once (a control byte among
-    /// them is left to `byte`, which refuses it). 0 when not in such a string.
-    fn skip_string(&self, data: &[u8]) -> usize {
-        if self.lex != (Lex::Str { key: false, esc: Esc::No })
-            || self.target != Target::None
-            || self.utf8.due()
-        {
-            return 0;
-        }
-        let n = memchr::memchr2(b'"', b'\\', data).unwrap_or(data.len());
-        let run = data.get(..n).unwrap_or_default();
-        if run.iter().any(|&b| b < 0x20) {
-            return 0;
-        }
-        // Text as RFC 8259 §8.1 requires: UTF-8. What is not whole here (a
-        // character cut by the read, or a bad byte) is left to `byte`.
-        match std::str::from_utf8(run) {
-            Ok(_) => n,
-            Err(e) => e.valid_up_to(),
-        }
-    }
-
-    fn string_byte(&mut self, b: u8, key: bool, esc: Esc) {
-        if (b >= 0x80 || self.utf8.due()) && !self.utf8.next(b) {
-            self.lex = Lex::Error;
-            return;
-        }
-        if key {
-            self.key.push(b, MAX_KEY);
-        } else {
-            self.capture(b);
-        }
-        let esc = match esc {
-            Esc::No => match b {
-                b'"' => {
-                    if key {
-                        self.end_key();
-                    } else {
-                        self.end_value();
-                    }
-                    return;
-                }
-                b'\\' => Esc::Backslash,
-                0..=0x1f => {
-                    self.lex = Lex::Error;
-                    return;
-                }
-                _ => Esc::No,
-            },
-            Esc::Backslash => match b {
-                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Esc::No,
-                b'u' => Esc::Hex(4),
-                _ => {
-                    self.lex = Lex::Error;
-                    return;
-                }
-            },
-            Esc::Hex(n) if b.is_ascii_hexdigit() => {
-                if n > 1 {
-                    Esc::Hex(n - 1)
-                } else {
-                    Esc::No
-                }
-            }
-            Esc::Hex(_) => {
-                self.lex = Lex::Error;
-                return;
-            }
-        };
-        self.lex = Lex::Str { key, esc };
-    }
-
-    /// A key's closing quote: which field it names in its container.
-    fn end_key(&mut self) {
+    /// Which field the key `raw` (quotes included; `None`: too long to
+    /// keep) names in its container, a message, result or error.
+    fn key_field(&self, raw: Option<&[u8]>) -> Field {
         let role = self.role();
-        if !matches!(role, Some(Role::Message | Role::Result | Role::Error)) {
-            self.field = Field::Other;
-            self.lex = Lex::Colon;
-            return;
-        }
-        let raw = self.key.whole();
+        // No key looked for is longer, escaped or not.
+        let raw = raw.filter(|r| r.len() <= MAX_KEY);
         // A key without escapes is its text between the quotes; one with
         // escapes is decoded first.
         let plain = raw.filter(|r| !r.contains(&b'\\')).and_then(|r| r.get(1..r.len().checked_sub(1)?));
@@ -734,7 +605,7 @@ impl JsonScan {
             Some(text) => text == s.as_bytes(),
             None => name.as_ref().is_some_and(|(raw, v)| v.is_str(raw, s)),
         };
-        self.field = match role {
+        match role {
             Some(Role::Message) if is("id") => Field::Id,
             Some(Role::Message) if is("method") => Field::Method,
             Some(Role::Message) if is("result") => Field::Result,
@@ -743,15 +614,14 @@ impl JsonScan {
             Some(Role::Result) if is("isError") => Field::IsError,
             Some(Role::Error) if is("code") => Field::Code,
             _ => Field::Other,
-        };
-        self.lex = Lex::Colon;
+        }
     }
 
-    /// The first byte of a value.
-    fn start_value(&mut self, b: u8) {
-        let in_object = self.stack.last().is_some_and(|&(obj, _)| obj);
-        let field = if in_object { self.field } else { Field::Other };
-        self.field = Field::Other;
+    /// A value begins: what its key names is noted, and where its text
+    /// goes. Returns the field.
+    fn begin_value(&mut self) -> Field {
+        // A value in an array has no key; `field` is reset at each value.
+        let field = std::mem::replace(&mut self.field, Field::Other);
         self.target = Target::None;
         match field {
             Field::Id => {
@@ -786,72 +656,37 @@ impl JsonScan {
             }
             Field::Other => {}
         }
-        match b {
-            b'{' | b'[' => {
-                let obj = b == b'{';
-                if field == Field::Id || field == Field::ProtocolVersion {
-                    // Not a string or number: it cannot match or count.
-                    self.id.over |= field == Field::Id;
-                    self.version.over |= field == Field::ProtocolVersion;
-                    self.target = Target::None;
-                }
-                let role = match (self.role(), obj, field) {
-                    (None, true, _) | (Some(Role::Batch), true, _) => Role::Message,
-                    (None, false, _) => Role::Batch,
-                    (Some(Role::Message), true, Field::Result) => Role::Result,
-                    (Some(Role::Message), true, Field::Error) => Role::Error,
-                    _ => Role::Other,
-                };
-                if self.stack.len() >= MAX_JSON_DEPTH {
-                    self.too_deep = true;
-                    self.lex = Lex::Error;
-                    return;
-                }
-                if role == Role::Message {
-                    self.has_id = false;
-                    self.method = false;
-                    self.result = false;
-                    self.has_version = false;
-                    self.error = false;
-                    self.code.clear();
-                    self.is_error.clear();
-                }
-                self.stack.push((obj, role));
-                self.lex = if obj { Lex::KeyOrClose } else { Lex::ValueOrClose };
-            }
-            b'"' => {
-                self.capture(b);
-                self.lex = Lex::Str { key: false, esc: Esc::No };
-            }
-            b'-' | b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z' => {
-                self.capture(b);
-                self.scalar = ScalarCheck::start(b);
-                self.lex = Lex::Scalar;
-            }
-            _ => self.lex = Lex::Error,
-        }
+        field
     }
 
-    /// A string or scalar value is complete.
-    fn end_value(&mut self) {
-        // Every scalar is checked, kept or not (RFC 8259 §3, §6).
-        if self.lex == Lex::Scalar && !self.scalar.complete() {
-            self.lex = Lex::Error;
-            return;
-        }
+    fn open(&mut self, obj: bool) {
+        let field = self.begin_value();
+        // Not a string or number: it cannot match or count.
+        self.id.over |= field == Field::Id;
+        self.version.over |= field == Field::ProtocolVersion;
         self.target = Target::None;
-        self.after_value();
-    }
-
-    fn after_value(&mut self) {
-        self.lex = if self.stack.is_empty() { Lex::End } else { Lex::AfterValue };
+        let role = match (self.role(), obj, field) {
+            (None, true, _) | (Some(Role::Batch), true, _) => Role::Message,
+            (None, false, _) => Role::Batch,
+            (Some(Role::Message), true, Field::Result) => Role::Result,
+            (Some(Role::Message), true, Field::Error) => Role::Error,
+            _ => Role::Other,
+        };
+        if role == Role::Message {
+            self.has_id = false;
+            self.method = false;
+            self.result = false;
+            self.has_version = false;
+            self.error = false;
+            self.code.clear();
+            self.is_error.clear();
+        }
+        self.roles.push(role);
     }
 
     fn close(&mut self, obj: bool) {
-        let Some((_, role)) = self.stack.pop() else {
-            self.lex = Lex::Error;
-            return;
-        };
+        self.field = Field::Other;
+        let Some(role) = self.roles.pop() else { return };
         let response = obj && role == Role::Message && !self.method && self.has_id;
         if let Some(i) = response.then(|| self.waiter_answered()).flatten() {
             let answer = match self.version_text() {
@@ -871,7 +706,6 @@ impl JsonScan {
             }
             self.found.push((i, answer, outcome));
         }
-        self.after_value();
     }
 
     /// The waiter the response just read answers, if any: the first still
@@ -903,127 +737,6 @@ impl JsonScan {
     }
 }
 
-/// UTF-8 a byte at a time (RFC 3629 §4: no overlong forms, no surrogates,
-/// nothing past U+10FFFF).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Utf8 {
-    /// Continuation bytes still due.
-    need: u8,
-    /// The range the next continuation byte must be in.
-    lo: u8,
-    hi: u8,
-}
-
-impl Utf8 {
-    fn due(&self) -> bool {
-        self.need > 0
-    }
-
-    /// Takes the next byte of a string; false when it breaks UTF-8.
-    fn next(&mut self, b: u8) -> bool {
-        if self.need > 0 {
-            if b < self.lo || b > self.hi {
-                return false;
-            }
-            self.need -= 1;
-            (self.lo, self.hi) = (0x80, 0xbf);
-            return true;
-        }
-        (self.need, self.lo, self.hi) = match b {
-            0x00..=0x7f => (0, 0x80, 0xbf),
-            0xc2..=0xdf => (1, 0x80, 0xbf),
-            0xe0 => (2, 0xa0, 0xbf),
-            0xe1..=0xec | 0xee..=0xef => (2, 0x80, 0xbf),
-            0xed => (2, 0x80, 0x9f),
-            0xf0 => (3, 0x90, 0xbf),
-            0xf1..=0xf3 => (3, 0x80, 0xbf),
-            0xf4 => (3, 0x80, 0x8f),
-            _ => return false,
-        };
-        true
-    }
-}
-
-/// A byte that continues a number or literal (what may not is checked by
-/// `ScalarCheck`).
-fn is_scalar_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')
-}
-
-/// RFC 8259's number and literal grammar, a byte at a time: every scalar
-/// is checked whether or not anything keeps it. Python's `NaN`, `Infinity`
-/// and `-Infinity` are values too, as in `json` (the proxy's one language:
-/// what the Python servers it fronts read and write).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ScalarCheck {
-    /// After `-`: a digit is due.
-    Minus,
-    /// After a leading `0`: no more integer digits.
-    Zero,
-    Int,
-    /// After `.`: a digit is due.
-    Dot,
-    Frac,
-    /// After `e`/`E`: a sign or digit is due.
-    Exp,
-    /// After the exponent's sign: a digit is due.
-    ExpSign,
-    ExpDigits,
-    /// Within a literal: the bytes still due.
-    Literal(&'static [u8]),
-    /// A whole literal (or nothing in progress).
-    Done,
-    Bad,
-}
-
-impl ScalarCheck {
-    fn start(b: u8) -> ScalarCheck {
-        match b {
-            b'-' => ScalarCheck::Minus,
-            b'0' => ScalarCheck::Zero,
-            b'1'..=b'9' => ScalarCheck::Int,
-            b't' => ScalarCheck::Literal(b"rue"),
-            b'f' => ScalarCheck::Literal(b"alse"),
-            b'n' => ScalarCheck::Literal(b"ull"),
-            b'N' => ScalarCheck::Literal(b"aN"),
-            b'I' => ScalarCheck::Literal(b"nfinity"),
-            _ => ScalarCheck::Bad,
-        }
-    }
-
-    fn next(self, b: u8) -> ScalarCheck {
-        use ScalarCheck::*;
-        match (self, b) {
-            (Minus, b'0') => Zero,
-            (Minus, b'I') => Literal(b"nfinity"),
-            (Minus, b'1'..=b'9') | (Int, b'0'..=b'9') => Int,
-            (Zero | Int, b'.') => Dot,
-            (Dot | Frac, b'0'..=b'9') => Frac,
-            (Zero | Int | Frac, b'e' | b'E') => Exp,
-            (Exp, b'+' | b'-') => ExpSign,
-            (Exp | ExpSign | ExpDigits, b'0'..=b'9') => ExpDigits,
-            (Literal(due), b) => match due.split_first() {
-                Some((&want, [])) if want == b => Done,
-                Some((&want, rest)) if want == b => Literal(rest),
-                _ => Bad,
-            },
-            _ => Bad,
-        }
-    }
-
-    /// The scalar may end here.
-    fn complete(self) -> bool {
-        matches!(
-            self,
-            ScalarCheck::Zero
-                | ScalarCheck::Int
-                | ScalarCheck::Frac
-                | ScalarCheck::ExpDigits
-                | ScalarCheck::Done
-        )
-    }
-}
-
 /// What the event-stream layer keeps between reads: the counts for a
 /// scan that ends without an answer, and the current event's type.
 #[derive(Debug, Default)]
@@ -1045,17 +758,7 @@ struct Events<'a> {
 
 impl super::sse::EventSink for Events<'_> {
     fn data(&mut self, bytes: &[u8]) {
-        let mut i = 0;
-        while let Some(&b) = bytes.get(i) {
-            // The inside of a string nothing keeps, in one step.
-            let skip = self.json.skip_string(bytes.get(i..).unwrap_or_default());
-            if skip > 0 {
-                i += skip;
-                continue;
-            }
-            self.json.byte(b);
-            i += 1;
-        }
+        self.json.feed(bytes, true);
     }
 
     fn event_type(&mut self, value: &[u8]) {
@@ -1065,14 +768,14 @@ impl super::sse::EventSink for Events<'_> {
     fn dispatch(&mut self, had_data: bool) {
         if had_data && !self.st.other_type {
             self.st.events = self.st.events.saturating_add(1);
-            match self.json.lex {
-                Lex::End => {
-                    self.json.commit();
-                    if self.json.all_answered() {
-                        self.found = self.json.first_answer();
-                    }
+            self.json.finish();
+            if self.json.broken.is_none() && self.json.lx.done() {
+                self.json.commit();
+                if self.json.all_answered() {
+                    self.found = self.json.first_answer();
                 }
-                _ => self.st.not_json = self.st.not_json.saturating_add(1),
+            } else {
+                self.st.not_json = self.st.not_json.saturating_add(1);
             }
         }
         self.json.reset();
@@ -1212,7 +915,7 @@ mod tests {
             s.feed(piece);
             // What is kept is a handful of small fields, never the body.
             assert!(s.json.id.bytes.capacity() <= MAX_ID && s.json.version.bytes.capacity() <= MAX_VERSION);
-            assert!(s.json.key.bytes.capacity() <= MAX_KEY && s.json.stack.capacity() <= MAX_JSON_DEPTH);
+            assert!(s.json.key.bytes.capacity() <= MAX_KEY && s.json.roles.capacity() <= MAX_JSON_DEPTH);
         }
         assert_eq!(s.state(), &Scan::Version("2025-06-18".into()));
     }
