@@ -11,7 +11,7 @@ use super::Conn;
 use crate::mcp::initialize::Format;
 use crate::mcp::rpc::{self, Role};
 use crate::mcp::version_scan::{Answered, VersionScan};
-use crate::obs::audit::{cut, IdText, Outcome, Record, Request, Text, MAX_CLAIMED, MAX_NAME};
+use crate::obs::audit::{cut, IdText, Outcome, Record, Request, SessionText, Text, MAX_CLAIMED, MAX_NAME};
 use log::warn;
 use smallvec::SmallVec;
 use std::time::Instant;
@@ -60,18 +60,37 @@ pub(super) struct ExchangeAudit {
 }
 
 impl ExchangeAudit {
-    /// The requests of `body` (nothing for notifications and responses),
-    /// with each `tools/call`'s tool, and the identity it claimed when that
-    /// is not `agent` (`plan` has the spans the stamp scan found).
-    pub(super) fn read(
+    /// `read_into` a new `ExchangeAudit`.
+    #[cfg(test)]
+    fn read(
         body: &[u8],
         plan: &crate::mcp::stamp::Plan,
         agent: &str,
         policy: &crate::mcp::tools::Policy,
         bytes_in: u64,
     ) -> ExchangeAudit {
-        let mut a =
-            ExchangeAudit { requests: SmallVec::new(), batch: false, scan: None, bytes_in, relayed: None };
+        let mut a = ExchangeAudit::default();
+        a.read_into(body, plan, agent, policy, bytes_in);
+        a
+    }
+
+    /// Forgets the last exchange, then reads the requests of `body`
+    /// (nothing for notifications and responses), with each `tools/call`'s
+    /// tool, and the identity it claimed when that is not `agent` (`plan`
+    /// has the spans the stamp scan found).
+    pub(super) fn read_into(
+        &mut self,
+        body: &[u8],
+        plan: &crate::mcp::stamp::Plan,
+        agent: &str,
+        policy: &crate::mcp::tools::Policy,
+        bytes_in: u64,
+    ) {
+        self.requests.clear();
+        self.batch = false;
+        self.scan = None;
+        self.bytes_in = bytes_in;
+        self.relayed = None;
         // The stamp scan's envelope when it read the body (every accepted
         // POST): the body is not parsed again. A refused body is parsed
         // here (it may still be JSON-RPC with a duplicate key).
@@ -84,7 +103,7 @@ impl ExchangeAudit {
         };
         let Ok(parsed) = parsed else {
             if crate::mcp::json::first_byte(body).is_none() {
-                return a; // no body (a GET, a DELETE): no request
+                return; // no body (a GET, a DELETE): no request
             }
             // Not JSON (refused): one record with a null id.
             let none = Audited {
@@ -95,10 +114,10 @@ impl ExchangeAudit {
                 hidden: false,
                 slot: None,
             };
-            a.requests.push(none);
-            return a;
+            self.requests.push(none);
+            return;
         };
-        a.batch = parsed.is_batch();
+        self.batch = parsed.is_batch();
         let mut call = 0;
         let mut skipped = 0;
         for m in parsed.messages() {
@@ -108,20 +127,20 @@ impl ExchangeAudit {
             if m.role() != Role::Request {
                 continue;
             }
-            if a.requests.len() >= MAX_AUDITED {
+            if self.requests.len() >= MAX_AUDITED {
                 skipped += 1;
                 continue;
             }
             let method = m.method().map(|s| cut(&s, MAX_NAME).into()).unwrap_or_default();
             let name = is_call.then(|| plan.called_tools().get(index).copied().flatten()).flatten();
-            let tool = name.and_then(|n| n.decode_str(body)).map(|t| cut(&t, MAX_NAME).into());
+            let tool = name.and_then(|n| n.decode_cow(body)).map(|t| cut(&t, MAX_NAME).into());
             let claimed = plan.claim(index).filter(|_| is_call).and_then(|v| {
                 let text =
                     v.decode_str(body).unwrap_or_else(|| String::from_utf8_lossy(v.bytes(body)).into_owned());
                 (text != agent).then(|| cut(&text, MAX_CLAIMED).into())
             });
             let hidden = is_call && !policy.allows_call(body, name.as_ref());
-            a.requests.push(Audited {
+            self.requests.push(Audited {
                 id: IdText::from_slice(m.id().json()),
                 method,
                 tool,
@@ -133,7 +152,6 @@ impl ExchangeAudit {
         if skipped > 0 {
             warn!("audit: a batch of more than {MAX_AUDITED} requests: {skipped} of them get no record");
         }
-        a
     }
 
     /// The answer is `format`: read each request's outcome from it.
@@ -173,7 +191,7 @@ impl ExchangeAudit {
         let status = self.relayed.unwrap_or(status);
         for r in self.requests.drain(..) {
             let mut rec = Request {
-                session: (!session.is_empty()).then(|| session.into()),
+                session: (!session.is_empty()).then(|| SessionText::from_slice(session)),
                 id: r.id,
                 method: r.method,
                 tool: r.tool,
@@ -232,7 +250,8 @@ impl Conn {
     /// The body is whole: note its requests when someone observes.
     pub(super) fn audit_request(&mut self, agent: &str, policy: &crate::mcp::tools::Policy) {
         let bytes_in = (self.ex.req.len + self.ex.body.len()) as u64;
-        let a = ExchangeAudit::read(&self.ex.body, &self.ex.plan, agent, policy, bytes_in);
+        let mut a = self.ex.audit_spare.take().unwrap_or_default();
+        a.read_into(&self.ex.body, &self.ex.plan, agent, policy, bytes_in);
         for r in a.requests.iter().filter(|r| r.claimed.is_some()) {
             warn!(
                 "conn {}: tools/call of {:?} claims to be {:?}, not {agent:?}: stamped as {agent:?}",
@@ -241,7 +260,11 @@ impl Conn {
                 r.claimed.as_deref().unwrap_or("")
             );
         }
-        self.ex.audit = (!a.requests.is_empty()).then(|| Box::new(a));
+        if a.requests.is_empty() {
+            self.ex.audit_spare = Some(a);
+        } else {
+            self.ex.audit = Some(a);
+        }
     }
 
     /// The exchange is over: its requests' records.
@@ -249,6 +272,7 @@ impl Conn {
         let Some(mut a) = self.ex.audit.take() else { return };
         let ms = self.ex.start.map_or(0, |s| now.saturating_duration_since(s).as_millis() as u64);
         a.records(&self.ex.session_id, self.ex.status, ms, self.ex.bytes_out, end, &mut self.records);
+        self.ex.audit_spare = Some(a);
     }
 
     /// The session events a response head tells of: an `initialize`
