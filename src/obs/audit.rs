@@ -209,6 +209,18 @@ fn number(out: &mut Vec<u8>, k: &str, v: u64) {
     crate::http::write::push_decimal(out, v);
 }
 
+/// `,"http.response.status_code":N`: three digits for a status from
+/// 100 to 999 (every status a response head can carry), written with
+/// constant divisors.
+fn status(out: &mut Vec<u8>, v: u16) {
+    if !(100..=999).contains(&v) {
+        return number(out, k!("http.response.status_code"), u64::from(v));
+    }
+    key(out, k!("http.response.status_code"));
+    let digit = |d: u16| b'0' + (d % 10) as u8;
+    out.extend_from_slice(&[digit(v / 100), digit(v / 10), digit(v)]);
+}
+
 /// `,"outcome":"…"` for `o` (`Outcome::as_str`, made at compile time).
 fn outcome_field(o: Outcome) -> &'static str {
     match o {
@@ -228,14 +240,17 @@ pub fn write_record(ts: Duration, agent: &str, record: &Record, out: &mut Vec<u8
 }
 
 /// Writes records one after another, keeping what the next one likely
-/// repeats: the text of the time stamp's second, and the agent's and the
-/// session's escaped text with their keys (the same for every request of a
-/// session).
+/// repeats: the text of the time stamp's second, and the agent's, the
+/// session's, the method's and the tool's escaped text with their keys (the
+/// same for every request of a session, and an agent's requests are mostly
+/// `tools/call`s of a few tools).
 #[derive(Debug, Default)]
 pub struct Writer {
     stamps: Stamps,
     agent: Repeated,
     session: Repeated,
+    method: Repeated,
+    tool: Repeated,
 }
 
 /// A value written last, and how it was written.
@@ -303,11 +318,12 @@ impl Writer {
         } else {
             out.extend_from_slice(&r.id);
         }
-        text(out, k!("mcp.method.name"), &r.method, MAX_NAME);
+        let method = &r.method;
+        self.method.write(method.as_bytes(), out, |w| text(w, k!("mcp.method.name"), method, MAX_NAME));
         if let Some(t) = &r.tool {
-            text(out, k!("gen_ai.tool.name"), t, MAX_NAME);
+            self.tool.write(t.as_bytes(), out, |w| text(w, k!("gen_ai.tool.name"), t, MAX_NAME));
         }
-        number(out, k!("http.response.status_code"), u64::from(r.status));
+        status(out, r.status);
         out.extend_from_slice(outcome_field(r.outcome.unwrap_or(Outcome::Ok)).as_bytes());
         if let Some(e) = &r.error_type {
             string(out, k!("error.type"), e);
@@ -435,15 +451,36 @@ mod tests {
             (86_400_000, "", request(Some(b""), Outcome::Ok)),
             (86_400_000, "", request(Some(b"s1"), Outcome::Ok)),
         ];
+        let named = |method: &str, tool: Option<&str>, status| {
+            Record::Request(Request {
+                method: method.into(),
+                tool: tool.map(Into::into),
+                status,
+                ..Request::default()
+            })
+        };
+        let records = records.into_iter().chain([
+            (1, "a", named("tools/call", Some("chat_send"), 200)),
+            (1, "a", named("tools/call", Some("chat_read"), 0)),
+            (1, "a", named("tools/list", None, 99)),
+            (1, "a", named("tools/call", Some("chat_read"), 100)),
+            (1, "a", named("tools/call", Some("chat\"send"), 999)),
+            (1, "a", named("tools/call\n", Some("chat_send"), 1000)),
+            (1, "a", named("tools/call\n", Some("chat_send"), u16::MAX)),
+        ]);
         let mut kept = Writer::default();
-        for (ms, agent, record) in &records {
+        for (ms, agent, record) in records {
             let ts = Duration::from_millis(1_796_168_405_000 + ms);
             let (mut a, mut b) = (Vec::new(), Vec::new());
-            kept.write(ts, agent, record, &mut a);
-            Writer::default().write(ts, agent, record, &mut b);
+            kept.write(ts, agent, &record, &mut a);
+            Writer::default().write(ts, agent, &record, &mut b);
             assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
             let v: Value = serde_json::from_slice(&a).unwrap();
-            assert_eq!(v["agent"], *agent);
+            assert_eq!(v["agent"], agent);
+            if let Record::Request(r) = &record {
+                assert_eq!(v["http.response.status_code"], r.status);
+                assert_eq!(v["mcp.method.name"], *r.method);
+            }
         }
     }
 
