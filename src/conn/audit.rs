@@ -9,11 +9,13 @@
 use super::answer::Answer;
 use super::Conn;
 use crate::mcp::initialize::Format;
+use crate::mcp::json::{Kind, Value};
 use crate::mcp::rpc::{self, Role};
 use crate::mcp::version_scan::{Answered, VersionScan};
-use crate::obs::audit::{cut, IdText, Outcome, Record, Request, Text, MAX_CLAIMED, MAX_NAME};
+use crate::obs::audit::{cut, IdText, Outcome, Record, Request, SessionText, Text, MAX_CLAIMED, MAX_NAME};
 use log::warn;
 use smallvec::SmallVec;
+use std::borrow::Cow;
 use std::time::Instant;
 
 /// Most requests of one batch given a record each (a batch may be large;
@@ -59,32 +61,98 @@ pub(super) struct ExchangeAudit {
     relayed: Option<u16>,
 }
 
+/// What the audit reads of one message of the body.
+struct Seen<'b> {
+    /// Has `method` and `id` (`rpc::Role::Request`).
+    request: bool,
+    is_call: bool,
+    /// The decoded method (`rpc::Message::method`).
+    method: Option<Cow<'b, str>>,
+    /// The id's JSON text as an answer may echo it (`rpc::Id::json`).
+    id: &'b [u8],
+}
+
+impl<'b> Seen<'b> {
+    fn of_message(m: &rpc::Message<'b>) -> Seen<'b> {
+        let is_call = m.is_method(rpc::TOOLS_CALL);
+        // A `tools/call`'s decoded method is that name: not decoded again.
+        let method = if is_call { Some(Cow::Borrowed(rpc::TOOLS_CALL)) } else { m.method() };
+        Seen { request: m.role() == Role::Request, is_call, method, id: m.id().json() }
+    }
+
+    /// A message of the stamp scan's envelope, read as `of_message` reads
+    /// `rpc::Message::of_object`, without its work where the answer is
+    /// plain: an id that is a string without escapes or a number of at most
+    /// 15 digits is echoed as sent (any other goes by `rpc`'s rule).
+    fn of_envelope(body: &'b [u8], method: Option<Value>, id: Option<Value>) -> Seen<'b> {
+        let (Some(m), Some(v)) = (method, id) else {
+            return Seen::of_message(&rpc::Message::of_object(body, method, id));
+        };
+        let is_call = m.is_str(body, rpc::TOOLS_CALL);
+        let raw = v.bytes(body);
+        let id = match v.kind {
+            Kind::String { escaped: false } => raw,
+            Kind::Number if small_integer(raw) => raw,
+            _ => rpc::Message::of_object(body, None, Some(v)).id().json(),
+        };
+        let method = if is_call { Some(Cow::Borrowed(rpc::TOOLS_CALL)) } else { m.decode_cow(body) };
+        Seen { request: true, is_call, method, id }
+    }
+}
+
+/// `-?[0-9]{1,15}`: an integer well inside a double's range.
+fn small_integer(text: &[u8]) -> bool {
+    let digits = text.strip_prefix(b"-").unwrap_or(text);
+    (1..=15).contains(&digits.len()) && digits.iter().all(u8::is_ascii_digit)
+}
+
 impl ExchangeAudit {
-    /// The requests of `body` (nothing for notifications and responses),
-    /// with each `tools/call`'s tool, and the identity it claimed when that
-    /// is not `agent` (`plan` has the spans the stamp scan found).
-    pub(super) fn read(
+    /// `read_into` a new `ExchangeAudit`.
+    #[cfg(test)]
+    fn read(
         body: &[u8],
         plan: &crate::mcp::stamp::Plan,
         agent: &str,
         policy: &crate::mcp::tools::Policy,
         bytes_in: u64,
     ) -> ExchangeAudit {
-        let mut a =
-            ExchangeAudit { requests: SmallVec::new(), batch: false, scan: None, bytes_in, relayed: None };
+        let mut a = ExchangeAudit::default();
+        a.read_into(body, plan, agent, policy, bytes_in);
+        a
+    }
+
+    /// Forgets the last exchange, then reads the requests of `body`
+    /// (nothing for notifications and responses), with each `tools/call`'s
+    /// tool, and the identity it claimed when that is not `agent` (`plan`
+    /// has the spans the stamp scan found).
+    pub(super) fn read_into(
+        &mut self,
+        body: &[u8],
+        plan: &crate::mcp::stamp::Plan,
+        agent: &str,
+        policy: &crate::mcp::tools::Policy,
+        bytes_in: u64,
+    ) {
+        self.requests.clear();
+        self.batch = false;
+        self.scan = None;
+        self.bytes_in = bytes_in;
+        self.relayed = None;
         // The stamp scan's envelope when it read the body (every accepted
         // POST): the body is not parsed again. A refused body is parsed
         // here (it may still be JSON-RPC with a duplicate key).
-        let parsed = match plan.envelope() {
-            Some(envelope) => Ok(rpc::Body::of_envelope(
+        let parsed: Result<(bool, SmallVec<[Seen; 1]>), _> = match plan.envelope() {
+            Some(envelope) => Ok((
                 plan.is_batch(),
-                envelope.iter().map(|&(method, id)| rpc::Message::of_object(body, method, id)),
+                envelope.iter().map(|&(method, id)| Seen::of_envelope(body, method, id)).collect(),
             )),
-            None => rpc::parse(body),
+            None => {
+                rpc::parse(body).map(|b| (b.is_batch(), b.messages().iter().map(Seen::of_message).collect()))
+            }
         };
-        let Ok(parsed) = parsed else {
+        let Ok((batch, seen)) = parsed else {
             if crate::mcp::json::first_byte(body).is_none() {
-                return a; // no body (a GET, a DELETE): no request
+                return; // no body (a GET, a DELETE): no request
             }
             // Not JSON (refused): one record with a null id.
             let none = Audited {
@@ -95,34 +163,34 @@ impl ExchangeAudit {
                 hidden: false,
                 slot: None,
             };
-            a.requests.push(none);
-            return a;
+            self.requests.push(none);
+            return;
         };
-        a.batch = parsed.is_batch();
+        self.batch = batch;
         let mut call = 0;
         let mut skipped = 0;
-        for m in parsed.messages() {
-            let is_call = m.is_method(rpc::TOOLS_CALL);
+        for m in seen {
+            let is_call = m.is_call;
             let index = call;
             call += usize::from(is_call);
-            if m.role() != Role::Request {
+            if !m.request {
                 continue;
             }
-            if a.requests.len() >= MAX_AUDITED {
+            if self.requests.len() >= MAX_AUDITED {
                 skipped += 1;
                 continue;
             }
-            let method = m.method().map(|s| cut(&s, MAX_NAME).into()).unwrap_or_default();
+            let method = m.method.map(|s| cut(&s, MAX_NAME).into()).unwrap_or_default();
             let name = is_call.then(|| plan.called_tools().get(index).copied().flatten()).flatten();
-            let tool = name.and_then(|n| n.decode_str(body)).map(|t| cut(&t, MAX_NAME).into());
+            let tool = name.and_then(|n| n.decode_cow(body)).map(|t| cut(&t, MAX_NAME).into());
             let claimed = plan.claim(index).filter(|_| is_call).and_then(|v| {
                 let text =
                     v.decode_str(body).unwrap_or_else(|| String::from_utf8_lossy(v.bytes(body)).into_owned());
                 (text != agent).then(|| cut(&text, MAX_CLAIMED).into())
             });
             let hidden = is_call && !policy.allows_call(body, name.as_ref());
-            a.requests.push(Audited {
-                id: IdText::from_slice(m.id().json()),
+            self.requests.push(Audited {
+                id: IdText::from_slice(m.id),
                 method,
                 tool,
                 claimed,
@@ -133,7 +201,6 @@ impl ExchangeAudit {
         if skipped > 0 {
             warn!("audit: a batch of more than {MAX_AUDITED} requests: {skipped} of them get no record");
         }
-        a
     }
 
     /// The answer is `format`: read each request's outcome from it.
@@ -173,7 +240,7 @@ impl ExchangeAudit {
         let status = self.relayed.unwrap_or(status);
         for r in self.requests.drain(..) {
             let mut rec = Request {
-                session: (!session.is_empty()).then(|| session.into()),
+                session: (!session.is_empty()).then(|| SessionText::from_slice(session)),
                 id: r.id,
                 method: r.method,
                 tool: r.tool,
@@ -232,7 +299,8 @@ impl Conn {
     /// The body is whole: note its requests when someone observes.
     pub(super) fn audit_request(&mut self, agent: &str, policy: &crate::mcp::tools::Policy) {
         let bytes_in = (self.ex.req.len + self.ex.body.len()) as u64;
-        let a = ExchangeAudit::read(&self.ex.body, &self.ex.plan, agent, policy, bytes_in);
+        let mut a = self.ex.audit_spare.take().unwrap_or_default();
+        a.read_into(&self.ex.body, &self.ex.plan, agent, policy, bytes_in);
         for r in a.requests.iter().filter(|r| r.claimed.is_some()) {
             warn!(
                 "conn {}: tools/call of {:?} claims to be {:?}, not {agent:?}: stamped as {agent:?}",
@@ -241,7 +309,11 @@ impl Conn {
                 r.claimed.as_deref().unwrap_or("")
             );
         }
-        self.ex.audit = (!a.requests.is_empty()).then(|| Box::new(a));
+        if a.requests.is_empty() {
+            self.ex.audit_spare = Some(a);
+        } else {
+            self.ex.audit = Some(a);
+        }
     }
 
     /// The exchange is over: its requests' records.
@@ -249,6 +321,7 @@ impl Conn {
         let Some(mut a) = self.ex.audit.take() else { return };
         let ms = self.ex.start.map_or(0, |s| now.saturating_duration_since(s).as_millis() as u64);
         a.records(&self.ex.session_id, self.ex.status, ms, self.ex.bytes_out, end, &mut self.records);
+        self.ex.audit_spare = Some(a);
     }
 
     /// The session events a response head tells of: an `initialize`
@@ -348,6 +421,8 @@ mod tests {
             r#"[{"id":NaN,"method":"a"},{"id":1e400,"method":"b"},{"id":"\ud800","method":"c"},{"id":null,"method":"d"}]"#,
             r#"[1,{"method":"n"},{"id":3,"result":{}},[],{"id":{},"method":"x"},{"method":5,"id":6}]"#,
             r#" [ ] "#,
+            r#"[{"id":-0,"method":"a"},{"id":123456789012345,"method":"c"},{"id":-123456789012345,"method":"d"},{"id":1234567890123456,"method":"e"},{"id":1.5,"method":"f"},{"id":-1e400,"method":"g"},{"id":Infinity,"method":"h"},{"id":-Infinity,"method":"i"},{"id":"","method":"j"},{"id":"a\"b","method":"k"},{"id":true,"method":"l"},{"id":[1],"method":"m"}]"#,
+            r#"[{"id":1,"method":"tools\u002fcall","params":{"name":"chat_send"}},{"id":2,"method":"tools/call","params":{"name":"chat_send"}},{"id":3,"method":"tools/cal"},{"id":4,"method":1}]"#,
             r#"{"jsonrpc":"2.0","id":"\"q\"","method":"tools/call","params":{"name":"chat_rules"}}"#,
         ];
         let key = |a: &ExchangeAudit| -> Vec<(Vec<u8>, String, Option<String>, bool)> {

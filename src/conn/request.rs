@@ -70,6 +70,9 @@ pub(super) struct Exchange {
     /// The body's requests, for the audit log and the metrics (none when
     /// neither is on).
     pub(super) audit: Option<Box<super::audit::ExchangeAudit>>,
+    /// The last exchange's `audit`, emptied, for the next one (its
+    /// allocation and its buffers are reused).
+    pub(super) audit_spare: Option<Box<super::audit::ExchangeAudit>>,
     /// A session's GET stream held open while its upstream comes back.
     pub(super) reattach: Option<Box<super::reattach::Reattach>>,
 }
@@ -207,7 +210,9 @@ impl Conn {
         ex.event_stream = false;
         ex.list_request = None;
         ex.batch_errors.clear();
-        ex.audit = None;
+        if let Some(a) = ex.audit.take() {
+            ex.audit_spare = Some(a);
+        }
         ex.reattach = None;
         ex.session_id = req
             .headers

@@ -6,7 +6,7 @@
 //! argument value other than `claimed`, a token or a header value (the
 //! session id is the one header the operator needs to follow a session).
 
-use super::clock::write_rfc3339_millis;
+use super::clock::Stamps;
 use crate::mcp::json::{write_json_string, write_json_text};
 use smallvec::SmallVec;
 use std::time::Duration;
@@ -47,6 +47,10 @@ impl std::fmt::Debug for Text {
 
 /// A request id's JSON text, kept inline up to 32 bytes.
 pub type IdText = SmallVec<[u8; 32]>;
+
+/// A session id as the client sent it, kept inline up to 48 bytes (a UUID's
+/// text is 36): a record is made per request, and its allocation was one.
+pub type SessionText = SmallVec<[u8; 48]>;
 
 /// Longest method or tool name written (a client may send any length).
 pub const MAX_NAME: usize = 128;
@@ -90,7 +94,7 @@ impl Outcome {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Request {
     /// The session id the client holds (none outside a session).
-    pub session: Option<Box<[u8]>>,
+    pub session: Option<SessionText>,
     /// The request's id, its JSON text as sent.
     pub id: IdText,
     pub method: Text,
@@ -155,6 +159,14 @@ macro_rules! k {
     };
 }
 
+/// A key and one of the format's own words (no escape needed) as they are
+/// written, `,"NAME":"WORD"`, made at compile time: one copy, not four.
+macro_rules! kw {
+    ($name:literal, $word:literal) => {
+        concat!(",\"", $name, "\":\"", $word, "\"")
+    };
+}
+
 /// `k`: a key made by `k!`.
 fn key(out: &mut Vec<u8>, k: &str) {
     out.extend_from_slice(k.as_bytes());
@@ -166,7 +178,10 @@ fn string(out: &mut Vec<u8>, k: &str, v: &str) {
 }
 
 fn bytes(out: &mut Vec<u8>, k: &str, v: &[u8]) {
-    string(out, k, &String::from_utf8_lossy(v));
+    match std::str::from_utf8(v) {
+        Ok(text) => string(out, k, text),
+        Err(_) => string(out, k, &String::from_utf8_lossy(v)),
+    }
 }
 
 /// A `Text` value, its first `max` bytes (cut at a character boundary).
@@ -194,67 +209,136 @@ fn number(out: &mut Vec<u8>, k: &str, v: u64) {
     crate::http::write::push_decimal(out, v);
 }
 
-/// Appends `record` as one line: `ts` (since the epoch), `event`, `agent`
-/// (the name in force), then the event's keys.
-pub fn write_record(ts: Duration, agent: &str, record: &Record, out: &mut Vec<u8>) {
-    // A request record is about 300 bytes: one reservation, not several.
-    out.reserve(384);
-    out.extend_from_slice(b"{\"ts\":\"");
-    write_rfc3339_millis(ts, out);
-    out.push(b'"');
-    let event = match record {
-        Record::Request(_) => "request",
-        Record::SessionCreated { .. } => "session.created",
-        Record::SessionReinitialised { .. } => "session.reinitialised",
-        Record::SessionDeleted { .. } => "session.deleted",
-        Record::IdentityChanged { .. } => "identity.changed",
-    };
-    word(out, k!("event"), event);
-    string(out, k!("agent"), agent);
-    match record {
-        Record::Request(r) => write_request(r, out),
-        Record::SessionCreated { session } | Record::SessionDeleted { session } => {
-            bytes(out, k!("mcp.session.id"), session);
-        }
-        Record::SessionReinitialised { session, ok } => {
-            bytes(out, k!("mcp.session.id"), session);
-            string(out, k!("result"), if *ok { "ok" } else { "failed" });
-        }
-        Record::IdentityChanged { previous } => string(out, k!("previous_agent"), previous),
+/// `,"http.response.status_code":N`: three digits for a status from
+/// 100 to 999 (every status a response head can carry), written with
+/// constant divisors.
+fn status(out: &mut Vec<u8>, v: u16) {
+    if !(100..=999).contains(&v) {
+        return number(out, k!("http.response.status_code"), u64::from(v));
     }
-    out.extend_from_slice(b"}\n");
+    key(out, k!("http.response.status_code"));
+    let digit = |d: u16| b'0' + (d % 10) as u8;
+    out.extend_from_slice(&[digit(v / 100), digit(v / 10), digit(v)]);
 }
 
-fn write_request(r: &Request, out: &mut Vec<u8>) {
-    if let Some(s) = &r.session {
-        bytes(out, k!("mcp.session.id"), s);
+/// `,"outcome":"…"` for `o` (`Outcome::as_str`, made at compile time).
+fn outcome_field(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Ok => kw!("outcome", "ok"),
+        Outcome::Error => kw!("outcome", "error"),
+        Outcome::ToolError => kw!("outcome", "tool_error"),
+        Outcome::Refused => kw!("outcome", "refused"),
+        Outcome::Cut => kw!("outcome", "cut"),
     }
-    key(out, k!("jsonrpc.request.id"));
-    // The id's own JSON text (a number or a string, as the strict scanner
-    // read it: no raw line break can be in it).
-    if r.id.is_empty() || r.id.len() > MAX_ID {
-        out.extend_from_slice(b"null");
-    } else {
-        out.extend_from_slice(&r.id);
+}
+
+/// Appends `record` as one line: `ts` (since the epoch), `event`, `agent`
+/// (the name in force), then the event's keys.
+#[cfg(test)]
+pub fn write_record(ts: Duration, agent: &str, record: &Record, out: &mut Vec<u8>) {
+    Writer::default().write(ts, agent, record, out);
+}
+
+/// Writes records one after another, keeping what the next one likely
+/// repeats: the text of the time stamp's second, and the agent's, the
+/// session's, the method's and the tool's escaped text with their keys (the
+/// same for every request of a session, and an agent's requests are mostly
+/// `tools/call`s of a few tools).
+#[derive(Debug, Default)]
+pub struct Writer {
+    stamps: Stamps,
+    agent: Repeated,
+    session: Repeated,
+    method: Repeated,
+    tool: Repeated,
+}
+
+/// A value written last, and how it was written.
+#[derive(Debug, Default)]
+struct Repeated {
+    value: Vec<u8>,
+    written: Vec<u8>,
+}
+
+impl Repeated {
+    /// Appends `value` as `write` writes it, copied when it is the value
+    /// written last time.
+    fn write(&mut self, value: &[u8], out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
+        if self.written.is_empty() || self.value != value {
+            self.value.clear();
+            self.value.extend_from_slice(value);
+            self.written.clear();
+            write(&mut self.written);
+        }
+        out.extend_from_slice(&self.written);
     }
-    text(out, k!("mcp.method.name"), &r.method, MAX_NAME);
-    if let Some(t) = &r.tool {
-        text(out, k!("gen_ai.tool.name"), t, MAX_NAME);
+}
+
+impl Writer {
+    /// Appends `record` as one line: `ts` (since the epoch), `event`,
+    /// `agent` (the name in force), then the event's keys.
+    pub fn write(&mut self, ts: Duration, agent: &str, record: &Record, out: &mut Vec<u8>) {
+        // A request record is about 300 bytes: one reservation, not several.
+        out.reserve(384);
+        out.extend_from_slice(b"{\"ts\":\"");
+        self.stamps.write(ts, out);
+        out.push(b'"');
+        let event = match record {
+            Record::Request(_) => kw!("event", "request"),
+            Record::SessionCreated { .. } => kw!("event", "session.created"),
+            Record::SessionReinitialised { .. } => kw!("event", "session.reinitialised"),
+            Record::SessionDeleted { .. } => kw!("event", "session.deleted"),
+            Record::IdentityChanged { .. } => kw!("event", "identity.changed"),
+        };
+        out.extend_from_slice(event.as_bytes());
+        self.agent.write(agent.as_bytes(), out, |w| string(w, k!("agent"), agent));
+        match record {
+            Record::Request(r) => self.write_request(r, out),
+            Record::SessionCreated { session } | Record::SessionDeleted { session } => {
+                bytes(out, k!("mcp.session.id"), session);
+            }
+            Record::SessionReinitialised { session, ok } => {
+                bytes(out, k!("mcp.session.id"), session);
+                string(out, k!("result"), if *ok { "ok" } else { "failed" });
+            }
+            Record::IdentityChanged { previous } => string(out, k!("previous_agent"), previous),
+        }
+        out.extend_from_slice(b"}\n");
     }
-    number(out, k!("http.response.status_code"), u64::from(r.status));
-    word(out, k!("outcome"), r.outcome.unwrap_or(Outcome::Ok).as_str());
-    if let Some(e) = &r.error_type {
-        string(out, k!("error.type"), e);
-    }
-    word(out, k!("answered_by"), if r.by_proxy { "proxy" } else { "upstream" });
-    if let Some(why) = r.reason {
-        word(out, k!("reason"), why);
-    }
-    number(out, k!("duration_ms"), r.duration_ms);
-    number(out, k!("bytes_in"), r.bytes_in);
-    number(out, k!("bytes_out"), r.bytes_out);
-    if let Some(c) = &r.claimed {
-        string(out, k!("claimed"), cut(c, MAX_CLAIMED));
+
+    fn write_request(&mut self, r: &Request, out: &mut Vec<u8>) {
+        if let Some(s) = &r.session {
+            self.session.write(s, out, |w| bytes(w, k!("mcp.session.id"), s));
+        }
+        key(out, k!("jsonrpc.request.id"));
+        // The id's own JSON text (a number or a string, as the strict scanner
+        // read it: no raw line break can be in it).
+        if r.id.is_empty() || r.id.len() > MAX_ID {
+            out.extend_from_slice(b"null");
+        } else {
+            out.extend_from_slice(&r.id);
+        }
+        let method = &r.method;
+        self.method.write(method.as_bytes(), out, |w| text(w, k!("mcp.method.name"), method, MAX_NAME));
+        if let Some(t) = &r.tool {
+            self.tool.write(t.as_bytes(), out, |w| text(w, k!("gen_ai.tool.name"), t, MAX_NAME));
+        }
+        status(out, r.status);
+        out.extend_from_slice(outcome_field(r.outcome.unwrap_or(Outcome::Ok)).as_bytes());
+        if let Some(e) = &r.error_type {
+            string(out, k!("error.type"), e);
+        }
+        let by = if r.by_proxy { kw!("answered_by", "proxy") } else { kw!("answered_by", "upstream") };
+        out.extend_from_slice(by.as_bytes());
+        if let Some(why) = r.reason {
+            word(out, k!("reason"), why);
+        }
+        number(out, k!("duration_ms"), r.duration_ms);
+        number(out, k!("bytes_in"), r.bytes_in);
+        number(out, k!("bytes_out"), r.bytes_out);
+        if let Some(c) = &r.claimed {
+            string(out, k!("claimed"), cut(c, MAX_CLAIMED));
+        }
     }
 }
 
@@ -275,7 +359,7 @@ mod tests {
     #[test]
     fn a_request_record_has_its_keys_in_order() {
         let r = Request {
-            session: Some(b"abc".as_slice().into()),
+            session: Some(SessionText::from_slice(b"abc")),
             id: b"\"x\\\"1\"".as_slice().into(),
             method: "tools/call".into(),
             tool: Some("chat_send".into()),
@@ -344,6 +428,67 @@ mod tests {
         );
         let (_, v) = line(&Record::IdentityChanged { previous: "old".into() });
         assert_eq!(v["previous_agent"], "old");
+    }
+
+    #[test]
+    fn a_writer_kept_from_record_to_record_writes_what_a_new_one_writes() {
+        let request = |session: Option<&[u8]>, outcome| {
+            Record::Request(Request {
+                session: session.map(SessionText::from_slice),
+                id: b"1".as_slice().into(),
+                method: "tools/call".into(),
+                outcome: Some(outcome),
+                ..Request::default()
+            })
+        };
+        let records = [
+            (0, "alice", request(Some(b"s1"), Outcome::Ok)),
+            (999, "alice", request(Some(b"s1"), Outcome::ToolError)),
+            (1_000, "alice", request(Some(b"s\"2\xff"), Outcome::Error)),
+            (1_000, "bob\n", request(None, Outcome::Refused)),
+            (5, "bob\n", request(Some(b"s1"), Outcome::Cut)),
+            (5, "bob\n", Record::SessionDeleted { session: b"s1".as_slice().into() }),
+            (86_400_000, "", request(Some(b""), Outcome::Ok)),
+            (86_400_000, "", request(Some(b"s1"), Outcome::Ok)),
+        ];
+        let named = |method: &str, tool: Option<&str>, status| {
+            Record::Request(Request {
+                method: method.into(),
+                tool: tool.map(Into::into),
+                status,
+                ..Request::default()
+            })
+        };
+        let records = records.into_iter().chain([
+            (1, "a", named("tools/call", Some("chat_send"), 200)),
+            (1, "a", named("tools/call", Some("chat_read"), 0)),
+            (1, "a", named("tools/list", None, 99)),
+            (1, "a", named("tools/call", Some("chat_read"), 100)),
+            (1, "a", named("tools/call", Some("chat\"send"), 999)),
+            (1, "a", named("tools/call\n", Some("chat_send"), 1000)),
+            (1, "a", named("tools/call\n", Some("chat_send"), u16::MAX)),
+        ]);
+        let mut kept = Writer::default();
+        for (ms, agent, record) in records {
+            let ts = Duration::from_millis(1_796_168_405_000 + ms);
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            kept.write(ts, agent, &record, &mut a);
+            Writer::default().write(ts, agent, &record, &mut b);
+            assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
+            let v: Value = serde_json::from_slice(&a).unwrap();
+            assert_eq!(v["agent"], agent);
+            if let Record::Request(r) = &record {
+                assert_eq!(v["http.response.status_code"], r.status);
+                assert_eq!(v["mcp.method.name"], *r.method);
+            }
+        }
+    }
+
+    #[test]
+    fn each_outcome_is_written_as_its_name() {
+        for o in Outcome::ALL {
+            assert_eq!(outcome_field(o), format!(",\"outcome\":\"{}\"", o.as_str()));
+        }
     }
 
     #[test]

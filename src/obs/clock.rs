@@ -4,15 +4,45 @@
 use smallvec::SmallVec;
 use std::time::Duration;
 
-/// Appends `since_epoch` as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC).
+/// Appends `since_epoch` as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC). (The records
+/// are written by `Stamps`; the tests hold it to this.)
+#[cfg(test)]
 pub fn write_rfc3339_millis(since_epoch: Duration, out: &mut Vec<u8>) {
-    let secs = since_epoch.as_secs();
+    let mut seconds: SmallVec<[u8; 32]> = SmallVec::new();
+    write_up_to_seconds(since_epoch.as_secs(), &mut seconds);
+    out.extend_from_slice(&seconds);
+    out.extend_from_slice(&millis(since_epoch));
+}
+
+/// `write_rfc3339_millis` for records written in bursts: the date and the
+/// time of day are worked out once per second, and only the milliseconds
+/// for each record (a record is written per request).
+#[derive(Debug, Default)]
+pub struct Stamps {
+    /// The second `text` is, and its text up to the `.` of the fraction.
+    second: Option<u64>,
+    text: SmallVec<[u8; 32]>,
+}
+
+impl Stamps {
+    /// Appends `since_epoch` as `write_rfc3339_millis` does.
+    pub fn write(&mut self, since_epoch: Duration, out: &mut Vec<u8>) {
+        let secs = since_epoch.as_secs();
+        if self.second != Some(secs) {
+            self.text.clear();
+            write_up_to_seconds(secs, &mut self.text);
+            self.second = Some(secs);
+        }
+        out.extend_from_slice(&self.text);
+        out.extend_from_slice(&millis(since_epoch));
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.` of a second since the epoch: every field but a
+/// year past 9999 has a fixed width, written with constant divisors.
+fn write_up_to_seconds(secs: u64, text: &mut SmallVec<[u8; 32]>) {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, d) = civil_from_days(days);
-    // Built on the stack and appended once (24 bytes up to year 9999); every
-    // field but a year past 9999 has a fixed width, written with constant
-    // divisors (a record is written per request).
-    let mut text: SmallVec<[u8; 32]> = SmallVec::new();
     if y > 9999 {
         text.extend_from_slice(y.to_string().as_bytes());
     } else {
@@ -24,30 +54,13 @@ pub fn write_rfc3339_millis(since_epoch: Duration, out: &mut Vec<u8>) {
     let [h1, h0] = two(rem / 3600);
     let [n1, n0] = two(rem % 3600 / 60);
     let [s1, s0] = two(rem % 60);
+    text.extend_from_slice(&[b'-', m1, m0, b'-', d1, d0, b'T', h1, h0, b':', n1, n0, b':', s1, s0, b'.']);
+}
+
+/// `mmmZ`: the milliseconds of `since_epoch` and the zone.
+fn millis(since_epoch: Duration) -> [u8; 4] {
     let ms = u64::from(since_epoch.subsec_millis());
-    text.extend_from_slice(&[
-        b'-',
-        m1,
-        m0,
-        b'-',
-        d1,
-        d0,
-        b'T',
-        h1,
-        h0,
-        b':',
-        n1,
-        n0,
-        b':',
-        s1,
-        s0,
-        b'.',
-        digit(ms / 100),
-        digit(ms / 10),
-        digit(ms),
-        b'Z',
-    ]);
-    out.extend_from_slice(&text);
+    [digit(ms / 100), digit(ms / 10), digit(ms), b'Z']
 }
 
 /// The last decimal digit of `v`.
@@ -88,6 +101,17 @@ mod tests {
         assert_eq!(text(1_796_168_405, 123), "2026-12-01T23:40:05.123Z");
         assert_eq!(text(4_102_444_799, 999), "2099-12-31T23:59:59.999Z");
         assert_eq!(text(253_402_300_800, 0), "10000-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn stamps_write_what_the_function_writes_whatever_the_order() {
+        let mut stamps = Stamps::default();
+        let instants = [(1_796_168_405, 123), (1_796_168_405, 999), (1_796_168_406, 0), (1_796_168_405, 7)];
+        for (secs, millis) in instants.into_iter().chain([(253_402_300_800, 1), (0, 0), (0, 0)]) {
+            let mut out = b"x".to_vec();
+            stamps.write(Duration::new(secs, millis * 1_000_000), &mut out);
+            assert_eq!(out[1..], *text(secs, millis).as_bytes(), "{secs}.{millis}");
+        }
     }
 
     #[test]

@@ -26,6 +26,8 @@ pub struct Observer {
     /// The audit log is on: records are written into `pending`.
     audit: bool,
     pending: Vec<u8>,
+    /// Writes the records into `pending`.
+    writer: audit::Writer,
     /// Records in `pending`.
     records: u64,
 }
@@ -39,7 +41,7 @@ impl Observer {
     pub fn record(&mut self, ts: Duration, agent: &str, record: &Record) {
         self.metrics.count(record);
         if self.audit {
-            audit::write_record(ts, agent, record, &mut self.pending);
+            self.writer.write(ts, agent, record, &mut self.pending);
             self.records += 1;
         }
     }
