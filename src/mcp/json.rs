@@ -1,20 +1,23 @@
-//! Strict JSON span scanner (RFC 8259) over a request body: finds the byte
-//! spans of `method`, `params`, `params.name`, `params.arguments` and of one
-//! key inside `arguments`, for one JSON-RPC message or each element of a
-//! batch, without building a tree. Pure: no I/O, no allocation.
+//! JSON spans over a whole body, read with `lex::Cursor` (the grammar's
+//! whole-slice path): the byte spans of `method`, `params`, `params.name`,
+//! `params.arguments` and of one key inside `arguments`, for one JSON-RPC
+//! message or each element of a batch, without building a tree; walkers over
+//! a value already scanned; string decoding and writing. Pure: no I/O, no
+//! allocation.
 //!
-//! It accepts exactly what the upstream acts on (Python's `json.loads` on
-//! UTF-8 bytes), so that no body is read one way here and another way there:
-//! keys and strings are compared after decoding escapes (`"\u0073ender"` is
-//! `sender`), the literals `NaN`, `Infinity`, `-Infinity` and numbers of any
-//! length are values, lone `\uD800` escapes are accepted. Refused: invalid
-//! UTF-8 (also a BOM, UTF-16 and UTF-32, which Python would sniff and decode:
-//! refusing is the safe side), control characters in strings, bad escapes,
-//! trailing bytes, and nesting deeper than `MAX_JSON_DEPTH`.
+//! The grammar accepts exactly what the upstream acts on (Python's
+//! `json.loads` on UTF-8 bytes), so that no body is read one way here and
+//! another way there: keys and strings are compared after decoding escapes
+//! (`"\u0073ender"` is `sender`), the literals `NaN`, `Infinity`, `-Infinity`
+//! and numbers of any length are values, lone `\uD800` escapes are accepted.
+//! Refused: invalid UTF-8 (also a BOM, UTF-16 and UTF-32, which Python would
+//! sniff and decode: refusing is the safe side), control characters in
+//! strings, bad escapes, trailing bytes, and nesting deeper than
+//! `MAX_JSON_DEPTH`.
 
 use std::fmt;
 
-use super::lex::{self, find_special, StrEnd};
+use super::lex::{find_special, Cursor};
 use crate::limits::MAX_JSON_DEPTH;
 
 /// Why a body is not JSON the stamper can act on. `offset` is the byte where
@@ -490,221 +493,7 @@ impl Iterator for Unescape<'_> {
 /// The caller's map from a `params.name` value to the identity key.
 type IdentityKey<'f, 'k> = &'f dyn Fn(&Value) -> Option<&'k str>;
 
-/// Words of the bit stack that remembers, per open container, whether it is
-/// an object (1) or an array (0).
-const STACK_WORDS: usize = MAX_JSON_DEPTH / 64 + 1;
-
-struct Cursor<'a> {
-    b: &'a [u8],
-    /// Invariant: `pos <= b.len()`.
-    pos: usize,
-}
-
 impl Cursor<'_> {
-    fn peek(&self) -> Option<u8> {
-        self.b.get(self.pos).copied()
-    }
-
-    fn err(&self) -> ScanError {
-        ScanError::Syntax { offset: self.pos }
-    }
-
-    /// RFC 8259 §2: the four whitespace bytes and no others.
-    fn ws(&mut self) {
-        while self.peek().is_some_and(is_ws) {
-            self.pos += 1;
-        }
-    }
-
-    fn expect(&mut self, c: u8) -> Result<(), ScanError> {
-        if self.peek() == Some(c) {
-            self.pos += 1;
-            Ok(())
-        } else {
-            Err(self.err())
-        }
-    }
-
-    /// Only whitespace may follow the top-level value.
-    fn end(&mut self) -> Result<(), ScanError> {
-        self.ws();
-        if self.pos == self.b.len() {
-            Ok(())
-        } else {
-            Err(self.err())
-        }
-    }
-
-    /// Skips a string starting at its opening quote (the lexer's whole-text
-    /// reading); returns whether it holds an escape.
-    #[inline(always)]
-    fn string(&mut self) -> Result<bool, ScanError> {
-        if self.peek() != Some(b'"') {
-            return Err(self.err());
-        }
-        match lex::string(self.b, &mut self.pos, true)? {
-            StrEnd::Closed { escaped } => Ok(escaped),
-            StrEnd::Cut { .. } => Err(ScanError::Syntax { offset: self.b.len() }),
-        }
-    }
-
-    /// A string, number or literal: the lexer's.
-    fn scalar(&mut self) -> Result<Kind, ScanError> {
-        match self.peek() {
-            Some(b'"') => Ok(Kind::String { escaped: self.string()? }),
-            _ => lex::scalar(self.b, &mut self.pos),
-        }
-    }
-
-    /// Skips one value inside `depth` open containers. Inlined, with the
-    /// string fast path, where members are read: most values of a request
-    /// are strings, and a call per value costs more than a short string.
-    #[inline(always)]
-    fn value(&mut self, depth: usize) -> Result<Value, ScanError> {
-        let start = self.pos;
-        let kind = match self.peek() {
-            Some(b'"') => Kind::String { escaped: self.string()? },
-            Some(b'{' | b'[') => self.container(depth)?,
-            _ => self.scalar()?,
-        };
-        Ok(Value { start, end: self.pos, kind })
-    }
-
-    /// What follows an array element or an object member: whitespace, then
-    /// `,` and the whitespace after it (another element follows: true) or
-    /// the container's `close` (consumed: false).
-    #[inline(always)]
-    fn after_element(&mut self, close: u8) -> Result<bool, ScanError> {
-        self.ws();
-        match self.peek() {
-            Some(b',') => {
-                self.pos += 1;
-                self.ws();
-                Ok(true)
-            }
-            Some(c) if c == close => {
-                self.pos += 1;
-                Ok(false)
-            }
-            _ => Err(self.err()),
-        }
-    }
-
-    /// A key, its colon and the whitespace up to the member's value.
-    fn member_key(&mut self) -> Result<(), ScanError> {
-        self.string()?;
-        self.colon()
-    }
-
-    /// The colon after a key, with the whitespace around it. Most bodies
-    /// have none before it, and then this is one test.
-    #[inline(always)]
-    fn colon(&mut self) -> Result<(), ScanError> {
-        if self.peek() == Some(b':') {
-            self.pos += 1;
-        } else {
-            self.ws();
-            self.expect(b':')?;
-        }
-        self.ws();
-        Ok(())
-    }
-
-    /// Skips the array or object at `pos` without recursion, so that no
-    /// input can overflow the stack; one bit per open container says
-    /// whether it is an object.
-    fn container(&mut self, depth: usize) -> Result<Kind, ScanError> {
-        let outer_is_object = self.peek() == Some(b'{');
-        let mut stack = [0u64; STACK_WORDS];
-        let mut level = 0usize;
-        let mut outer_empty = false;
-        'value: loop {
-            match self.peek() {
-                Some(c @ (b'{' | b'[')) => {
-                    if depth + level >= MAX_JSON_DEPTH {
-                        return Err(ScanError::TooDeep { offset: self.pos });
-                    }
-                    let is_object = c == b'{';
-                    if let Some(w) = stack.get_mut(level / 64) {
-                        let bit = 1u64 << (level % 64);
-                        *w = if is_object { *w | bit } else { *w & !bit };
-                    }
-                    level += 1;
-                    self.pos += 1;
-                    self.ws();
-                    let close = if is_object { b'}' } else { b']' };
-                    if self.peek() != Some(close) {
-                        if is_object {
-                            self.member_key()?;
-                        }
-                        continue 'value;
-                    }
-                    self.pos += 1;
-                    level -= 1;
-                    outer_empty = level == 0;
-                }
-                _ => {
-                    self.scalar()?;
-                }
-            }
-            // A value has ended inside `level` open containers.
-            while level > 0 {
-                self.ws();
-                let top = level - 1;
-                let is_object = stack.get(top / 64).is_some_and(|w| w & (1u64 << (top % 64)) != 0);
-                match self.peek() {
-                    Some(b',') => {
-                        self.pos += 1;
-                        self.ws();
-                        if is_object {
-                            self.member_key()?;
-                        }
-                        continue 'value;
-                    }
-                    Some(b'}') if is_object => {}
-                    Some(b']') if !is_object => {}
-                    _ => return Err(self.err()),
-                }
-                self.pos += 1;
-                level -= 1;
-            }
-            break;
-        }
-        Ok(if outer_is_object { Kind::Object { empty: outer_empty } } else { Kind::Array })
-    }
-
-    /// Walks the object at `pos`, which is the `depth`-th open container;
-    /// `member` is called with each key and must consume the member's value.
-    fn object<E: From<ScanError>>(
-        &mut self,
-        depth: usize,
-        mut member: impl FnMut(&mut Self, Key) -> Result<(), E>,
-    ) -> Result<Value, E> {
-        let start = self.pos;
-        if depth > MAX_JSON_DEPTH {
-            return Err(ScanError::TooDeep { offset: start }.into());
-        }
-        self.expect(b'{')?;
-        self.ws();
-        let mut empty = true;
-        if self.peek() == Some(b'}') {
-            self.pos += 1;
-        } else {
-            empty = false;
-            loop {
-                let key_start = self.pos + 1;
-                let escaped = self.string()?;
-                let key = Key { start: key_start, end: self.pos - 1, escaped };
-                self.colon()?;
-                member(self, key)?;
-                if !self.after_element(b'}')? {
-                    break;
-                }
-            }
-        }
-        Ok(Value { start, end: self.pos, kind: Kind::Object { empty } })
-    }
-
     /// The body of `scan_messages`, from the start of the body: a message
     /// object, or a batch array whose object elements are messages.
     fn messages<'k, E>(

@@ -1,26 +1,31 @@
-//! The one JSON grammar of the proxy: a lexer that reads RFC 8259 text
-//! (plus Python's `NaN`, `Infinity` and `-Infinity`, which the Python
-//! servers it fronts read and write) and yields its tokens with their byte
-//! spans. Every reader of JSON in `src/` is built on it: the request scan
-//! (`json::scan_messages`), the walkers over a value already scanned
-//! (`json::for_each_member` and the others), and the answer reader, which
-//! is fed an answer in the pieces it arrives in.
+//! The one JSON grammar of the proxy (RFC 8259, plus Python's `NaN`,
+//! `Infinity` and `-Infinity`, which the Python servers it fronts read and
+//! write). Two readers share it:
 //!
-//! The same rules hold whatever the split: strings are UTF-8 (RFC 3629,
-//! checked across pieces), without control characters, with valid escapes;
-//! every number and literal is checked whether or not anybody keeps it;
-//! containers nest at most `MAX_JSON_DEPTH` deep (a bit per level, no
-//! recursion); JSON whitespace is `json::is_ws`. A lexer made with
-//! [`Lexer::whole`] is given the whole text at once, so a token never
-//! ends with the input but where it ends; [`Lexer::pieces`] takes the text in
-//! pieces and hands a token cut by a piece's end in parts. Strings, the bulk
+//! - [`Lexer`], resumable: fed a text in any pieces, it yields the same
+//!   tokens with their byte spans (a token a piece's end cuts comes in
+//!   parts). The answer reader (`version_scan.rs`) reads answers with it as
+//!   they stream past.
+//! - [`Cursor`], the whole-slice fast path, for a text given whole: recursive
+//!   descent with no state kept between tokens, so that the stamp's hot path
+//!   does not pay for resumability. `json.rs` walks request bodies and
+//!   answers whole in one read with it.
+//!
+//! Both take strings, numbers and literals from the same functions (`string`,
+//! `scalar`), and hold the same rules whatever the split: strings are UTF-8
+//! (RFC 3629, checked across pieces), without control characters, with
+//! valid escapes; every number and literal is checked whether or not
+//! anybody keeps it; containers nest at most `MAX_JSON_DEPTH` deep (a bit
+//! per level, no recursion); JSON whitespace is `json::is_ws`. Their
+//! structure rules are held to each other, to every split and to serde_json
+//! by this module's tests and the `json_lexer` fuzz target. Strings, the bulk
 //! of any body, are read a word at a time in both.
 //!
 //! Pure: no I/O, no allocation.
 
 use memchr::memchr2;
 
-use super::json::{is_ws, Kind, ScanError};
+use super::json::{is_ws, Key, Kind, ScanError, Value};
 use crate::limits::MAX_JSON_DEPTH;
 
 /// What a token is.
@@ -368,6 +373,223 @@ impl Part {
 
 fn whole_token(tok: Tok, start: usize, end: usize) -> Token {
     Token { tok, start, end, first: true, last: true }
+}
+
+/// The whole-slice fast path: a text given whole, read by recursive
+/// descent under the same rules as `Lexer` (its strings and scalars are
+/// the same functions; the structure is checked where the caller walks it
+/// and skipped a bit per level where it does not), with no state kept
+/// between tokens. `json.rs` walks a body's messages with it.
+pub(super) struct Cursor<'a> {
+    pub(super) b: &'a [u8],
+    /// Invariant: `pos <= b.len()`.
+    pub(super) pos: usize,
+}
+
+impl Cursor<'_> {
+    pub(super) fn peek(&self) -> Option<u8> {
+        self.b.get(self.pos).copied()
+    }
+
+    pub(super) fn err(&self) -> ScanError {
+        ScanError::Syntax { offset: self.pos }
+    }
+
+    /// RFC 8259 §2: the four whitespace bytes and no others.
+    pub(super) fn ws(&mut self) {
+        while self.peek().is_some_and(is_ws) {
+            self.pos += 1;
+        }
+    }
+
+    pub(super) fn expect(&mut self, c: u8) -> Result<(), ScanError> {
+        if self.peek() == Some(c) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(self.err())
+        }
+    }
+
+    /// Only whitespace may follow the top-level value.
+    pub(super) fn end(&mut self) -> Result<(), ScanError> {
+        self.ws();
+        if self.pos == self.b.len() {
+            Ok(())
+        } else {
+            Err(self.err())
+        }
+    }
+
+    /// Skips a string starting at its opening quote (the lexer's whole-text
+    /// reading); returns whether it holds an escape.
+    #[inline(always)]
+    pub(super) fn string(&mut self) -> Result<bool, ScanError> {
+        if self.peek() != Some(b'"') {
+            return Err(self.err());
+        }
+        match string(self.b, &mut self.pos, true)? {
+            StrEnd::Closed { escaped } => Ok(escaped),
+            StrEnd::Cut { .. } => Err(ScanError::Syntax { offset: self.b.len() }),
+        }
+    }
+
+    /// A string, number or literal: the lexer's.
+    pub(super) fn scalar(&mut self) -> Result<Kind, ScanError> {
+        match self.peek() {
+            Some(b'"') => Ok(Kind::String { escaped: self.string()? }),
+            _ => scalar(self.b, &mut self.pos),
+        }
+    }
+
+    /// Skips one value inside `depth` open containers. Inlined, with the
+    /// string fast path, where members are read: most values of a request
+    /// are strings, and a call per value costs more than a short string.
+    #[inline(always)]
+    pub(super) fn value(&mut self, depth: usize) -> Result<Value, ScanError> {
+        let start = self.pos;
+        let kind = match self.peek() {
+            Some(b'"') => Kind::String { escaped: self.string()? },
+            Some(b'{' | b'[') => self.container(depth)?,
+            _ => self.scalar()?,
+        };
+        Ok(Value { start, end: self.pos, kind })
+    }
+
+    /// What follows an array element or an object member: whitespace, then
+    /// `,` and the whitespace after it (another element follows: true) or
+    /// the container's `close` (consumed: false).
+    #[inline(always)]
+    pub(super) fn after_element(&mut self, close: u8) -> Result<bool, ScanError> {
+        self.ws();
+        match self.peek() {
+            Some(b',') => {
+                self.pos += 1;
+                self.ws();
+                Ok(true)
+            }
+            Some(c) if c == close => {
+                self.pos += 1;
+                Ok(false)
+            }
+            _ => Err(self.err()),
+        }
+    }
+
+    /// A key, its colon and the whitespace up to the member's value.
+    pub(super) fn member_key(&mut self) -> Result<(), ScanError> {
+        self.string()?;
+        self.colon()
+    }
+
+    /// The colon after a key, with the whitespace around it. Most bodies
+    /// have none before it, and then this is one test.
+    #[inline(always)]
+    pub(super) fn colon(&mut self) -> Result<(), ScanError> {
+        if self.peek() == Some(b':') {
+            self.pos += 1;
+        } else {
+            self.ws();
+            self.expect(b':')?;
+        }
+        self.ws();
+        Ok(())
+    }
+
+    /// Skips the array or object at `pos` without recursion, so that no
+    /// input can overflow the stack; one bit per open container says
+    /// whether it is an object.
+    pub(super) fn container(&mut self, depth: usize) -> Result<Kind, ScanError> {
+        let outer_is_object = self.peek() == Some(b'{');
+        let mut stack = [0u64; STACK_WORDS];
+        let mut level = 0usize;
+        let mut outer_empty = false;
+        'value: loop {
+            match self.peek() {
+                Some(c @ (b'{' | b'[')) => {
+                    if depth + level >= MAX_JSON_DEPTH {
+                        return Err(ScanError::TooDeep { offset: self.pos });
+                    }
+                    let is_object = c == b'{';
+                    if let Some(w) = stack.get_mut(level / 64) {
+                        let bit = 1u64 << (level % 64);
+                        *w = if is_object { *w | bit } else { *w & !bit };
+                    }
+                    level += 1;
+                    self.pos += 1;
+                    self.ws();
+                    let close = if is_object { b'}' } else { b']' };
+                    if self.peek() != Some(close) {
+                        if is_object {
+                            self.member_key()?;
+                        }
+                        continue 'value;
+                    }
+                    self.pos += 1;
+                    level -= 1;
+                    outer_empty = level == 0;
+                }
+                _ => {
+                    self.scalar()?;
+                }
+            }
+            // A value has ended inside `level` open containers.
+            while level > 0 {
+                self.ws();
+                let top = level - 1;
+                let is_object = stack.get(top / 64).is_some_and(|w| w & (1u64 << (top % 64)) != 0);
+                match self.peek() {
+                    Some(b',') => {
+                        self.pos += 1;
+                        self.ws();
+                        if is_object {
+                            self.member_key()?;
+                        }
+                        continue 'value;
+                    }
+                    Some(b'}') if is_object => {}
+                    Some(b']') if !is_object => {}
+                    _ => return Err(self.err()),
+                }
+                self.pos += 1;
+                level -= 1;
+            }
+            break;
+        }
+        Ok(if outer_is_object { Kind::Object { empty: outer_empty } } else { Kind::Array })
+    }
+
+    /// Walks the object at `pos`, which is the `depth`-th open container;
+    /// `member` is called with each key and must consume the member's value.
+    pub(super) fn object<E: From<ScanError>>(
+        &mut self,
+        depth: usize,
+        mut member: impl FnMut(&mut Self, Key) -> Result<(), E>,
+    ) -> Result<Value, E> {
+        let start = self.pos;
+        if depth > MAX_JSON_DEPTH {
+            return Err(ScanError::TooDeep { offset: start }.into());
+        }
+        self.expect(b'{')?;
+        self.ws();
+        let mut empty = true;
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+        } else {
+            empty = false;
+            loop {
+                let key_start = self.pos + 1;
+                let escaped = self.string()?;
+                let key = Key { start: key_start, end: self.pos - 1, escaped };
+                self.colon()?;
+                member(self, key)?;
+                if !self.after_element(b'}')? {
+                    break;
+                }
+            }
+        }
+        Ok(Value { start, end: self.pos, kind: Kind::Object { empty } })
+    }
 }
 
 /// How a string's reading ended: at its closing quote, or at the piece's
