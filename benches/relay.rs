@@ -845,8 +845,9 @@ fn section_tls(stub: SocketAddr, errs: &Path, runs: usize, measure: Duration) {
             let us = |l: &[u64], p: f64| percentile(l, p) as f64 / 1e3;
             let (p, n) = (&lat[0], &lat[1]);
             println!(
-                "POST x1, requests taking turns ({} each in {:.1} s): p50 {:.1} / {:.1} us ({:.2}x), \
-                 p99 {:.0} / {:.0} us, mean {:.1} / {:.1} us (r/s {:.2}x), over 1 ms {:.2} % / {:.2} % (proxy / nginx)",
+                "POST x1, requests taking turns ({} each in {:.1} s), proxy / nginx: p50 {:.1} / {:.1} us \
+                 (ngx/prx {:.2}x), p99 {:.0} / {:.0} us, mean {:.1} / {:.1} us (r/s prx/ngx {:.2}x), \
+                 over 1 ms {:.2} % / {:.2} %",
                 p.len(),
                 (measure * runs as u32).as_secs_f64(),
                 us(p, 0.5),
