@@ -179,6 +179,75 @@ fn read_all(c: &mut LConn) -> Result<bool, String> {
     }
 }
 
+/// Requests taking turns between relays: one blocking keep-alive
+/// connection to each and one request in flight in all, the order reversed
+/// every round, so each relay meets the machine's load at the same moments
+/// (a neighbour's busy process, the CPU it sits on). Each relay's latencies
+/// (request written to response complete) in the window, sorted; every
+/// response checked as in `load`.
+#[allow(dead_code)] // only the relay bench's https section takes turns
+pub fn alternate(
+    targets: &[(SocketAddr, &[u8])],
+    expect_body: usize,
+    warmup: Duration,
+    measure: Duration,
+) -> Result<Vec<Vec<u64>>, String> {
+    let mut conns = Vec::with_capacity(targets.len());
+    for (addr, _) in targets {
+        conns.push(connect_blocking(*addr)?);
+    }
+    let mut lat: Vec<Vec<u64>> = targets.iter().map(|_| Vec::with_capacity(1 << 16)).collect();
+    let mut buf = Vec::with_capacity(4096);
+    let window = Instant::now() + warmup;
+    let end = window + measure;
+    let n = targets.len();
+    for round in 0usize.. {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        for k in 0..n {
+            let i = if round % 2 == 0 { k } else { n - 1 - k };
+            let t0 = Instant::now();
+            exchange(&mut conns[i], targets[i].1, expect_body, &mut buf)?;
+            if now >= window {
+                lat[i].push(t0.elapsed().as_nanos() as u64);
+            }
+        }
+    }
+    for l in &mut lat {
+        l.sort_unstable();
+    }
+    Ok(lat)
+}
+
+/// One request and its verified response on a blocking connection.
+fn exchange(
+    s: &mut std::net::TcpStream,
+    request: &[u8],
+    expect_body: usize,
+    buf: &mut Vec<u8>,
+) -> Result<(), String> {
+    s.write_all(request).map_err(|e| format!("write: {e}"))?;
+    buf.clear();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = match s.read(&mut chunk) {
+            Ok(0) => return Err("closed before a complete response".into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("read: {e}")),
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        match parse_response(buf, expect_body)? {
+            None => {}
+            Some((used, _)) if used != buf.len() => return Err("bytes after the response".into()),
+            Some((_, true)) => return Err("the relay closes the keep-alive connection".into()),
+            Some(_) => return Ok(()),
+        }
+    }
+}
+
 /// A complete, verified response: (bytes used, server will close).
 fn parse_response(buf: &[u8], expect_body: usize) -> Result<Option<(usize, bool)>, String> {
     let mut headers = [httparse::EMPTY_HEADER; 32];
