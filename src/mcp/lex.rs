@@ -477,6 +477,7 @@ impl Cursor<'_> {
     }
 
     /// A key, its colon and the whitespace up to the member's value.
+    #[inline(always)]
     pub(super) fn member_key(&mut self) -> Result<(), ScanError> {
         self.string()?;
         self.colon()
@@ -757,8 +758,27 @@ fn scalar_run(input: &[u8], pos: &mut usize, mut check: ScalarCheck) -> Result<S
 }
 
 /// A whole number or literal at `*pos` (moved past it): its kind.
-#[inline]
+#[inline(always)]
 pub(super) fn scalar(input: &[u8], pos: &mut usize) -> Result<Kind, ScanError> {
+    // Most scalars of a body are small integers (ids) and whole literals,
+    // followed by what ends them: taken at once, a subset of what the
+    // check below accepts; anything else goes through it.
+    let rest = input.get(*pos..).unwrap_or_default();
+    let ends = |n: usize| !rest.get(n).copied().is_some_and(is_scalar_byte);
+    let quick = match rest.first() {
+        Some(b'1'..=b'9') => {
+            let n = 1 + rest.iter().skip(1).take_while(|b| b.is_ascii_digit()).count();
+            ends(n).then_some((n, Kind::Number))
+        }
+        Some(b'n') if rest.starts_with(b"null") && ends(4) => Some((4, Kind::Null)),
+        Some(b't') if rest.starts_with(b"true") && ends(4) => Some((4, Kind::True)),
+        Some(b'f') if rest.starts_with(b"false") && ends(5) => Some((5, Kind::False)),
+        _ => None,
+    };
+    if let Some((n, kind)) = quick {
+        *pos += n;
+        return Ok(kind);
+    }
     let (kind, check) = scalar_start(input, pos)?;
     if !scalar_run(input, pos, check)?.complete() {
         return Err(ScanError::Syntax { offset: *pos });
