@@ -245,11 +245,11 @@ impl VersionScan {
 }
 
 /// A small byte buffer with a cap; bytes past it are counted, not kept.
-/// Inline up to 24 bytes: the texts kept (ids, versions, codes, keys) are
-/// short, and a scan is made for each exchange.
+/// A `Vec`: most answers are read whole (`read_whole`), which keeps none,
+/// and a scan is made and moved for each exchange.
 #[derive(Debug, Default)]
 struct Capped {
-    bytes: SmallVec<[u8; 24]>,
+    bytes: Vec<u8>,
     over: bool,
 }
 
@@ -348,7 +348,7 @@ struct JsonScan {
     /// Why the value is not JSON (offset within the piece that said so).
     broken: Option<ScanError>,
     /// The role of each open container.
-    roles: SmallVec<[Role; 8]>,
+    roles: Vec<Role>,
     key: Capped,
     field: Field,
     target: Target,
@@ -377,7 +377,7 @@ impl JsonScan {
             found: SmallVec::new(),
             lx: Lexer::pieces(),
             broken: None,
-            roles: SmallVec::new(),
+            roles: Vec::new(),
             key: Capped::default(),
             field: Field::Other,
             target: Target::None,
