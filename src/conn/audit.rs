@@ -138,47 +138,18 @@ impl ExchangeAudit {
         self.scan = None;
         self.bytes_in = bytes_in;
         self.relayed = None;
-        // The stamp scan's envelope when it read the body (every accepted
-        // POST): the body is not parsed again. A refused body is parsed
-        // here (it may still be JSON-RPC with a duplicate key).
-        let parsed: Result<(bool, SmallVec<[Seen; 1]>), _> = match plan.envelope() {
-            Some(envelope) => Ok((
-                plan.is_batch(),
-                envelope.iter().map(|&(method, id)| Seen::of_envelope(body, method, id)).collect(),
-            )),
-            None => {
-                rpc::parse(body).map(|b| (b.is_batch(), b.messages().iter().map(Seen::of_message).collect()))
-            }
-        };
-        let Ok((batch, seen)) = parsed else {
-            if crate::mcp::json::first_byte(body).is_none() {
-                return; // no body (a GET, a DELETE): no request
-            }
-            // Not JSON (refused): one record with a null id.
-            let none = Audited {
-                id: IdText::from_slice(b"null"),
-                method: "".into(),
-                tool: None,
-                claimed: None,
-                hidden: false,
-                slot: None,
-            };
-            self.requests.push(none);
-            return;
-        };
-        self.batch = batch;
         let mut call = 0;
         let mut skipped = 0;
-        for m in seen {
+        let mut note = |requests: &mut SmallVec<[Audited; 1]>, m: Seen| {
             let is_call = m.is_call;
             let index = call;
             call += usize::from(is_call);
             if !m.request {
-                continue;
+                return;
             }
-            if self.requests.len() >= MAX_AUDITED {
+            if requests.len() >= MAX_AUDITED {
                 skipped += 1;
-                continue;
+                return;
             }
             let method = m.method.map(|s| cut(&s, MAX_NAME).into()).unwrap_or_default();
             let name = is_call.then(|| plan.called_tools().get(index).copied().flatten()).flatten();
@@ -189,7 +160,7 @@ impl ExchangeAudit {
                 (text != agent).then(|| cut(&text, MAX_CLAIMED).into())
             });
             let hidden = is_call && !policy.allows_call(body, name.as_ref());
-            self.requests.push(Audited {
+            requests.push(Audited {
                 id: IdText::from_slice(m.id),
                 method,
                 tool,
@@ -197,7 +168,32 @@ impl ExchangeAudit {
                 hidden,
                 slot: None,
             });
-        }
+        };
+        // The stamp scan's envelope when it read the body (every accepted
+        // POST): the body is not parsed again. A refused body is parsed
+        // here (it may still be JSON-RPC with a duplicate key).
+        if let Some(envelope) = plan.envelope() {
+            self.batch = plan.is_batch();
+            for &(method, id) in envelope {
+                note(&mut self.requests, Seen::of_envelope(body, method, id));
+            }
+        } else if let Ok(parsed) = rpc::parse(body) {
+            self.batch = parsed.is_batch();
+            for m in parsed.messages() {
+                note(&mut self.requests, Seen::of_message(m));
+            }
+        } else if crate::mcp::json::first_byte(body).is_some() {
+            // Not JSON (refused): one record with a null id.
+            let none = Audited {
+                id: IdText::from_slice(b"null"),
+                method: "".into(),
+                tool: None,
+                claimed: None,
+                hidden: false,
+                slot: None,
+            };
+            self.requests.push(none);
+        } // else no body (a GET, a DELETE): no request
         if skipped > 0 {
             warn!("audit: a batch of more than {MAX_AUDITED} requests: {skipped} of them get no record");
         }
@@ -355,9 +351,15 @@ impl Conn {
         std::mem::take(&mut self.traffic)
     }
 
-    /// Records for the loop's `Observer`.
-    pub fn take_records(&mut self) -> std::vec::Drain<'_, Record> {
-        self.records.drain(..)
+    /// Records for the loop's `Observer`, read in place (a request record
+    /// is some 300 bytes: not moved out), then `clear_records`.
+    pub fn records(&self) -> &[Record] {
+        &self.records
+    }
+
+    /// The records were handed over.
+    pub fn clear_records(&mut self) {
+        self.records.clear();
     }
 }
 

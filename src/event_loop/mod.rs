@@ -700,6 +700,7 @@ impl Proxy {
             observing: self.audit.is_some() || self.metrics.is_some(),
             obs: &self.obs,
             connect_failed: &self.connect_failed,
+            record_time: std::cell::Cell::new(None),
         };
         for &slot in &self.touched {
             let (slab, pool, again, closed) =
@@ -770,12 +771,14 @@ fn drive_slot(
             let mut obs = ctx.obs.borrow_mut();
             let (bytes_in, bytes_out) = conn.take_traffic();
             obs.metrics.bytes(bytes_in, bytes_out);
-            let records = conn.take_records();
-            if records.len() > 0 {
-                let ts = epoch_now();
+            let records = conn.records();
+            if !records.is_empty() {
+                let ts = ctx.record_time.get().unwrap_or_else(epoch_now);
+                ctx.record_time.set(Some(ts));
                 for r in records {
-                    obs.record(ts, ctx.agent, &r);
+                    obs.record(ts, ctx.agent, r);
                 }
+                conn.clear_records();
             }
         }
         match conn.take_released() {

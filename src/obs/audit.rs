@@ -79,6 +79,11 @@ impl Outcome {
     pub const ALL: [Outcome; 5] =
         [Outcome::Ok, Outcome::Error, Outcome::ToolError, Outcome::Refused, Outcome::Cut];
 
+    /// Its place in `ALL`.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Ok => "ok",
@@ -486,6 +491,9 @@ mod tests {
 
     #[test]
     fn each_outcome_is_written_as_its_name() {
+        for (i, o) in Outcome::ALL.into_iter().enumerate() {
+            assert_eq!(o.index(), i);
+        }
         for o in Outcome::ALL {
             assert_eq!(outcome_field(o), format!(",\"outcome\":\"{}\"", o.as_str()));
         }

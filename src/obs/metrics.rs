@@ -57,20 +57,26 @@ struct ByLabel {
 impl ByLabel {
     /// `label`: UTF-8 text as bytes (an audit `Text`'s).
     fn row(&mut self, label: &[u8]) -> &mut [u64; 5] {
-        let label = match self.rows.iter().position(|(l, _)| l.as_bytes() == label) {
+        let at = match self.rows.iter().position(|(l, _)| l.as_bytes() == label) {
             Some(i) => i,
             None if self.rows.len() < MAX_LABELS || label == b"other" => {
                 self.rows.push((String::from_utf8_lossy(label).into(), [0; 5]));
                 self.rows.len() - 1
             }
-            None => return self.row(b"other"),
+            // Past the bound: the `other` row (made once).
+            None => match self.rows.iter().position(|(l, _)| &**l == "other") {
+                Some(i) => i,
+                None => {
+                    self.rows.push(("other".into(), [0; 5]));
+                    self.rows.len() - 1
+                }
+            },
         };
-        &mut self.rows[label].1
+        &mut self.rows[at].1
     }
 
     fn add(&mut self, label: &[u8], outcome: Outcome) {
-        let at = Outcome::ALL.iter().position(|o| *o == outcome).unwrap_or(0);
-        self.row(label)[at] += 1;
+        self.row(label)[outcome.index()] += 1;
     }
 }
 
