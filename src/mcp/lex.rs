@@ -421,14 +421,28 @@ impl Cursor<'_> {
         }
     }
 
-    /// Skips a string starting at its opening quote (the lexer's whole-text
-    /// reading); returns whether it holds an escape.
+    /// Skips a string starting at its opening quote; returns whether it
+    /// holds an escape. Inlined where strings are read, with the position
+    /// in a register (`plain_run`); the rest is `string_rest`'s.
     #[inline(always)]
     pub(super) fn string(&mut self) -> Result<bool, ScanError> {
-        if self.peek() != Some(b'"') {
-            return Err(self.err());
+        self.expect(b'"')?;
+        let from = self.pos;
+        match plain_run(self.b, from) {
+            Ok(end) => {
+                self.pos = end;
+                Ok(false)
+            }
+            Err(at) => {
+                self.pos = at;
+                self.string_rest(from)
+            }
         }
-        match string(self.b, &mut self.pos, true)? {
+    }
+
+    #[inline(never)]
+    fn string_rest(&mut self, from: usize) -> Result<bool, ScanError> {
+        match string_rest(self.b, &mut self.pos, from, false, true)? {
             StrEnd::Closed { escaped } => Ok(escaped),
             StrEnd::Cut { .. } => Err(ScanError::Syntax { offset: self.b.len() }),
         }
@@ -610,14 +624,30 @@ impl StrEnd {
 }
 
 /// A string from its opening quote at `*pos` (moved past its closing
-/// quote, or to the piece's end: `whole` says there is no more). Most
-/// strings of a body are ASCII keys and short values without escapes: for
-/// them this is one or two word tests with the position in a register. At
-/// the first backslash, control character, non-ASCII byte or long run,
-/// `string_rest` goes on from there.
+/// quote, or to the piece's end: `whole` says there is no more).
 #[inline(always)]
 pub(super) fn string(input: &[u8], pos: &mut usize, whole: bool) -> Result<StrEnd, ScanError> {
     let from = *pos + 1;
+    match plain_run(input, from) {
+        Ok(end) => {
+            *pos = end;
+            Ok(StrEnd::Closed { escaped: false })
+        }
+        Err(at) => {
+            *pos = at;
+            string_rest(input, pos, from, false, whole)
+        }
+    }
+}
+
+/// A string's text from `from` as far as it is plain ASCII: `Ok` with the
+/// position past its closing quote when that ends it, else `Err` with where
+/// `string_rest` goes on (a backslash, control character, non-ASCII byte,
+/// long run or the input's end). Most strings of a body are ASCII keys and
+/// short values without escapes: for them this is one or two word tests
+/// with the position in a register.
+#[inline(always)]
+fn plain_run(input: &[u8], from: usize) -> Result<usize, usize> {
     let limit = from + SWAR_BYTES;
     let mut at = from;
     while let Some(w) = input.get(at..at + 8) {
@@ -625,18 +655,16 @@ pub(super) fn string(input: &[u8], pos: &mut usize, whole: bool) -> Result<StrEn
         if hits != 0 {
             at += (hits.trailing_zeros() / 8) as usize;
             if input.get(at) == Some(&b'"') {
-                *pos = at + 1;
-                return Ok(StrEnd::Closed { escaped: false });
+                return Ok(at + 1);
             }
-            break;
+            return Err(at);
         }
         at += 8;
         if at >= limit {
             break;
         }
     }
-    *pos = at;
-    string_rest(input, pos, from, false, whole)
+    Err(at)
 }
 
 /// The rest of a string from `*pos`: escapes, control characters, long
