@@ -1,0 +1,376 @@
+//! Applying a reopen's actions to the connection: the one place that
+//! borrows the session table, sends the replay's requests and runs
+//! `Phase::Collect` (see the parent module for the decision).
+
+use super::*;
+use crate::conn::{editor, Conn, Ctx, Phase};
+use crate::http::body::Decoder;
+use crate::http::chunked::Piece;
+use crate::http::framing::Framing;
+use crate::http::head::ResponseHead;
+use crate::http::headers::{name, HeaderList};
+use crate::limits::{MAX_REOPEN_ANSWER, REOPEN_POLL, REOPEN_WAIT};
+use crate::mcp::initialize::Format;
+use log::{debug, info, warn};
+use std::borrow::Cow;
+
+impl Conn {
+    /// A final response head has arrived (still in `upstream_buf`): true
+    /// when the reopen takes it over instead of relaying it.
+    pub(in crate::conn) fn reopen_takes(&mut self, resp: &ResponseHead, ctx: &Ctx) -> bool {
+        if self.ex.reopen.is_none() && resp.status != 404 {
+            // Nearly every response: no reopen under way, no session lost.
+            return false;
+        }
+        let head = Head {
+            status: resp.status,
+            session_id: resp.headers.get_name(name::MCP_SESSION_ID),
+            format: resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type),
+            keep_alive: resp.keep_alive,
+        };
+        let lost =
+            self.ex.reopen.is_none() && resp.status == 404 && self.may_reopen(resp) && self.seen(ctx).known;
+        let decision = match self.ex.reopen.as_deref_mut() {
+            Some(r) => r.on_head(&head),
+            None if lost => {
+                let sent_with = self.ex.req.headers.get_name(name::MCP_SESSION_ID).unwrap_or_default();
+                self.ex.reopen = Some(Box::new(Reopen::new(sent_with, resp.keep_alive)));
+                OnHead::Collect
+            }
+            None => OnHead::Relay,
+        };
+        match decision {
+            OnHead::Relay => false,
+            OnHead::ForgetAndRelay => {
+                info!("conn {}: the re-initialised session got 404 again: forgotten", self.id);
+                self.apply(ctx, Action::Forget);
+                false
+            }
+            OnHead::Collect => {
+                self.start_collect(resp);
+                true
+            }
+        }
+    }
+
+    /// A 404 the proxy may recover from: a POST or GET in a session it
+    /// recorded, with a body it can read whole. Not a loss: a 404 to
+    /// DELETE, to `initialize` (it has no session id), or to an id never
+    /// recorded or already forgotten.
+    fn may_reopen(&self, resp: &ResponseHead) -> bool {
+        self.ex.in_session
+            && matches!(self.ex.req.method.as_slice(), b"POST" | b"GET")
+            && matches!(resp.framing, Framing::Length(_) | Framing::Chunked)
+    }
+
+    /// A request of the proxy's own failed (connect refused, timed out, a
+    /// proxy-made answer instead of the upstream's): the client gets the
+    /// upstream's 404 it was recovering from.
+    pub(in crate::conn) fn own_request_failed(&mut self, ctx: &Ctx, why: Cow<'static, str>) {
+        if let Some(a) = self.ex.reopen.as_deref_mut().map(|r| r.on_own_request_failed(why)) {
+            self.apply(ctx, a);
+        }
+    }
+
+    /// `Phase::AwaitReopen`: look at the table again.
+    pub(in crate::conn) fn await_reopen(&mut self, ctx: &Ctx) -> bool {
+        let Phase::AwaitReopen { until, .. } = self.phase else {
+            return false;
+        };
+        let seen = self.seen(ctx);
+        let Some(action) = self.ex.reopen.as_deref_mut().map(|r| r.on_check(seen, ctx.now >= until)) else {
+            return false;
+        };
+        let waiting = action == Action::KeepWaiting;
+        self.apply(ctx, action);
+        !waiting
+    }
+
+    // ---- Phase::Collect: an answer read whole instead of relayed ----
+
+    pub(in crate::conn) fn start_collect(&mut self, resp: &ResponseHead) {
+        let mut at = resp.len;
+        if self.ex.reopen.as_deref().is_some_and(Reopen::streams_answer) {
+            // Only the head was needed (`on_head` read it); the body is
+            // walked and let go, so an answer of any size is read in the
+            // buffer's room.
+            self.upstream_buf.consume(at);
+            at = 0;
+        }
+        self.set_phase(Phase::Collect { input: Decoder::new(resp.framing), at });
+    }
+
+    /// `Phase::Collect`: read the upstream's answer whole, without relaying
+    /// it (a held 404 stays at the front of `upstream_buf`, head first).
+    pub(in crate::conn) fn collect(&mut self, ctx: &Ctx) -> bool {
+        if !self.upstream_buf.has_space() {
+            self.upstream_buf.grow();
+        }
+        let (n, eof) = self.read_upstream();
+        if n > 0 {
+            self.last_activity = ctx.now;
+        }
+        let Phase::Collect { input, at } = &mut self.phase else {
+            return false;
+        };
+        let streams = self.ex.reopen.as_deref().is_some_and(Reopen::streams_answer);
+        let reopen = &mut self.ex.reopen;
+        let unread = self.upstream_buf.data().get(*at..).unwrap_or_default();
+        let (walked, error) = input.walk(unread, |run, piece, _| {
+            if let (Some(r), Piece::Data) = (reopen.as_deref_mut(), piece) {
+                r.read_payload(run);
+            }
+            true
+        });
+        if streams {
+            self.upstream_buf.consume(walked);
+        } else {
+            *at += walked;
+        }
+        // A close-delimited answer ends with the connection.
+        let (done, at) = (input.is_done() || (eof && error.is_none() && input.until_close()), *at);
+        if done {
+            self.collected(ctx, at);
+            return true;
+        }
+        let full = self.upstream_buf.len() > MAX_REOPEN_ANSWER
+            || (!self.upstream_buf.has_space() && !self.upstream_buf.grow());
+        if error.is_some() || eof || full {
+            debug!("conn {}: upstream answer not read whole during a reopen", self.id);
+            self.collect_failed(ctx);
+            return true;
+        }
+        n > 0
+    }
+
+    /// The answer could not be read whole (also: not in time).
+    pub(in crate::conn) fn collect_failed(&mut self, ctx: &Ctx) {
+        if let Some(a) = self.ex.reopen.as_deref_mut().map(Reopen::on_collect_failed) {
+            self.apply(ctx, a);
+        }
+    }
+
+    fn collected(&mut self, ctx: &Ctx, at: usize) {
+        // The socket goes to the pool when the upstream keeps it and
+        // nothing follows the answer.
+        let exact = self.upstream_buf.len() == at;
+        let keep = self.ex.reopen.as_deref().is_some_and(|r| r.keep_alive) && exact;
+        self.hand_back_upstream(keep);
+        let seen = self.seen(ctx);
+        let held = self.upstream_buf.data().get(..at).unwrap_or_default();
+        let action = self.ex.reopen.as_deref_mut().map(|r| r.on_collected(held, seen));
+        self.upstream_buf.clear();
+        if let Some(a) = action {
+            self.apply(ctx, a);
+        }
+    }
+
+    // ---- the one place that applies decisions and reads the table ----
+
+    /// What the table says of this exchange's session now.
+    fn seen(&self, ctx: &Ctx) -> Seen {
+        let table = ctx.sessions.borrow();
+        let Some(s) = table.get(&self.ex.session_id) else { return Seen::default() };
+        Seen {
+            known: true,
+            mapped_since_sent: self
+                .ex
+                .reopen
+                .as_deref()
+                .is_some_and(|r| r.sent_with_other_than(s.upstream_id())),
+            reopening: s.is_reopening(),
+            initialized_sent: s.initialized_sent(),
+        }
+    }
+
+    /// Applies `action`, and the actions its table changes lead to.
+    fn apply(&mut self, ctx: &Ctx, action: Action) {
+        let mut next = Some(action);
+        while let Some(action) = next.take() {
+            let id = self.ex.session_id.clone();
+            next = match action {
+                Action::Stay | Action::KeepWaiting => {
+                    if let Phase::AwaitReopen { next_check, .. } = &mut self.phase {
+                        *next_check = ctx.now + REOPEN_POLL;
+                    }
+                    None
+                }
+                Action::TryLead => {
+                    let outcome = ctx.sessions.borrow_mut().try_begin_reopen(&id, ctx.now);
+                    if outcome.is_ok() {
+                        info!("conn {}: upstream lost the MCP session (404): re-initialising it", self.id);
+                    }
+                    self.ex.reopen.as_deref_mut().map(|r| r.on_lead(outcome))
+                }
+                Action::SendInitialize => self.send_initialize(ctx),
+                Action::SendInitialized => self.send_initialized(ctx),
+                Action::Finish => {
+                    let new_id = self.ex.reopen.as_deref().and_then(|r| r.new_id.clone()).unwrap_or_default();
+                    let outcome = ctx.sessions.borrow_mut().finish_reopen(&id, Ok(&new_id), ctx.now);
+                    if outcome.is_ok() {
+                        info!("conn {}: MCP session re-initialised on the upstream", self.id);
+                        if ctx.observing() {
+                            self.audit_reinit(true);
+                        }
+                    }
+                    self.ex.reopen.as_deref_mut().map(|r| r.on_finished(outcome))
+                }
+                Action::Retry => self.retry(ctx),
+                Action::Wait => {
+                    self.set_phase(Phase::AwaitReopen {
+                        until: ctx.now + REOPEN_WAIT,
+                        next_check: ctx.now + REOPEN_POLL,
+                    });
+                    None
+                }
+                Action::Forget => {
+                    ctx.sessions.borrow_mut().forget(&id);
+                    None
+                }
+                Action::RelayAsItComes => {
+                    // From its first byte (the upstream socket is kept, so a
+                    // cut is seen again and relayed as a cut).
+                    self.set_phase(Phase::ReadResponseHead { since: ctx.now });
+                    None
+                }
+                Action::GiveUp { why, forget, release_lead } => {
+                    if let Some(why) = &why {
+                        warn!("conn {}: session re-initialisation failed ({why}): 404 relayed", self.id);
+                    }
+                    {
+                        let mut table = ctx.sessions.borrow_mut();
+                        if release_lead {
+                            let _ = table.finish_reopen(&id, Err(crate::mcp::session::ReplayFailed), ctx.now);
+                        }
+                        if release_lead && why.is_some() && ctx.observing() {
+                            drop(table);
+                            self.audit_reinit(false);
+                            table = ctx.sessions.borrow_mut();
+                        }
+                        if forget {
+                            table.forget(&id);
+                        }
+                    }
+                    self.relay_original(ctx);
+                    None
+                }
+            };
+        }
+    }
+
+    /// Builds and sends the recorded `initialize` with the current identity.
+    fn send_initialize(&mut self, ctx: &Ctx) -> Option<Action> {
+        let recorded = {
+            let table = ctx.sessions.borrow();
+            table.get(&self.ex.session_id).map(|s| {
+                (
+                    recorded_fields(s.headers()),
+                    s.initialize_body().to_vec(),
+                    Box::<str>::from(s.protocol_version()),
+                )
+            })
+        };
+        let Some((mut headers, body, version)) = recorded else {
+            return Some(Action::fail("session forgotten", true));
+        };
+        let r = self.ex.reopen.as_deref_mut()?;
+        if let Err(why) = r.prepare_initialize(&body, &version) {
+            return Some(Action::fail(why, true));
+        }
+        self.send_replay(ctx, &mut headers, &body, Step::Initialize)
+    }
+
+    /// Builds and sends `notifications/initialized` on the new upstream id.
+    fn send_initialized(&mut self, ctx: &Ctx) -> Option<Action> {
+        let recorded = {
+            let table = ctx.sessions.borrow();
+            table
+                .get(&self.ex.session_id)
+                .map(|s| (recorded_fields(s.headers()), Box::<str>::from(s.protocol_version())))
+        };
+        let Some((mut headers, version)) = recorded else {
+            return Some(Action::fail("session forgotten", true));
+        };
+        let new_id = self.ex.reopen.as_deref().and_then(|r| r.new_id.clone()).unwrap_or_default();
+        if headers.set_name(name::MCP_SESSION_ID, &new_id).is_err()
+            || headers.set_name(name::MCP_PROTOCOL_VERSION, version.as_bytes()).is_err()
+        {
+            return Some(Action::fail("new session id not usable in a header", true));
+        }
+        self.send_replay(ctx, &mut headers, INITIALIZED, Step::Initialized)
+    }
+
+    /// Writes a whole request of the proxy's own (with the current identity)
+    /// into the reopen's request buffer and goes to Connect.
+    fn send_replay(
+        &mut self,
+        ctx: &Ctx,
+        headers: &mut HeaderList,
+        body: &[u8],
+        step: Step,
+    ) -> Option<Action> {
+        let (who, route) = (ctx.credentials(), ctx.route());
+        let req = editor::Outgoing { method: b"POST", target: &self.ex.req.target, framed: true };
+        let r = self.ex.reopen.as_deref_mut()?;
+        r.request.clear();
+        let Ok(plan) = editor::plan_request(&req, headers, body, &who, &route, &mut r.request) else {
+            return Some(Action::fail("recorded request refused by the scanner", true));
+        };
+        plan.parts(body).for_each(|p| r.request.extend_from_slice(p));
+        r.step = step;
+        self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
+        None
+    }
+
+    /// Relays the held 404 as if it had just arrived.
+    fn relay_original(&mut self, ctx: &Ctx) {
+        let original = self.ex.reopen.as_deref_mut().map(Reopen::take_original).unwrap_or_default();
+        self.drop_upstream();
+        self.upstream_buf.clear();
+        if !self.upstream_buf.push(&original) {
+            // Cannot happen: the 404 was read into this buffer.
+            self.close(crate::conn::CloseReason::UpstreamFailed);
+            return;
+        }
+        self.set_phase(Phase::ReadResponseHead { since: ctx.now });
+    }
+
+    /// Sends the parked request again, on the session's upstream id now and
+    /// with the current identity (a GET stream without `Last-Event-ID`: the
+    /// new session has no events to resume).
+    fn retry(&mut self, ctx: &Ctx) -> Option<Action> {
+        let upstream_id = ctx.sessions.borrow().get(&self.ex.session_id).map(|s| s.upstream_id().to_vec());
+        let Some(upstream_id) = upstream_id else {
+            return Some(Action::relay_original());
+        };
+        if self.ex.reopen.as_deref().is_some_and(|r| r.step == Step::Original) {
+            debug!("conn {}: session already re-initialised: request sent again", self.id);
+        }
+        let ex = &mut self.ex;
+        let _ = ex.req.headers.set_name(name::MCP_SESSION_ID, &upstream_id);
+        if ex.req.method.as_slice() == b"GET" {
+            ex.req.headers.remove_name(name::LAST_EVENT_ID);
+        }
+        if self.plan_upstream_request(ctx).is_err() {
+            // Cannot happen: the same body was planned before.
+            return Some(Action::relay_original());
+        }
+        if let Some(r) = self.ex.reopen.as_deref_mut() {
+            r.step = Step::Retry;
+        }
+        self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
+        None
+    }
+}
+
+/// The recorded end-to-end fields of a session's `initialize`, without
+/// those that name a session or a version.
+fn recorded_fields<'a>(fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> HeaderList {
+    let mut headers = HeaderList::new();
+    for (name, value) in fields {
+        if !matches!(name, b"mcp-session-id" | b"mcp-protocol-version" | b"last-event-id") {
+            let _ = headers.set(name, value);
+        }
+    }
+    headers
+}
