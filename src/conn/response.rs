@@ -3,7 +3,7 @@
 
 use super::answer::Answer;
 use super::audit::End;
-use super::client_out::BodyRewriter;
+use super::client_out::{BodyRewriter, Stage};
 use super::{editor, CloseReason, Conn, Ctx, Phase};
 use crate::buf::Buf;
 use crate::http::body::{Decoder, Encoder};
@@ -181,28 +181,26 @@ impl Conn {
         let batch = self.batch_answer(resp);
         let input = Decoder::new(resp.framing);
         let out = Encoder::for_response(resp.framing, http10, rewrite || list.is_some() || batch.is_some());
-        let rewriter = match (list, batch) {
-            (Some(f), Some(b)) => Some(Box::new(BodyRewriter::ListThenBatch(f, b, Vec::new()))),
-            (Some(f), None) => Some(Box::new(BodyRewriter::List(f))),
-            (None, Some(b)) => Some(Box::new(BodyRewriter::Batch(b))),
-            (None, None) => rewrite.then(|| {
-                let authority = ctx.config.upstream.authority.as_bytes();
-                let endpoint = EndpointRewriter::for_upstream(
-                    ctx.config.upstream.https,
-                    authority,
-                    &self.ex.client_host,
-                );
-                // Under a tool policy a legacy stream carries the answers
-                // to filter (lists) and to add (refused calls) of POSTs
-                // made on other connections.
-                let policy = !ctx.policy.allows_all()
-                    || ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room()) != ListHandling::Relay;
-                Box::new(match policy {
-                    true => BodyRewriter::Legacy(LegacyStream::new(endpoint)),
-                    false => BodyRewriter::Endpoint(endpoint),
-                })
-            }),
-        };
+        // The stages of the payload's rewrite, in order: a batch's lists
+        // filtered, then its hidden calls' errors added; else a legacy
+        // stream's endpoint (and, under a tool policy, what POSTs owe it).
+        let mut stages: SmallVec<[Stage; 2]> =
+            list.map(Stage::List).into_iter().chain(batch.map(Stage::Batch)).collect();
+        if stages.is_empty() && rewrite {
+            let authority = ctx.config.upstream.authority.as_bytes();
+            let endpoint =
+                EndpointRewriter::for_upstream(ctx.config.upstream.https, authority, &self.ex.client_host);
+            // Under a tool policy a legacy stream carries the answers to
+            // filter (lists) and to add (refused calls) of POSTs made on
+            // other connections.
+            let policy = !ctx.policy.allows_all()
+                || ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room()) != ListHandling::Relay;
+            stages.push(match policy {
+                true => Stage::Legacy(Box::new(LegacyStream::new(endpoint))),
+                false => Stage::Endpoint(endpoint),
+            });
+        }
+        let rewriter = BodyRewriter::of(stages).map(Box::new);
         self.upstream_reusable = resp.keep_alive;
         if out == Encoder::CloseDelimited {
             self.close_after = true;
@@ -303,17 +301,18 @@ impl Conn {
     /// A rewriter is done: a `tools/list` filter's learned stamps go to the
     /// loop, and what it could not rewrite is said at warn.
     pub(super) fn rewriter_finished(&mut self, finished: Option<Box<BodyRewriter>>, ctx: &Ctx) {
-        match finished.map(|b| *b) {
-            Some(BodyRewriter::List(mut f) | BodyRewriter::ListThenBatch(mut f, _, _)) => {
-                self.list_outcome(f.take_outcome(), ctx)
-            }
-            Some(BodyRewriter::Legacy(mut l)) => {
-                ctx.legacy.borrow_mut().close(self.id);
-                for o in l.take_outcomes() {
-                    self.list_outcome(o, ctx);
+        let Some(mut finished) = finished else { return };
+        for stage in finished.stages_mut() {
+            match stage {
+                Stage::List(f) => self.list_outcome(f.take_outcome(), ctx),
+                Stage::Legacy(l) => {
+                    ctx.legacy.borrow_mut().close(self.id);
+                    for o in l.take_outcomes() {
+                        self.list_outcome(o, ctx);
+                    }
                 }
+                Stage::Endpoint(_) | Stage::Batch(_) => {}
             }
-            _ => {}
         }
     }
 
@@ -321,7 +320,7 @@ impl Conn {
     /// session its endpoint event named, takes what POSTs owe it (lists to
     /// filter, events to add) and reports the lists it finished.
     fn legacy_turn(&mut self, rewriter: &mut Option<Box<BodyRewriter>>, ctx: &Ctx) {
-        let Some(BodyRewriter::Legacy(l)) = rewriter.as_deref_mut() else { return };
+        let Some(l) = rewriter.as_deref_mut().and_then(BodyRewriter::legacy) else { return };
         let mut routes = ctx.legacy.borrow_mut();
         if let Some(session) = l.take_new_session() {
             debug!("conn {}: legacy SSE stream of session {:?}", self.id, String::from_utf8_lossy(&session));
@@ -378,7 +377,7 @@ impl Conn {
         // target drive).
         // What POSTs owe a legacy stream is taken before its bytes are
         // read: a list's id is noted before the list can arrive.
-        if matches!(rewriter.as_deref(), Some(BodyRewriter::Legacy(_))) {
+        if rewriter.as_deref_mut().and_then(BodyRewriter::legacy).is_some() {
             self.legacy_turn(&mut rewriter, ctx);
         }
         let id = self.id;
@@ -397,7 +396,7 @@ impl Conn {
         self.ex.bytes_out += c.own_payload;
         self.rewriter_finished(c.finished, ctx);
         progressed |= c.progressed;
-        if matches!(rewriter.as_deref(), Some(BodyRewriter::Legacy(_))) {
+        if rewriter.as_deref_mut().and_then(BodyRewriter::legacy).is_some() {
             self.legacy_turn(&mut rewriter, ctx);
             let n = self.out.idle(out, &mut rewriter);
             self.ex.bytes_out += n;
