@@ -36,6 +36,7 @@ mod reattach;
 mod reopen;
 mod request;
 mod response;
+mod rewrite;
 mod session;
 mod tool_policy;
 mod upstream;
