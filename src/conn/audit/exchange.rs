@@ -1,13 +1,11 @@
-//! The audit records of one exchange: each JSON-RPC request of its body
-//! (what it is, read once when the body is whole), its answer's outcome
-//! (read as the answer streams past, by the same reader as an
-//! `initialize`'s version), and the session events it caused. Records are
-//! queued on the connection; the loop hands them to the `Observer` (which
-//! stamps the time and the agent) after each drive. Nothing is built when
-//! neither the audit log nor the metrics listener is on.
+//! What the audit reads of one exchange, without a socket: each JSON-RPC
+//! request of its body (read once when the body is whole, from the stamp
+//! scan's envelope), its answer's outcome (read as the answer streams past,
+//! by the same reader as an `initialize`'s version), and the records they
+//! make. `mod.rs` is where the connection feeds it.
 
-use super::answer::Answer;
-use super::Conn;
+use super::End;
+use crate::conn::answer::Answer;
 use crate::mcp::initialize::Format;
 use crate::mcp::json::{Kind, Value};
 use crate::mcp::rpc::{self, Role};
@@ -16,49 +14,37 @@ use crate::obs::audit::{cut, IdText, Outcome, Record, Request, SessionText, Text
 use log::warn;
 use smallvec::SmallVec;
 use std::borrow::Cow;
-use std::time::Instant;
 
 /// Most requests of one batch given a record each (a batch may be large;
 /// the rest are counted in the log line).
 const MAX_AUDITED: usize = 64;
 
-/// How an exchange ended, for its records.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum End {
-    /// The upstream's answer was relayed whole.
-    Relayed,
-    /// The answer was cut short (the upstream or the client went away).
-    Cut,
-    /// The proxy answered.
-    Proxy(Answer),
-}
-
 /// One request of the body.
 #[derive(Debug)]
-struct Audited {
-    id: IdText,
-    method: Text,
-    tool: Option<Text>,
-    claimed: Option<Box<str>>,
+pub(super) struct Audited {
+    pub(super) id: IdText,
+    pub(super) method: Text,
+    pub(super) tool: Option<Text>,
+    pub(super) claimed: Option<Box<str>>,
     /// Answered by the proxy in the upstream's place (a hidden tool).
-    hidden: bool,
+    pub(super) hidden: bool,
     /// Its place among the ids the answer scan waits for.
-    slot: Option<usize>,
+    pub(super) slot: Option<usize>,
 }
 
 /// The requests of the exchange's body.
 #[derive(Debug, Default)]
-pub(super) struct ExchangeAudit {
-    requests: SmallVec<[Audited; 1]>,
+pub(in crate::conn) struct ExchangeAudit {
+    pub(super) requests: SmallVec<[Audited; 1]>,
     /// The body is a batch (else its answer is its one request's).
-    batch: bool,
+    pub(super) batch: bool,
     /// One reader of the answer for every request (one pass).
-    scan: Option<VersionScan>,
-    bytes_in: u64,
+    pub(super) scan: Option<VersionScan>,
+    pub(super) bytes_in: u64,
     /// The status of the head relayed to the client: a client that leaves
     /// after it does not change what it was answered (the log's 499 is no
     /// response).
-    relayed: Option<u16>,
+    pub(super) relayed: Option<u16>,
 }
 
 /// What the audit reads of one message of the body.
@@ -125,7 +111,7 @@ impl ExchangeAudit {
     /// (nothing for notifications and responses), with each `tools/call`'s
     /// tool, and the identity it claimed when that is not `agent` (`plan`
     /// has the spans the stamp scan found).
-    pub(super) fn read_into(
+    pub(in crate::conn) fn read_into(
         &mut self,
         body: &[u8],
         plan: &crate::mcp::stamp::Plan,
@@ -200,7 +186,7 @@ impl ExchangeAudit {
     }
 
     /// The answer is `format`: read each request's outcome from it.
-    pub(super) fn answer_format(&mut self, format: Format) {
+    pub(in crate::conn) fn answer_format(&mut self, format: Format) {
         let mut ids: SmallVec<[&[u8]; 1]> = SmallVec::new();
         for r in self.requests.iter_mut().filter(|r| !r.hidden) {
             // Only a string or number id is answered (not null).
@@ -213,18 +199,18 @@ impl ExchangeAudit {
     }
 
     /// The head the client is sent has `status`.
-    pub(super) fn relayed(&mut self, status: u16) {
+    pub(in crate::conn) fn relayed(&mut self, status: u16) {
         self.relayed = Some(status);
     }
 
     /// Payload bytes of the answer.
-    pub(super) fn feed(&mut self, data: &[u8]) {
+    pub(in crate::conn) fn feed(&mut self, data: &[u8]) {
         if let Some(s) = self.scan.as_mut() {
             s.feed(data);
         }
     }
 
-    fn records(
+    pub(super) fn records(
         &mut self,
         session: &[u8],
         status: u16,
@@ -288,78 +274,6 @@ fn proxy_outcome(a: Answer) -> (Outcome, Option<String>, Option<&'static str>) {
             (Outcome::Error, Some("bad_upstream".into()), Some("bad_upstream"))
         }
         _ => (Outcome::Refused, code, Some("refused_body")),
-    }
-}
-
-impl Conn {
-    /// The body is whole: note its requests when someone observes.
-    pub(super) fn audit_request(&mut self, agent: &str, policy: &crate::mcp::tools::Policy) {
-        let bytes_in = (self.ex.req.len + self.ex.body.len()) as u64;
-        let mut a = self.ex.audit_spare.take().unwrap_or_default();
-        a.read_into(&self.ex.body, &self.ex.plan, agent, policy, bytes_in);
-        for r in a.requests.iter().filter(|r| r.claimed.is_some()) {
-            warn!(
-                "conn {}: tools/call of {:?} claims to be {:?}, not {agent:?}: stamped as {agent:?}",
-                self.id,
-                r.tool.as_deref().unwrap_or(""),
-                r.claimed.as_deref().unwrap_or("")
-            );
-        }
-        if a.requests.is_empty() {
-            self.ex.audit_spare = Some(a);
-        } else {
-            self.ex.audit = Some(a);
-        }
-    }
-
-    /// The exchange is over: its requests' records.
-    pub(super) fn audit_end(&mut self, now: Instant, end: End) {
-        let Some(mut a) = self.ex.audit.take() else { return };
-        let ms = self.ex.start.map_or(0, |s| now.saturating_duration_since(s).as_millis() as u64);
-        a.records(&self.ex.session_id, self.ex.status, ms, self.ex.bytes_out, end, &mut self.records);
-        self.ex.audit_spare = Some(a);
-    }
-
-    /// The session events a response head tells of: an `initialize`
-    /// answered with a session id, a DELETE of the session that passed.
-    pub(super) fn audit_session(&mut self, resp: &crate::http::head::ResponseHead) {
-        let method = self.ex.req.method.as_slice();
-        let ok = (200..300).contains(&resp.status);
-        if method == b"DELETE" && ok && !self.ex.session_id.is_empty() {
-            self.records.push(Record::SessionDeleted { session: self.ex.session_id.as_slice().into() });
-        } else if method == b"POST" && ok && self.ex.session_id.is_empty() {
-            let init = self
-                .ex
-                .audit
-                .as_ref()
-                .is_some_and(|a| a.requests.iter().any(|r| &*r.method == rpc::INITIALIZE));
-            if let Some(id) =
-                resp.headers.get_name(crate::http::headers::name::MCP_SESSION_ID).filter(|_| init)
-            {
-                self.records.push(Record::SessionCreated { session: id.into() });
-            }
-        }
-    }
-
-    /// A recorded session's re-initialisation ended (`ok`: it succeeded).
-    pub(super) fn audit_reinit(&mut self, ok: bool) {
-        self.records.push(Record::SessionReinitialised { session: self.ex.session_id.as_slice().into(), ok });
-    }
-
-    /// Bytes read from the client and written to it since the last call.
-    pub fn take_traffic(&mut self) -> (u64, u64) {
-        std::mem::take(&mut self.traffic)
-    }
-
-    /// Records for the loop's `Observer`, read in place (a request record
-    /// is some 300 bytes: not moved out), then `clear_records`.
-    pub fn records(&self) -> &[Record] {
-        &self.records
-    }
-
-    /// The records were handed over.
-    pub fn clear_records(&mut self) {
-        self.records.clear();
     }
 }
 

@@ -1,0 +1,100 @@
+//! The audit records of one exchange: each JSON-RPC request of its body
+//! (what it is, read once when the body is whole), its answer's outcome
+//! (read as the answer streams past, by the same reader as an
+//! `initialize`'s version), and the session events it caused. Records are
+//! queued on the connection; the loop hands them to the `Observer` (which
+//! stamps the time and the agent) after each drive. Nothing is built when
+//! neither the audit log nor the metrics listener is on.
+
+use crate::conn::Conn;
+use crate::mcp::rpc;
+use crate::obs::audit::Record;
+use log::warn;
+use std::time::Instant;
+
+mod exchange;
+
+pub(super) use exchange::ExchangeAudit;
+
+/// How an exchange ended, for its records.
+#[derive(Clone, Copy, Debug)]
+pub(in crate::conn) enum End {
+    /// The upstream's answer was relayed whole.
+    Relayed,
+    /// The answer was cut short (the upstream or the client went away).
+    Cut,
+    /// The proxy answered.
+    Proxy(crate::conn::answer::Answer),
+}
+
+impl Conn {
+    /// The body is whole: note its requests when someone observes.
+    pub(super) fn audit_request(&mut self, agent: &str, policy: &crate::mcp::tools::Policy) {
+        let bytes_in = (self.ex.req.len + self.ex.body.len()) as u64;
+        let mut a = self.ex.audit_spare.take().unwrap_or_default();
+        a.read_into(&self.ex.body, &self.ex.plan, agent, policy, bytes_in);
+        for r in a.requests.iter().filter(|r| r.claimed.is_some()) {
+            warn!(
+                "conn {}: tools/call of {:?} claims to be {:?}, not {agent:?}: stamped as {agent:?}",
+                self.id,
+                r.tool.as_deref().unwrap_or(""),
+                r.claimed.as_deref().unwrap_or("")
+            );
+        }
+        if a.requests.is_empty() {
+            self.ex.audit_spare = Some(a);
+        } else {
+            self.ex.audit = Some(a);
+        }
+    }
+
+    /// The exchange is over: its requests' records.
+    pub(super) fn audit_end(&mut self, now: Instant, end: End) {
+        let Some(mut a) = self.ex.audit.take() else { return };
+        let ms = self.ex.start.map_or(0, |s| now.saturating_duration_since(s).as_millis() as u64);
+        a.records(&self.ex.session_id, self.ex.status, ms, self.ex.bytes_out, end, &mut self.records);
+        self.ex.audit_spare = Some(a);
+    }
+
+    /// The session events a response head tells of: an `initialize`
+    /// answered with a session id, a DELETE of the session that passed.
+    pub(super) fn audit_session(&mut self, resp: &crate::http::head::ResponseHead) {
+        let method = self.ex.req.method.as_slice();
+        let ok = (200..300).contains(&resp.status);
+        if method == b"DELETE" && ok && !self.ex.session_id.is_empty() {
+            self.records.push(Record::SessionDeleted { session: self.ex.session_id.as_slice().into() });
+        } else if method == b"POST" && ok && self.ex.session_id.is_empty() {
+            let init = self
+                .ex
+                .audit
+                .as_ref()
+                .is_some_and(|a| a.requests.iter().any(|r| &*r.method == rpc::INITIALIZE));
+            if let Some(id) =
+                resp.headers.get_name(crate::http::headers::name::MCP_SESSION_ID).filter(|_| init)
+            {
+                self.records.push(Record::SessionCreated { session: id.into() });
+            }
+        }
+    }
+
+    /// A recorded session's re-initialisation ended (`ok`: it succeeded).
+    pub(super) fn audit_reinit(&mut self, ok: bool) {
+        self.records.push(Record::SessionReinitialised { session: self.ex.session_id.as_slice().into(), ok });
+    }
+
+    /// Bytes read from the client and written to it since the last call.
+    pub fn take_traffic(&mut self) -> (u64, u64) {
+        std::mem::take(&mut self.traffic)
+    }
+
+    /// Records for the loop's `Observer`, read in place (a request record
+    /// is some 300 bytes: not moved out), then `clear_records`.
+    pub fn records(&self) -> &[Record] {
+        &self.records
+    }
+
+    /// The records were handed over.
+    pub fn clear_records(&mut self) {
+        self.records.clear();
+    }
+}
