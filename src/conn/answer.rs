@@ -296,7 +296,7 @@ impl Conn {
     /// Queue a proxy-made response with `body` (JSON, or empty) and stop
     /// the exchange; `answer` says why, for the log and the close.
     pub(super) fn queue_answer(&mut self, ctx: &Ctx, status: u16, body: &[u8], answer: Answer) {
-        if self.ex.reopen.as_deref().is_some_and(|r| r.replaying()) {
+        if self.ex.recovery.reopen.as_deref().is_some_and(|r| r.replaying()) {
             // A request of the proxy's own failed: the client gets the
             // upstream's 404 it was recovering from, not this answer.
             self.own_request_failed(ctx, answer.message());
@@ -318,10 +318,10 @@ impl Conn {
         self.release_upstream(now);
         let close = answer.closes() || self.close_after || self.ex.req.http10;
         write_response(status, body, close, self.out.own());
-        self.ex.status = status;
-        self.ex.bytes_out = body.len() as u64;
-        if self.ex.start.is_none() {
-            self.ex.start = Some(now);
+        self.ex.meter.status = status;
+        self.ex.meter.bytes_out = body.len() as u64;
+        if self.ex.meter.start.is_none() {
+            self.ex.meter.start = Some(now);
         }
         self.log_exchange(now, &answer, super::audit::End::Proxy(answer));
         self.out.drop_upstream_bytes();

@@ -28,6 +28,7 @@ mod answer;
 mod audit;
 pub mod client_sock;
 mod ctx;
+mod exchange;
 mod phase;
 pub use answer::CloseReason;
 pub mod client_out;
@@ -52,11 +53,11 @@ use crate::mcp::stamp::StampError;
 use answer::Answer;
 use client_sock::ClientSock;
 pub use ctx::Ctx;
+use exchange::Exchange;
 use log::{debug, info, trace, warn};
 use mio::net::TcpStream;
 use phase::Phase;
 pub use phase::{Ready, Verdict};
-use request::Exchange;
 use response::ClientOut;
 use std::fmt;
 use std::io::Read;
@@ -284,18 +285,18 @@ impl Conn {
 
     /// The exchange's one `info` line, saying how it ended.
     fn log_exchange(&mut self, now: Instant, ending: &dyn fmt::Display, end: audit::End) {
-        if self.ex.audit.is_some() {
+        if self.ex.audit.current.is_some() {
             self.audit_end(now, end);
         }
-        if let Some(start) = self.ex.start.take() {
+        if let Some(start) = self.ex.meter.start.take() {
             self.traffic.0 += (self.ex.req.len + self.ex.body.len()) as u64;
-            self.traffic.1 += self.ex.bytes_out;
+            self.traffic.1 += self.ex.meter.bytes_out;
             info!(
                 "{} {} -> {} {}B {}ms {ending}",
                 String::from_utf8_lossy(&self.ex.req.method),
                 String::from_utf8_lossy(&self.ex.req.target),
-                self.ex.status,
-                self.ex.bytes_out,
+                self.ex.meter.status,
+                self.ex.meter.bytes_out,
                 now.saturating_duration_since(start).as_millis()
             );
         }
@@ -365,7 +366,7 @@ impl Conn {
                 self.upstream_tls_failed(ctx, "the handshake did not complete within --connect-timeout");
             }
             Phase::Connect { attempt, .. } if self.reattaching() => self.reattach_retry(ctx, attempt),
-            Phase::Connect { .. } if self.ex.in_session => self.answer_outage(ctx),
+            Phase::Connect { .. } if self.ex.session.known => self.answer_outage(ctx),
             Phase::Connect { .. } => {
                 warn!("conn {}: upstream connect timed out", self.id);
                 self.reply_error(ctx, Answer::ConnectTimeout);

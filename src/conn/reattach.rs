@@ -40,7 +40,7 @@ impl Conn {
     /// A reattach is under way: the client's response head is out, so no
     /// proxy-made answer can be sent; a failure ends the stream instead.
     pub(super) fn reattaching(&self) -> bool {
-        self.ex.reattach.is_some()
+        self.ex.recovery.reattach.is_some()
     }
 
     /// The upstream closed a relayed body before its end: true when it is
@@ -48,13 +48,13 @@ impl Conn {
     /// can go on (between chunks), so it is held instead of cut.
     pub(super) fn may_hold_stream(&self, input: &Decoder, out: Encoder, ctx: &Ctx) -> bool {
         self.ex.event_stream
-            && self.ex.status == 200
+            && self.ex.meter.status == 200
             && self.ex.req.method.as_slice() == b"GET"
             && out == (Encoder::PassThrough { chunked: true })
             && input.at_chunk_boundary()
             && !ctx.shutting_down
-            && !self.ex.session_id.is_empty()
-            && ctx.sessions.borrow().get(&self.ex.session_id).is_some()
+            && !self.ex.session.id.is_empty()
+            && ctx.sessions.borrow().get(&self.ex.session.id).is_some()
     }
 
     /// Holds the client's stream open (`Phase::Hold`) once what arrived of
@@ -68,7 +68,7 @@ impl Conn {
         );
         self.upstream_reusable = false;
         self.drop_upstream();
-        self.ex.reattach = Some(Box::new(Reattach { out, since: ctx.now, until }));
+        self.ex.recovery.reattach = Some(Box::new(Reattach { out, since: ctx.now, until }));
         self.set_phase(Phase::Hold { until });
     }
 
@@ -80,7 +80,7 @@ impl Conn {
         }
         // What is left is a cut chunk-size line at most: never the client's.
         self.upstream_buf.clear();
-        let upstream_id = ctx.sessions.borrow().get(&self.ex.session_id).map(|s| s.upstream_id().to_vec());
+        let upstream_id = ctx.sessions.borrow().get(&self.ex.session.id).map(|s| s.upstream_id().to_vec());
         let Some(upstream_id) = upstream_id else {
             self.end_held_stream(ctx, &"the session was deleted meanwhile");
             return true;
@@ -93,8 +93,8 @@ impl Conn {
         ex.req.headers.remove_name(name::LAST_EVENT_ID);
         // A fresh chance to re-initialise the session, and no pooled
         // socket (after a restart the pool holds the old server's).
-        ex.reopen = None;
-        ex.retried = false;
+        ex.recovery.reopen = None;
+        ex.recovery.retried = false;
         if self.plan_upstream_request(ctx).is_err() {
             // Cannot happen: a GET has no body to refuse.
             self.end_held_stream(ctx, &"request refused");
@@ -107,10 +107,10 @@ impl Conn {
     /// The upstream's answer to the GET sent again: continue the client's
     /// body with the new stream's, or end it.
     pub(super) fn reattach_relay(&mut self, resp: &ResponseHead, ctx: &Ctx) {
-        let Some(held) = self.ex.reattach.take() else { return };
+        let Some(held) = self.ex.recovery.reattach.take() else { return };
         let out = Encoder::for_response(resp.framing, self.ex.req.http10, false);
         if resp.status != 200 || !super::editor::is_event_stream(&resp.headers) || out != held.out {
-            self.ex.reattach = Some(held);
+            self.ex.recovery.reattach = Some(held);
             let why =
                 format!("the GET sent again was answered {} and cannot continue the stream", resp.status);
             self.end_held_stream(ctx, &why);
@@ -130,8 +130,12 @@ impl Conn {
     /// The upstream cannot be reached again (or the stream cannot go on):
     /// the held stream ends as a cut one, without its last chunk.
     pub(super) fn end_held_stream(&mut self, ctx: &Ctx, why: &dyn fmt::Display) {
-        let held_ms =
-            self.ex.reattach.take().map_or(0, |r| ctx.now.saturating_duration_since(r.since).as_millis());
+        let held_ms = self
+            .ex
+            .recovery
+            .reattach
+            .take()
+            .map_or(0, |r| ctx.now.saturating_duration_since(r.since).as_millis());
         warn!("conn {}: session GET stream not reattached after {held_ms} ms ({why}): ended", self.id);
         self.upstream_reusable = false;
         self.drop_upstream();
@@ -146,7 +150,7 @@ impl Conn {
     pub(super) fn reattach_retry(&mut self, ctx: &Ctx, attempt: u32) {
         self.drop_upstream();
         let retry_at = ctx.now + crate::limits::CONNECT_RETRY_DELAY;
-        match self.ex.reattach.as_deref().map(|r| r.until) {
+        match self.ex.recovery.reattach.as_deref().map(|r| r.until) {
             Some(until) if retry_at <= until => {
                 self.upstream_buf.clear();
                 self.set_phase(Phase::Connect {

@@ -8,8 +8,7 @@ use super::{fill_from, CloseReason, Conn, Ctx, Phase};
 use crate::http::body::{BodyError, Decoder};
 use crate::http::framing::Framing;
 use crate::http::guard::{self, Policy};
-use crate::http::head::{self, RequestHead};
-use crate::http::headers::name;
+use crate::http::head;
 use crate::io::{slices_after, write_vectored, SocketState};
 use crate::limits::{MAX_REQUEST_HEAD, MAX_STAMP_BODY};
 use crate::mcp::legacy;
@@ -24,66 +23,6 @@ const LINGER: Duration = Duration::from_secs(2);
 /// RFC 9110 §10.1.1: a client that sent `Expect: 100-continue` waits for
 /// this before its body.
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
-
-/// The current request/response pair. Its vectors are reused across
-/// exchanges on one connection.
-#[derive(Default)]
-pub(super) struct Exchange {
-    /// The Host the client used (for `Location` rewriting).
-    pub(super) client_host: smallvec::SmallVec<[u8; 32]>,
-    /// The rewritten request head for the upstream.
-    pub(super) head_out: Vec<u8>,
-    /// The whole request body (de-chunked), read before anything is sent.
-    pub(super) body: Vec<u8>,
-    /// The request head, parsed in place (reused from one request to the
-    /// next): method, target, version and framing as the client sent them;
-    /// its fields are edited into what goes upstream.
-    pub(super) req: RequestHead,
-    pub(super) start: Option<Instant>,
-    pub(super) status: u16,
-    pub(super) bytes_out: u64,
-    /// A stale pooled connection was already replaced once.
-    pub(super) retried: bool,
-    /// The whole body has been read (so its ids can be read).
-    pub(super) body_read: bool,
-    /// The client's `Mcp-Session-Id`, as sent (empty: none).
-    pub(super) session_id: smallvec::SmallVec<[u8; 64]>,
-    /// `session_id` names a session this proxy saw created.
-    pub(super) in_session: bool,
-    /// Splices that put the agent's name into the body.
-    pub(super) plan: crate::mcp::stamp::Plan,
-    /// The re-initialisation of this exchange's session, once its upstream
-    /// answered 404.
-    pub(super) reopen: Option<Box<super::reopen::Reopen>>,
-    /// The reading of a recorded `initialize`'s answer as it is relayed,
-    /// kept until its `protocolVersion` is found (no copy of the answer).
-    pub(super) version_capture: Option<Box<super::session::VersionCapture>>,
-    /// The response relayed is an event stream.
-    pub(super) event_stream: bool,
-    /// The id (JSON text) of this exchange's `tools/list` request, when the
-    /// tool policy rewrites its answer.
-    /// (Each of a batch's.)
-    pub(super) list_request: Option<Box<[Box<[u8]>]>>,
-    /// The proxy's errors for the hidden calls of a batch whose rest went
-    /// upstream: added to the upstream's answer.
-    pub(super) batch_errors: Vec<Vec<u8>>,
-    /// The body's requests, for the audit log and the metrics (none when
-    /// neither is on).
-    pub(super) audit: Option<Box<super::audit::ExchangeAudit>>,
-    /// The last exchange's `audit`, emptied, for the next one (its
-    /// allocation and its buffers are reused).
-    pub(super) audit_spare: Option<Box<super::audit::ExchangeAudit>>,
-    /// A session's GET stream held open while its upstream comes back.
-    pub(super) reattach: Option<Box<super::reattach::Reattach>>,
-}
-
-impl Exchange {
-    /// May be sent again after a stale pooled connection failed (RFC 9110
-    /// §9.2.2).
-    pub(super) fn idempotent(&self) -> bool {
-        matches!(self.req.method.as_slice(), b"GET" | b"HEAD" | b"OPTIONS" | b"DELETE" | b"PUT")
-    }
-}
 
 impl Conn {
     /// Shut our sending side and drain the client for a moment before the
@@ -125,7 +64,7 @@ impl Conn {
         let (n, gone) = self.read_client();
         if gone {
             debug!("conn {}: client went away mid-exchange", self.id);
-            self.ex.status = 499;
+            self.ex.meter.status = 499;
             self.log_exchange(Instant::now(), &CloseReason::ClientClosed, End::Cut);
             self.close(CloseReason::ClientClosed);
             return true;
@@ -195,30 +134,8 @@ impl Conn {
     /// The head in `ex.req` is whole: admit it, then read its body.
     pub(super) fn start_exchange(&mut self, ctx: &Ctx) {
         let ex = &mut self.ex;
+        ex.begin(ctx.now);
         let req = &ex.req;
-        ex.client_host =
-            req.headers.get_name(name::HOST).map(smallvec::SmallVec::from_slice).unwrap_or_default();
-        ex.start = Some(ctx.now);
-        ex.status = 0;
-        ex.bytes_out = 0;
-        ex.retried = false;
-        ex.body.clear();
-        ex.body_read = false;
-        ex.in_session = false;
-        ex.reopen = None;
-        ex.version_capture = None;
-        ex.event_stream = false;
-        ex.list_request = None;
-        ex.batch_errors.clear();
-        if let Some(a) = ex.audit.take() {
-            ex.audit_spare = Some(a);
-        }
-        ex.reattach = None;
-        ex.session_id = req
-            .headers
-            .get_name(name::MCP_SESSION_ID)
-            .map(smallvec::SmallVec::from_slice)
-            .unwrap_or_default();
         if !req.keep_alive || ctx.shutting_down {
             self.close_after = true;
         }
@@ -263,9 +180,10 @@ impl Conn {
         self.request_started = None;
         let ex = &mut self.ex;
         ex.body_read = true;
-        ex.in_session = !ex.session_id.is_empty() && ctx.sessions.borrow_mut().touch(&ex.session_id, ctx.now);
+        ex.session.known =
+            !ex.session.id.is_empty() && ctx.sessions.borrow_mut().touch(&ex.session.id, ctx.now);
         // C -> U' for a re-initialised session (nothing until a first one).
-        super::session::map_request_session(&mut ex.req.headers, &ex.session_id, &ctx.sessions.borrow());
+        super::session::map_request_session(&mut ex.req.headers, &ex.session.id, &ctx.sessions.borrow());
         if let Err(e) = self.plan_upstream_request(ctx) {
             // Fail closed: never forwarded unstamped.
             warn!("conn {}: request body refused: {e}", self.id);
@@ -313,7 +231,7 @@ impl Conn {
                     return;
                 }
             }
-            (list, _) => self.ex.list_request = list,
+            (list, _) => self.ex.policy.list_request = list,
         }
         self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
     }
@@ -355,7 +273,7 @@ impl Conn {
             progressed = true;
         }
         if gone && n == 0 {
-            self.ex.status = 499;
+            self.ex.meter.status = 499;
             self.log_exchange(ctx.now, &CloseReason::ClientClosed, End::Cut);
             self.close(CloseReason::ClientClosed);
             return true;
@@ -375,7 +293,7 @@ impl Conn {
         // [head, body before splice, splice, body after, ...]: one vectored
         // write; the body is never copied.
         let mut parts: smallvec::SmallVec<[&[u8]; 8]> = smallvec::SmallVec::new();
-        if let Some(replay) = self.ex.reopen.as_deref().and_then(|r| r.replay_bytes()) {
+        if let Some(replay) = self.ex.recovery.reopen.as_deref().and_then(|r| r.replay_bytes()) {
             // A request of the proxy's own, during a re-initialisation.
             parts.push(replay);
         } else {

@@ -56,7 +56,7 @@ impl Conn {
         let mut progressed = false;
         while self.out.pending() && self.client_ready.writable {
             let (n, pass_n, outcome) = self.out.write_to(&mut self.client, &mut self.upstream_buf);
-            self.ex.bytes_out += pass_n as u64;
+            self.ex.meter.bytes_out += pass_n as u64;
             if n > 0 {
                 progressed = true;
                 self.last_activity = now;
@@ -155,7 +155,7 @@ impl Conn {
         // U' -> C for a re-initialised session (nothing until a first one),
         // before a DELETE's answer forgets the session.
         super::session::map_response_session(&mut resp.headers, &ctx.sessions.borrow());
-        self.ex.version_capture = self.note_session(resp, ctx).map(Box::new);
+        self.ex.session.capture = self.note_session(resp, ctx).map(Box::new);
         if ctx.observing() {
             self.audit_session(resp);
         }
@@ -169,11 +169,11 @@ impl Conn {
         // a legacy one cannot), whose body passes as it came.
         let rewrite = sse
             && self.ex.req.method.as_slice() == b"GET"
-            && self.ex.session_id.is_empty()
+            && self.ex.session.id.is_empty()
             && resp.status == 200
             && resp.framing != Framing::None
             && !self.ex.client_host.is_empty();
-        if let Some(a) = self.ex.audit.as_mut() {
+        if let Some(a) = self.ex.audit.current.as_mut() {
             let format = resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type);
             a.answer_format(format.unwrap_or(Format::Json));
         }
@@ -220,8 +220,8 @@ impl Conn {
             field,
             self.close_after,
         );
-        self.ex.status = resp.status;
-        if let Some(a) = self.ex.audit.as_mut() {
+        self.ex.meter.status = resp.status;
+        if let Some(a) = self.ex.audit.current.as_mut() {
             a.relayed(resp.status);
         }
         let input_done = input.is_done();
@@ -231,7 +231,7 @@ impl Conn {
             // frames itself (an empty Content-Length event stream re-framed
             // as chunks for the rewrite) are queued here.
             let (n, finished) = self.out.finish_empty(out, rewriter);
-            self.ex.bytes_out += n;
+            self.ex.meter.bytes_out += n;
             self.rewriter_finished(finished, ctx);
             self.set_phase(Phase::Relay { input, out, input_done, rewriter: None });
         } else {
@@ -245,7 +245,8 @@ impl Conn {
     /// policy must filter never passes for want of a label (what is not
     /// JSON is then refused).
     fn list_filter(&self, resp: &ResponseHead, ctx: &Ctx) -> Option<ListFilter> {
-        let ids: SmallVec<[&[u8]; 1]> = self.ex.list_request.as_deref()?.iter().map(|id| &**id).collect();
+        let ids: SmallVec<[&[u8]; 1]> =
+            self.ex.policy.list_request.as_deref()?.iter().map(|id| &**id).collect();
         if resp.status != 200 || resp.framing == Framing::None {
             return None;
         }
@@ -271,10 +272,10 @@ impl Conn {
     /// the errors. Any other status is relayed as it came: the errors are
     /// not sent (said at warn).
     fn batch_answer(&mut self, resp: &mut ResponseHead) -> Option<BatchAnswer> {
-        if self.ex.batch_errors.is_empty() {
+        if self.ex.policy.batch_errors.is_empty() {
             return None;
         }
-        let errors = std::mem::take(&mut self.ex.batch_errors);
+        let errors = std::mem::take(&mut self.ex.policy.batch_errors);
         let format = resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type);
         match resp.status {
             200 if resp.framing != Framing::None => {
@@ -381,8 +382,8 @@ impl Conn {
             self.legacy_turn(&mut rewriter, ctx);
         }
         let id = self.id;
-        let capture = &mut self.ex.version_capture;
-        let audit = &mut self.ex.audit;
+        let capture = &mut self.ex.session.capture;
+        let audit = &mut self.ex.audit.current;
         let c = self.out.classify(self.upstream_buf.data(), &mut input, out, &mut rewriter, |data| {
             // Copied (never altered): a recorded initialize's answer.
             super::session::feed_capture(capture, Some(data), ctx.sessions, id);
@@ -393,13 +394,13 @@ impl Conn {
         if c.consumed > 0 {
             self.upstream_buf.consume(c.consumed);
         }
-        self.ex.bytes_out += c.own_payload;
+        self.ex.meter.bytes_out += c.own_payload;
         self.rewriter_finished(c.finished, ctx);
         progressed |= c.progressed;
         if rewriter.as_deref_mut().and_then(BodyRewriter::legacy).is_some() {
             self.legacy_turn(&mut rewriter, ctx);
             let n = self.out.idle(out, &mut rewriter);
-            self.ex.bytes_out += n;
+            self.ex.meter.bytes_out += n;
             progressed |= n > 0;
         }
         if let Some(e) = c.error {
@@ -408,14 +409,14 @@ impl Conn {
         }
         if input.is_done() && !input_done {
             input_done = true;
-            super::session::feed_capture(&mut self.ex.version_capture, None, ctx.sessions, self.id);
+            super::session::feed_capture(&mut self.ex.session.capture, None, ctx.sessions, self.id);
         }
         if eof {
             self.drop_upstream();
             if input.until_close() && self.upstream_buf.len() == self.out.pass {
                 input_done = true;
                 let (n, finished) = self.out.finish_until_close(out, &mut rewriter);
-                self.ex.bytes_out += n;
+                self.ex.meter.bytes_out += n;
                 self.rewriter_finished(finished, ctx);
                 progressed = true;
             } else if !input_done {
@@ -425,10 +426,10 @@ impl Conn {
         }
         if eof && input_done {
             // A close-delimited body ends here.
-            super::session::feed_capture(&mut self.ex.version_capture, None, ctx.sessions, self.id);
+            super::session::feed_capture(&mut self.ex.session.capture, None, ctx.sessions, self.id);
         }
         if let Some(ending) = cut {
-            super::session::feed_capture(&mut self.ex.version_capture, None, ctx.sessions, self.id);
+            super::session::feed_capture(&mut self.ex.session.capture, None, ctx.sessions, self.id);
             if eof && rewriter.is_none() && self.may_hold_stream(&input, out, ctx) {
                 // A session's GET stream whose upstream went away: held
                 // open for the upstream to come back (`reattach`).

@@ -154,10 +154,10 @@ impl Conn {
         let ex = &self.ex;
         let mut table = ctx.sessions.borrow_mut();
         match ex.req.method.as_slice() {
-            b"DELETE" if !ex.session_id.is_empty() => {
-                table.forget(&ex.session_id);
+            b"DELETE" if !ex.session.id.is_empty() => {
+                table.forget(&ex.session.id);
             }
-            b"POST" if ex.session_id.is_empty() && resp.status == 200 => {
+            b"POST" if ex.session.id.is_empty() && resp.status == 200 => {
                 let id = resp.headers.get_name(name::MCP_SESSION_ID)?;
                 let Ok(body) = rpc::parse(&ex.body) else { return None };
                 let init = body.single().filter(|m| m.is_method(rpc::INITIALIZE))?;
@@ -188,12 +188,12 @@ impl Conn {
                 }
             }
             b"POST"
-                if ex.in_session
-                    && table.get(&ex.session_id).is_some_and(|s| !s.initialized_sent())
+                if ex.session.known
+                    && table.get(&ex.session.id).is_some_and(|s| !s.initialized_sent())
                     && may_name_initialized(&ex.body)
                     && rpc::parse(&ex.body).is_ok_and(|b| b.find_method(rpc::INITIALIZED).is_some()) =>
             {
-                table.note_initialized(&ex.session_id, ctx.now);
+                table.note_initialized(&ex.session.id, ctx.now);
             }
             _ => {}
         }

@@ -119,7 +119,7 @@ impl Conn {
             return false;
         }
         if session.is_none() {
-            self.ex.batch_errors = errors;
+            self.ex.policy.batch_errors = errors;
         }
         true
     }

@@ -69,7 +69,9 @@ impl Conn {
 
     /// Whether a pooled connection may be used (not after a stale one failed).
     pub fn may_use_pool(&self) -> bool {
-        !self.ex.retried && !self.ex.reopen.as_deref().is_some_and(|r| r.avoids_pool()) && !self.reattaching()
+        !self.ex.recovery.retried
+            && !self.ex.recovery.reopen.as_deref().is_some_and(|r| r.avoids_pool())
+            && !self.reattaching()
     }
 
     /// Hand over an upstream socket: fresh (connecting) or from the pool.
@@ -173,10 +175,10 @@ impl Conn {
         let retry_at = ctx.now + CONNECT_RETRY_DELAY;
         // In a recorded session a refused connect is most likely a restart:
         // keep trying for the grace, then answer so the session survives.
-        let in_grace = self.ex.in_session && retry_at <= since + ctx.config.restart_grace;
+        let in_grace = self.ex.session.known && retry_at <= since + ctx.config.restart_grace;
         if attempt < CONNECT_RETRIES || in_grace {
             self.set_phase(Phase::Connect { attempt: attempt + 1, retry_at: Some(retry_at), since });
-        } else if self.ex.in_session {
+        } else if self.ex.session.known {
             self.answer_outage(ctx);
         } else {
             warn!("conn {}: upstream unreachable after {} attempts", self.id, attempt + 1);
@@ -197,7 +199,7 @@ impl Conn {
         if ctx.observing {
             ctx.obs.borrow_mut().health.unreachable(ctx.now);
         }
-        if self.ex.in_session {
+        if self.ex.session.known {
             self.answer_outage_as(ctx, Answer::UpstreamTls);
         } else {
             self.reply_error(ctx, Answer::UpstreamTls);
@@ -222,14 +224,14 @@ impl Conn {
         }
         let stale = self.upstream.as_ref().is_some_and(|u| u.reused && !u.received);
         self.drop_upstream();
-        if stale && !self.ex.retried && self.ex.idempotent() {
+        if stale && !self.ex.recovery.retried && self.ex.idempotent() {
             debug!("conn {}: pooled upstream connection was stale; reconnecting", self.id);
-            self.ex.retried = true;
+            self.ex.recovery.retried = true;
             self.upstream_buf.clear();
             self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
             return;
         }
-        if self.ex.in_session {
+        if self.ex.session.known {
             // Reset before any byte of a response: the upstream died under
             // the request. It is not sent again (it may have been
             // processed); the answer keeps the session alive.

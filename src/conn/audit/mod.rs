@@ -31,7 +31,7 @@ impl Conn {
     /// The body is whole: note its requests when someone observes.
     pub(super) fn audit_request(&mut self, agent: &str, policy: &crate::mcp::tools::Policy) {
         let bytes_in = (self.ex.req.len + self.ex.body.len()) as u64;
-        let mut a = self.ex.audit_spare.take().unwrap_or_default();
+        let mut a = self.ex.audit.spare.take().unwrap_or_default();
         a.read_into(&self.ex.body, &self.ex.plan, agent, policy, bytes_in);
         for r in a.requests.iter().filter(|r| r.claimed.is_some()) {
             warn!(
@@ -42,18 +42,25 @@ impl Conn {
             );
         }
         if a.requests.is_empty() {
-            self.ex.audit_spare = Some(a);
+            self.ex.audit.spare = Some(a);
         } else {
-            self.ex.audit = Some(a);
+            self.ex.audit.current = Some(a);
         }
     }
 
     /// The exchange is over: its requests' records.
     pub(super) fn audit_end(&mut self, now: Instant, end: End) {
-        let Some(mut a) = self.ex.audit.take() else { return };
-        let ms = self.ex.start.map_or(0, |s| now.saturating_duration_since(s).as_millis() as u64);
-        a.records(&self.ex.session_id, self.ex.status, ms, self.ex.bytes_out, end, &mut self.records);
-        self.ex.audit_spare = Some(a);
+        let Some(mut a) = self.ex.audit.current.take() else { return };
+        let ms = self.ex.meter.start.map_or(0, |s| now.saturating_duration_since(s).as_millis() as u64);
+        a.records(
+            &self.ex.session.id,
+            self.ex.meter.status,
+            ms,
+            self.ex.meter.bytes_out,
+            end,
+            &mut self.records,
+        );
+        self.ex.audit.spare = Some(a);
     }
 
     /// The session events a response head tells of: an `initialize`
@@ -61,12 +68,13 @@ impl Conn {
     pub(super) fn audit_session(&mut self, resp: &crate::http::head::ResponseHead) {
         let method = self.ex.req.method.as_slice();
         let ok = (200..300).contains(&resp.status);
-        if method == b"DELETE" && ok && !self.ex.session_id.is_empty() {
-            self.records.push(Record::SessionDeleted { session: self.ex.session_id.as_slice().into() });
-        } else if method == b"POST" && ok && self.ex.session_id.is_empty() {
+        if method == b"DELETE" && ok && !self.ex.session.id.is_empty() {
+            self.records.push(Record::SessionDeleted { session: self.ex.session.id.as_slice().into() });
+        } else if method == b"POST" && ok && self.ex.session.id.is_empty() {
             let init = self
                 .ex
                 .audit
+                .current
                 .as_ref()
                 .is_some_and(|a| a.requests.iter().any(|r| &*r.method == rpc::INITIALIZE));
             if let Some(id) =
@@ -79,7 +87,7 @@ impl Conn {
 
     /// A recorded session's re-initialisation ended (`ok`: it succeeded).
     pub(super) fn audit_reinit(&mut self, ok: bool) {
-        self.records.push(Record::SessionReinitialised { session: self.ex.session_id.as_slice().into(), ok });
+        self.records.push(Record::SessionReinitialised { session: self.ex.session.id.as_slice().into(), ok });
     }
 
     /// Bytes read from the client and written to it since the last call.

@@ -18,7 +18,7 @@ impl Conn {
     /// A final response head has arrived (still in `upstream_buf`): true
     /// when the reopen takes it over instead of relaying it.
     pub(in crate::conn) fn reopen_takes(&mut self, resp: &ResponseHead, ctx: &Ctx) -> bool {
-        if self.ex.reopen.is_none() && resp.status != 404 {
+        if self.ex.recovery.reopen.is_none() && resp.status != 404 {
             // Nearly every response: no reopen under way, no session lost.
             return false;
         }
@@ -28,13 +28,15 @@ impl Conn {
             format: resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type),
             keep_alive: resp.keep_alive,
         };
-        let lost =
-            self.ex.reopen.is_none() && resp.status == 404 && self.may_reopen(resp) && self.seen(ctx).known;
-        let decision = match self.ex.reopen.as_deref_mut() {
+        let lost = self.ex.recovery.reopen.is_none()
+            && resp.status == 404
+            && self.may_reopen(resp)
+            && self.seen(ctx).known;
+        let decision = match self.ex.recovery.reopen.as_deref_mut() {
             Some(r) => r.on_head(&head),
             None if lost => {
                 let sent_with = self.ex.req.headers.get_name(name::MCP_SESSION_ID).unwrap_or_default();
-                self.ex.reopen = Some(Box::new(Reopen::new(sent_with, resp.keep_alive)));
+                self.ex.recovery.reopen = Some(Box::new(Reopen::new(sent_with, resp.keep_alive)));
                 OnHead::Collect
             }
             None => OnHead::Relay,
@@ -58,7 +60,7 @@ impl Conn {
     /// DELETE, to `initialize` (it has no session id), or to an id never
     /// recorded or already forgotten.
     fn may_reopen(&self, resp: &ResponseHead) -> bool {
-        self.ex.in_session
+        self.ex.session.known
             && matches!(self.ex.req.method.as_slice(), b"POST" | b"GET")
             && matches!(resp.framing, Framing::Length(_) | Framing::Chunked)
     }
@@ -67,7 +69,7 @@ impl Conn {
     /// proxy-made answer instead of the upstream's): the client gets the
     /// upstream's 404 it was recovering from.
     pub(in crate::conn) fn own_request_failed(&mut self, ctx: &Ctx, why: Cow<'static, str>) {
-        if let Some(a) = self.ex.reopen.as_deref_mut().map(|r| r.on_own_request_failed(why)) {
+        if let Some(a) = self.ex.recovery.reopen.as_deref_mut().map(|r| r.on_own_request_failed(why)) {
             self.apply(ctx, a);
         }
     }
@@ -78,7 +80,8 @@ impl Conn {
             return false;
         };
         let seen = self.seen(ctx);
-        let Some(action) = self.ex.reopen.as_deref_mut().map(|r| r.on_check(seen, ctx.now >= until)) else {
+        let Some(action) = self.ex.recovery.reopen.as_deref_mut().map(|r| r.on_check(seen, ctx.now >= until))
+        else {
             return false;
         };
         let waiting = action == Action::KeepWaiting;
@@ -90,7 +93,7 @@ impl Conn {
 
     pub(in crate::conn) fn start_collect(&mut self, resp: &ResponseHead) {
         let mut at = resp.len;
-        if self.ex.reopen.as_deref().is_some_and(Reopen::streams_answer) {
+        if self.ex.recovery.reopen.as_deref().is_some_and(Reopen::streams_answer) {
             // Only the head was needed (`on_head` read it); the body is
             // walked and let go, so an answer of any size is read in the
             // buffer's room.
@@ -113,8 +116,8 @@ impl Conn {
         let Phase::Collect { input, at } = &mut self.phase else {
             return false;
         };
-        let streams = self.ex.reopen.as_deref().is_some_and(Reopen::streams_answer);
-        let reopen = &mut self.ex.reopen;
+        let streams = self.ex.recovery.reopen.as_deref().is_some_and(Reopen::streams_answer);
+        let reopen = &mut self.ex.recovery.reopen;
         let unread = self.upstream_buf.data().get(*at..).unwrap_or_default();
         let (walked, error) = input.walk(unread, |run, piece, _| {
             if let (Some(r), Piece::Data) = (reopen.as_deref_mut(), piece) {
@@ -145,7 +148,7 @@ impl Conn {
 
     /// The answer could not be read whole (also: not in time).
     pub(in crate::conn) fn collect_failed(&mut self, ctx: &Ctx) {
-        if let Some(a) = self.ex.reopen.as_deref_mut().map(Reopen::on_collect_failed) {
+        if let Some(a) = self.ex.recovery.reopen.as_deref_mut().map(Reopen::on_collect_failed) {
             self.apply(ctx, a);
         }
     }
@@ -154,11 +157,11 @@ impl Conn {
         // The socket goes to the pool when the upstream keeps it and
         // nothing follows the answer.
         let exact = self.upstream_buf.len() == at;
-        let keep = self.ex.reopen.as_deref().is_some_and(|r| r.keep_alive) && exact;
+        let keep = self.ex.recovery.reopen.as_deref().is_some_and(|r| r.keep_alive) && exact;
         self.hand_back_upstream(keep);
         let seen = self.seen(ctx);
         let held = self.upstream_buf.data().get(..at).unwrap_or_default();
-        let action = self.ex.reopen.as_deref_mut().map(|r| r.on_collected(held, seen));
+        let action = self.ex.recovery.reopen.as_deref_mut().map(|r| r.on_collected(held, seen));
         self.upstream_buf.clear();
         if let Some(a) = action {
             self.apply(ctx, a);
@@ -170,11 +173,12 @@ impl Conn {
     /// What the table says of this exchange's session now.
     fn seen(&self, ctx: &Ctx) -> Seen {
         let table = ctx.sessions.borrow();
-        let Some(s) = table.get(&self.ex.session_id) else { return Seen::default() };
+        let Some(s) = table.get(&self.ex.session.id) else { return Seen::default() };
         Seen {
             known: true,
             mapped_since_sent: self
                 .ex
+                .recovery
                 .reopen
                 .as_deref()
                 .is_some_and(|r| r.sent_with_other_than(s.upstream_id())),
@@ -187,7 +191,7 @@ impl Conn {
     fn apply(&mut self, ctx: &Ctx, action: Action) {
         let mut next = Some(action);
         while let Some(action) = next.take() {
-            let id = self.ex.session_id.clone();
+            let id = self.ex.session.id.clone();
             next = match action {
                 Action::Stay | Action::KeepWaiting => {
                     if let Phase::AwaitReopen { next_check, .. } = &mut self.phase {
@@ -200,12 +204,13 @@ impl Conn {
                     if outcome.is_ok() {
                         info!("conn {}: upstream lost the MCP session (404): re-initialising it", self.id);
                     }
-                    self.ex.reopen.as_deref_mut().map(|r| r.on_lead(outcome))
+                    self.ex.recovery.reopen.as_deref_mut().map(|r| r.on_lead(outcome))
                 }
                 Action::SendInitialize => self.send_initialize(ctx),
                 Action::SendInitialized => self.send_initialized(ctx),
                 Action::Finish => {
-                    let new_id = self.ex.reopen.as_deref().and_then(|r| r.new_id.clone()).unwrap_or_default();
+                    let new_id =
+                        self.ex.recovery.reopen.as_deref().and_then(|r| r.new_id.clone()).unwrap_or_default();
                     let outcome = ctx.sessions.borrow_mut().finish_reopen(&id, Ok(&new_id), ctx.now);
                     if outcome.is_ok() {
                         info!("conn {}: MCP session re-initialised on the upstream", self.id);
@@ -213,7 +218,7 @@ impl Conn {
                             self.audit_reinit(true);
                         }
                     }
-                    self.ex.reopen.as_deref_mut().map(|r| r.on_finished(outcome))
+                    self.ex.recovery.reopen.as_deref_mut().map(|r| r.on_finished(outcome))
                 }
                 Action::Retry => self.retry(ctx),
                 Action::Wait => {
@@ -262,7 +267,7 @@ impl Conn {
     fn send_initialize(&mut self, ctx: &Ctx) -> Option<Action> {
         let recorded = {
             let table = ctx.sessions.borrow();
-            table.get(&self.ex.session_id).map(|s| {
+            table.get(&self.ex.session.id).map(|s| {
                 (
                     recorded_fields(s.headers()),
                     s.initialize_body().to_vec(),
@@ -273,7 +278,7 @@ impl Conn {
         let Some((mut headers, body, version)) = recorded else {
             return Some(Action::fail("session forgotten", true));
         };
-        let r = self.ex.reopen.as_deref_mut()?;
+        let r = self.ex.recovery.reopen.as_deref_mut()?;
         if let Err(why) = r.prepare_initialize(&body, &version) {
             return Some(Action::fail(why, true));
         }
@@ -285,13 +290,13 @@ impl Conn {
         let recorded = {
             let table = ctx.sessions.borrow();
             table
-                .get(&self.ex.session_id)
+                .get(&self.ex.session.id)
                 .map(|s| (recorded_fields(s.headers()), Box::<str>::from(s.protocol_version())))
         };
         let Some((mut headers, version)) = recorded else {
             return Some(Action::fail("session forgotten", true));
         };
-        let new_id = self.ex.reopen.as_deref().and_then(|r| r.new_id.clone()).unwrap_or_default();
+        let new_id = self.ex.recovery.reopen.as_deref().and_then(|r| r.new_id.clone()).unwrap_or_default();
         if headers.set_name(name::MCP_SESSION_ID, &new_id).is_err()
             || headers.set_name(name::MCP_PROTOCOL_VERSION, version.as_bytes()).is_err()
         {
@@ -311,7 +316,7 @@ impl Conn {
     ) -> Option<Action> {
         let (who, route) = (ctx.credentials(), ctx.route());
         let req = editor::Outgoing { method: b"POST", target: &self.ex.req.target, framed: true };
-        let r = self.ex.reopen.as_deref_mut()?;
+        let r = self.ex.recovery.reopen.as_deref_mut()?;
         r.request.clear();
         let Ok(plan) = editor::plan_request(&req, headers, body, &who, &route, &mut r.request) else {
             return Some(Action::fail("recorded request refused by the scanner", true));
@@ -324,7 +329,7 @@ impl Conn {
 
     /// Relays the held 404 as if it had just arrived.
     fn relay_original(&mut self, ctx: &Ctx) {
-        let original = self.ex.reopen.as_deref_mut().map(Reopen::take_original).unwrap_or_default();
+        let original = self.ex.recovery.reopen.as_deref_mut().map(Reopen::take_original).unwrap_or_default();
         self.drop_upstream();
         self.upstream_buf.clear();
         if !self.upstream_buf.push(&original) {
@@ -339,11 +344,11 @@ impl Conn {
     /// with the current identity (a GET stream without `Last-Event-ID`: the
     /// new session has no events to resume).
     fn retry(&mut self, ctx: &Ctx) -> Option<Action> {
-        let upstream_id = ctx.sessions.borrow().get(&self.ex.session_id).map(|s| s.upstream_id().to_vec());
+        let upstream_id = ctx.sessions.borrow().get(&self.ex.session.id).map(|s| s.upstream_id().to_vec());
         let Some(upstream_id) = upstream_id else {
             return Some(Action::relay_original());
         };
-        if self.ex.reopen.as_deref().is_some_and(|r| r.step == Step::Original) {
+        if self.ex.recovery.reopen.as_deref().is_some_and(|r| r.step == Step::Original) {
             debug!("conn {}: session already re-initialised: request sent again", self.id);
         }
         let ex = &mut self.ex;
@@ -355,7 +360,7 @@ impl Conn {
             // Cannot happen: the same body was planned before.
             return Some(Action::relay_original());
         }
-        if let Some(r) = self.ex.reopen.as_deref_mut() {
+        if let Some(r) = self.ex.recovery.reopen.as_deref_mut() {
             r.step = Step::Retry;
         }
         self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
