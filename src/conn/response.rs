@@ -4,6 +4,7 @@
 use super::answer::Answer;
 use super::audit::End;
 use super::client_out::{BodyRewriter, Stage};
+use super::tool_policy::{legacy_turn, rewriter_finished};
 use super::{editor, CloseReason, Conn, Ctx, Phase};
 use crate::buf::Buf;
 use crate::http::body::{Decoder, Encoder};
@@ -15,7 +16,7 @@ use crate::io::{slices_after, write_vectored, SocketState};
 use crate::mcp::initialize::Format;
 use crate::mcp::legacy::LegacyStream;
 use crate::mcp::sse::EndpointRewriter;
-use crate::mcp::tools::{BatchAnswer, ListFilter, ListHandling, ListOptions};
+use crate::mcp::tools::ListHandling;
 use log::{debug, warn};
 use smallvec::SmallVec;
 use std::time::Instant;
@@ -177,8 +178,8 @@ impl Conn {
             let format = resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type);
             a.answer_format(format.unwrap_or(Format::Json));
         }
-        let list = self.list_filter(resp, ctx);
-        let batch = self.batch_answer(resp);
+        let list = self.ex.list_filter(resp, ctx);
+        let batch = self.ex.batch_answer(resp, self.id);
         let input = Decoder::new(resp.framing);
         let out = Encoder::for_response(resp.framing, http10, rewrite || list.is_some() || batch.is_some());
         // The stages of the payload's rewrite, in order: a batch's lists
@@ -232,130 +233,11 @@ impl Conn {
             // as chunks for the rewrite) are queued here.
             let (n, finished) = self.out.finish_empty(out, rewriter);
             self.ex.meter.bytes_out += n;
-            self.rewriter_finished(finished, ctx);
+            rewriter_finished(self.id, finished, ctx);
             self.set_phase(Phase::Relay { input, out, input_done, rewriter: None });
         } else {
             self.set_phase(Phase::Relay { input, out, input_done, rewriter });
         }
-    }
-
-    /// The filter of this exchange's `tools/list` answer, when the tool
-    /// policy rewrites it: a 200 with a body. An event stream is read as
-    /// one; any other `Content-Type`, or none, as JSON, so that a list the
-    /// policy must filter never passes for want of a label (what is not
-    /// JSON is then refused).
-    fn list_filter(&self, resp: &ResponseHead, ctx: &Ctx) -> Option<ListFilter> {
-        let ids: SmallVec<[&[u8]; 1]> =
-            self.ex.policy.list_request.as_deref()?.iter().map(|id| &**id).collect();
-        if resp.status != 200 || resp.framing == Framing::None {
-            return None;
-        }
-        let format = resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type);
-        let format = format.unwrap_or(Format::Json);
-        let handling = ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room());
-        // 2026-07-28 put a cache scope on list results: a filtered list is
-        // this agent's, not a shared one.
-        let revision = self.ex.req.headers.get_name(name::MCP_PROTOCOL_VERSION).unwrap_or_default();
-        let options = ListOptions {
-            learn_room: ctx.stamps.learn_room(),
-            insert_cache_scope: revision >= &b"2026-07-28"[..],
-        };
-        let enforce = handling == ListHandling::Rewrite;
-        let filter = ListFilter::for_ids(format, &ids, ctx.policy, ctx.stamps, options, enforce);
-        // One request's answer: every response in it is the list's.
-        Some(if crate::mcp::json::is_array(&self.ex.body) { filter } else { filter.answering_alone() })
-    }
-
-    /// The completion of a batch's answer with the proxy's errors for its
-    /// hidden calls: added to a 200's JSON array or event stream; a 202
-    /// (the upstream owed the rest no answer) becomes a 200 whose body is
-    /// the errors. Any other status is relayed as it came: the errors are
-    /// not sent (said at warn).
-    fn batch_answer(&mut self, resp: &mut ResponseHead) -> Option<BatchAnswer> {
-        if self.ex.policy.batch_errors.is_empty() {
-            return None;
-        }
-        let errors = std::mem::take(&mut self.ex.policy.batch_errors);
-        let format = resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type);
-        match resp.status {
-            200 if resp.framing != Framing::None => {
-                Some(BatchAnswer::new(format.unwrap_or(Format::Json), errors, false))
-            }
-            202 if resp.framing != Framing::None => {
-                resp.status = 200;
-                resp.reason = smallvec::SmallVec::from_slice(b"OK");
-                // A constant, valid field: `set` cannot fail here.
-                let _ = resp.headers.set_name(name::CONTENT_TYPE, b"application/json");
-                Some(BatchAnswer::new(Format::Json, errors, true))
-            }
-            status => {
-                warn!(
-                    "conn {}: the upstream answered a batch's forwarded part with {status}: the proxy's {} errors for its hidden calls are not sent",
-                    self.id,
-                    errors.len()
-                );
-                None
-            }
-        }
-    }
-
-    /// A rewriter is done: a `tools/list` filter's learned stamps go to the
-    /// loop, and what it could not rewrite is said at warn.
-    pub(super) fn rewriter_finished(&mut self, finished: Option<Box<BodyRewriter>>, ctx: &Ctx) {
-        let Some(mut finished) = finished else { return };
-        for stage in finished.stages_mut() {
-            match stage {
-                Stage::List(f) => self.list_outcome(f.take_outcome(), ctx),
-                Stage::Legacy(l) => {
-                    ctx.legacy.borrow_mut().close(self.id);
-                    for o in l.take_outcomes() {
-                        self.list_outcome(o, ctx);
-                    }
-                }
-                Stage::Endpoint(_) | Stage::Batch(_) => {}
-            }
-        }
-    }
-
-    /// A legacy stream's turn, with no socket touched: it registers the
-    /// session its endpoint event named, takes what POSTs owe it (lists to
-    /// filter, events to add) and reports the lists it finished.
-    fn legacy_turn(&mut self, rewriter: &mut Option<Box<BodyRewriter>>, ctx: &Ctx) {
-        let Some(l) = rewriter.as_deref_mut().and_then(BodyRewriter::legacy) else { return };
-        let mut routes = ctx.legacy.borrow_mut();
-        if let Some(session) = l.take_new_session() {
-            debug!("conn {}: legacy SSE stream of session {:?}", self.id, String::from_utf8_lossy(&session));
-            routes.open(session, self.id);
-        }
-        if let Some(owed) = routes.take(self.id) {
-            let options = ListOptions { learn_room: ctx.stamps.learn_room(), insert_cache_scope: false };
-            let enforce =
-                ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room()) == ListHandling::Rewrite;
-            l.owe(owed, ctx.policy, ctx.stamps, options, enforce);
-        }
-        drop(routes);
-        for o in l.take_outcomes() {
-            self.list_outcome(o, ctx);
-        }
-    }
-
-    fn list_outcome(&mut self, o: crate::mcp::tools::ListReport, ctx: &Ctx) {
-        if let Some(why) = o.failed {
-            if o.refused {
-                warn!(
-                    "conn {}: tools/list answer not relayed: {why}: answered with a JSON-RPC error",
-                    self.id
-                );
-            } else {
-                debug!("conn {}: tools/list answer relayed as it came: {why}", self.id);
-            }
-        } else if o.hidden_tools + o.hidden_params > 0 {
-            debug!(
-                "conn {}: tools/list filtered: {} tools and {} identity parameters hidden",
-                self.id, o.hidden_tools, o.hidden_params
-            );
-        }
-        ctx.learned.borrow_mut().extend(o.learned);
     }
 
     pub(super) fn relay(&mut self, ctx: &Ctx) -> bool {
@@ -379,7 +261,7 @@ impl Conn {
         // What POSTs owe a legacy stream is taken before its bytes are
         // read: a list's id is noted before the list can arrive.
         if rewriter.as_deref_mut().and_then(BodyRewriter::legacy).is_some() {
-            self.legacy_turn(&mut rewriter, ctx);
+            legacy_turn(self.id, &mut rewriter, ctx);
         }
         let id = self.id;
         let capture = &mut self.ex.session.capture;
@@ -395,10 +277,10 @@ impl Conn {
             self.upstream_buf.consume(c.consumed);
         }
         self.ex.meter.bytes_out += c.own_payload;
-        self.rewriter_finished(c.finished, ctx);
+        rewriter_finished(self.id, c.finished, ctx);
         progressed |= c.progressed;
         if rewriter.as_deref_mut().and_then(BodyRewriter::legacy).is_some() {
-            self.legacy_turn(&mut rewriter, ctx);
+            legacy_turn(self.id, &mut rewriter, ctx);
             let n = self.out.idle(out, &mut rewriter);
             self.ex.meter.bytes_out += n;
             progressed |= n > 0;
@@ -417,7 +299,7 @@ impl Conn {
                 input_done = true;
                 let (n, finished) = self.out.finish_until_close(out, &mut rewriter);
                 self.ex.meter.bytes_out += n;
-                self.rewriter_finished(finished, ctx);
+                rewriter_finished(self.id, finished, ctx);
                 progressed = true;
             } else if !input_done {
                 debug!("conn {}: upstream closed mid-body", self.id);

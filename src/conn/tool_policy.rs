@@ -1,15 +1,28 @@
-//! The tool policy at the request: a `tools/call` of a tool the policy
-//! hides is answered by the proxy (a batch's hidden calls each in its
-//! place, the rest forwarded), and the ids of the `tools/list` requests
-//! whose answers the relay filters. Called by `request.rs` once the body is
-//! whole and stamped.
+//! The tool policy of an exchange, at its fixed points. At the request
+//! (`request.rs`, once the body is whole and stamped): a `tools/call` of a
+//! tool the policy hides is answered by the proxy (a batch's hidden calls
+//! each in its place, the rest forwarded), and the ids of the `tools/list`
+//! requests whose answers are filtered are kept. At the response head
+//! (`response.rs`): the stages of the response's rewrite, a `tools/list`
+//! answer's filter and a batch answer's completion. After the rewrite: what
+//! its stages reported (learned stamps, lists not rewritten), and a legacy
+//! stream's turn (the lists and errors POSTs owe it).
 
 use super::answer::Answer;
+use super::client_out::{BodyRewriter, Stage};
+use super::exchange::Exchange;
 use super::{Conn, Ctx};
+use crate::http::framing::Framing;
+use crate::http::head::ResponseHead;
+use crate::http::headers::name;
+use crate::mcp::initialize::Format;
 use crate::mcp::rpc;
 use crate::mcp::stamp::Plan;
 use crate::mcp::tools::{split_batch, Policy as ToolPolicy};
+use crate::mcp::tools::{BatchAnswer, ListFilter, ListHandling, ListOptions};
+use log::debug;
 use log::warn;
+use smallvec::SmallVec;
 
 /// The first `tools/call` of the body (a message or a batch) of a tool the
 /// policy hides, from the calls the stamp scan noted: the tool's decoded
@@ -123,4 +136,123 @@ impl Conn {
         }
         true
     }
+}
+
+/// The tool policy at the response: the filter of a `tools/list` answer and
+/// the completion of a batch's answer, stages of the response's rewrite.
+impl Exchange {
+    /// The filter of this exchange's `tools/list` answer, when the tool
+    /// policy rewrites it: a 200 with a body. An event stream is read as
+    /// one; any other `Content-Type`, or none, as JSON, so that a list the
+    /// policy must filter never passes for want of a label (what is not
+    /// JSON is then refused).
+    pub(super) fn list_filter(&self, resp: &ResponseHead, ctx: &Ctx) -> Option<ListFilter> {
+        let ids: SmallVec<[&[u8]; 1]> = self.policy.list_request.as_deref()?.iter().map(|id| &**id).collect();
+        if resp.status != 200 || resp.framing == Framing::None {
+            return None;
+        }
+        let format = resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type);
+        let format = format.unwrap_or(Format::Json);
+        let handling = ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room());
+        // 2026-07-28 put a cache scope on list results: a filtered list is
+        // this agent's, not a shared one.
+        let revision = self.req.headers.get_name(name::MCP_PROTOCOL_VERSION).unwrap_or_default();
+        let options = ListOptions {
+            learn_room: ctx.stamps.learn_room(),
+            insert_cache_scope: revision >= &b"2026-07-28"[..],
+        };
+        let enforce = handling == ListHandling::Rewrite;
+        let filter = ListFilter::for_ids(format, &ids, ctx.policy, ctx.stamps, options, enforce);
+        // One request's answer: every response in it is the list's.
+        Some(if crate::mcp::json::is_array(&self.body) { filter } else { filter.answering_alone() })
+    }
+
+    /// The completion of a batch's answer with the proxy's errors for its
+    /// hidden calls: added to a 200's JSON array or event stream; a 202
+    /// (the upstream owed the rest no answer) becomes a 200 whose body is
+    /// the errors. Any other status is relayed as it came: the errors are
+    /// not sent (said at warn).
+    pub(super) fn batch_answer(&mut self, resp: &mut ResponseHead, conn: u64) -> Option<BatchAnswer> {
+        if self.policy.batch_errors.is_empty() {
+            return None;
+        }
+        let errors = std::mem::take(&mut self.policy.batch_errors);
+        let format = resp.headers.get_name(name::CONTENT_TYPE).and_then(Format::from_content_type);
+        match resp.status {
+            200 if resp.framing != Framing::None => {
+                Some(BatchAnswer::new(format.unwrap_or(Format::Json), errors, false))
+            }
+            202 if resp.framing != Framing::None => {
+                resp.status = 200;
+                resp.reason = smallvec::SmallVec::from_slice(b"OK");
+                // A constant, valid field: `set` cannot fail here.
+                let _ = resp.headers.set_name(name::CONTENT_TYPE, b"application/json");
+                Some(BatchAnswer::new(Format::Json, errors, true))
+            }
+            status => {
+                warn!(
+                    "conn {}: the upstream answered a batch's forwarded part with {status}: the proxy's {} errors for its hidden calls are not sent",
+                    conn,
+                    errors.len()
+                );
+                None
+            }
+        }
+    }
+}
+
+/// The tool policy after the response's rewrite: what its stages reported.
+/// A rewriter is done: a `tools/list` filter's learned stamps go to the
+/// loop, and what it could not rewrite is said at warn.
+pub(super) fn rewriter_finished(conn: u64, finished: Option<Box<BodyRewriter>>, ctx: &Ctx) {
+    let Some(mut finished) = finished else { return };
+    for stage in finished.stages_mut() {
+        match stage {
+            Stage::List(f) => list_outcome(conn, f.take_outcome(), ctx),
+            Stage::Legacy(l) => {
+                ctx.legacy.borrow_mut().close(conn);
+                for o in l.take_outcomes() {
+                    list_outcome(conn, o, ctx);
+                }
+            }
+            Stage::Endpoint(_) | Stage::Batch(_) => {}
+        }
+    }
+}
+
+/// A legacy stream's turn, with no socket touched: it registers the
+/// session its endpoint event named, takes what POSTs owe it (lists to
+/// filter, events to add) and reports the lists it finished.
+pub(super) fn legacy_turn(conn: u64, rewriter: &mut Option<Box<BodyRewriter>>, ctx: &Ctx) {
+    let Some(l) = rewriter.as_deref_mut().and_then(BodyRewriter::legacy) else { return };
+    let mut routes = ctx.legacy.borrow_mut();
+    if let Some(session) = l.take_new_session() {
+        debug!("conn {}: legacy SSE stream of session {:?}", conn, String::from_utf8_lossy(&session));
+        routes.open(session, conn);
+    }
+    if let Some(owed) = routes.take(conn) {
+        let options = ListOptions { learn_room: ctx.stamps.learn_room(), insert_cache_scope: false };
+        let enforce = ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room()) == ListHandling::Rewrite;
+        l.owe(owed, ctx.policy, ctx.stamps, options, enforce);
+    }
+    drop(routes);
+    for o in l.take_outcomes() {
+        list_outcome(conn, o, ctx);
+    }
+}
+
+fn list_outcome(conn: u64, o: crate::mcp::tools::ListReport, ctx: &Ctx) {
+    if let Some(why) = o.failed {
+        if o.refused {
+            warn!("conn {}: tools/list answer not relayed: {why}: answered with a JSON-RPC error", conn);
+        } else {
+            debug!("conn {}: tools/list answer relayed as it came: {why}", conn);
+        }
+    } else if o.hidden_tools + o.hidden_params > 0 {
+        debug!(
+            "conn {}: tools/list filtered: {} tools and {} identity parameters hidden",
+            conn, o.hidden_tools, o.hidden_params
+        );
+    }
+    ctx.learned.borrow_mut().extend(o.learned);
 }
