@@ -18,7 +18,6 @@ use crate::mcp::legacy::LegacyStream;
 use crate::mcp::sse::EndpointRewriter;
 use crate::mcp::tools::ListHandling;
 use log::{debug, warn};
-use smallvec::SmallVec;
 use std::time::Instant;
 
 pub(super) use super::client_out::ClientOut;
@@ -185,23 +184,29 @@ impl Conn {
         // The stages of the payload's rewrite, in order: a batch's lists
         // filtered, then its hidden calls' errors added; else a legacy
         // stream's endpoint (and, under a tool policy, what POSTs owe it).
-        let mut stages: SmallVec<[Stage; 2]> =
-            list.map(Stage::List).into_iter().chain(batch.map(Stage::Batch)).collect();
-        if stages.is_empty() && rewrite {
-            let authority = ctx.config.upstream.authority.as_bytes();
-            let endpoint =
-                EndpointRewriter::for_upstream(ctx.config.upstream.https, authority, &self.ex.client_host);
-            // Under a tool policy a legacy stream carries the answers to
-            // filter (lists) and to add (refused calls) of POSTs made on
-            // other connections.
-            let policy = !ctx.policy.allows_all()
-                || ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room()) != ListHandling::Relay;
-            stages.push(match policy {
-                true => Stage::Legacy(Box::new(LegacyStream::new(endpoint))),
-                false => Stage::Endpoint(endpoint),
-            });
-        }
-        let rewriter = BodyRewriter::of(stages).map(Box::new);
+        // Nothing is built when nothing rewrites (most responses).
+        let rewriter = (list.is_some() || batch.is_some() || rewrite).then(|| {
+            let mut rw = Box::new(BodyRewriter::default());
+            rw.push_all(list.map(Stage::List).into_iter().chain(batch.map(Stage::Batch)));
+            if rw.is_empty() {
+                let authority = ctx.config.upstream.authority.as_bytes();
+                let endpoint = EndpointRewriter::for_upstream(
+                    ctx.config.upstream.https,
+                    authority,
+                    &self.ex.client_host,
+                );
+                // Under a tool policy a legacy stream carries the answers to
+                // filter (lists) and to add (refused calls) of POSTs made on
+                // other connections.
+                let policy = !ctx.policy.allows_all()
+                    || ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room()) != ListHandling::Relay;
+                rw.push_all([match policy {
+                    true => Stage::Legacy(Box::new(LegacyStream::new(endpoint))),
+                    false => Stage::Endpoint(endpoint),
+                }]);
+            }
+            rw
+        });
         self.upstream_reusable = resp.keep_alive;
         if out == Encoder::CloseDelimited {
             self.close_after = true;

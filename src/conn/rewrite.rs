@@ -56,7 +56,7 @@ impl Stage {
 /// A response payload's rewrite, with the proxy framing what it emits: its
 /// stages in order, each fed what the one before it made (a batch's lists
 /// filtered, then its hidden calls' errors added).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct BodyRewriter {
     stages: SmallVec<[Stage; 2]>,
     /// What a stage made for the next (reused: no allocation per read).
@@ -67,8 +67,18 @@ pub struct BodyRewriter {
 impl BodyRewriter {
     /// The rewrite of these stages, in order; `None` when there is none.
     pub fn of(stages: impl IntoIterator<Item = Stage>) -> Option<BodyRewriter> {
-        let stages: SmallVec<[Stage; 2]> = stages.into_iter().collect();
-        (!stages.is_empty()).then(|| BodyRewriter { stages, carry: Vec::new(), made: Vec::new() })
+        let mut rw = BodyRewriter::default();
+        rw.push_all(stages);
+        (!rw.is_empty()).then_some(rw)
+    }
+
+    /// Adds stages after those it has.
+    pub fn push_all(&mut self, stages: impl IntoIterator<Item = Stage>) {
+        self.stages.extend(stages);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stages.is_empty()
     }
 
     /// The stages, in order (their outcomes are the caller's to read).
