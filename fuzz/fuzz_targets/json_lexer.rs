@@ -2,43 +2,15 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_identity_proxy::mcp::json;
-use mcp_identity_proxy::mcp::lex::{Lexer, Tok};
+use mcp_identity_proxy::mcp::json::{self, ScanError};
+use mcp_identity_proxy::mcp::lex::{Lexer, Tok, Token};
 
-/// The tokens of `text` in the pieces `cuts` makes (none: whole), a token's
-/// parts joined; `None` when refused.
+// The same reading in pieces as the unit tests'.
+#[path = "../../src/mcp/lex_pieces.rs"]
+mod pieces;
+
 fn lex(text: &[u8], cuts: &[usize]) -> Option<Vec<(Tok, Vec<u8>)>> {
-    let whole = cuts.is_empty();
-    let mut lx = if whole { Lexer::whole() } else { Lexer::pieces() };
-    let mut out: Vec<(Tok, Vec<u8>)> = Vec::new();
-    let mut open = false;
-    let mut bounds = vec![0];
-    bounds.extend_from_slice(cuts);
-    bounds.push(text.len());
-    for w in bounds.windows(2) {
-        let piece = &text[w[0]..w[1]];
-        let mut pos = 0;
-        while let Some(t) = lx.next(piece, &mut pos).ok()? {
-            assert_eq!(t.first, !open, "a token's parts out of order: {t:?}");
-            if t.first {
-                out.push((t.tok, Vec::new()));
-            }
-            let last = out.last_mut()?;
-            last.0 = t.tok;
-            last.1.extend_from_slice(&piece[t.start..t.end]);
-            open = !t.last;
-        }
-        assert_eq!(pos, piece.len(), "a piece not read to its end");
-    }
-    if !whole {
-        if let Some(t) = lx.finish(text.len()).ok()? {
-            assert!(open && !t.first && t.last, "a last part out of order: {t:?}");
-            out.last_mut()?.0 = t.tok;
-            open = false;
-        }
-    }
-    assert!(!lx.done() || !open, "done inside a token");
-    lx.done().then_some(out)
+    pieces::lex(text, cuts).ok()
 }
 
 fuzz_target!(|data: &[u8]| {

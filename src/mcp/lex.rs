@@ -1067,6 +1067,12 @@ fn has_control(run: &[u8]) -> bool {
     run.iter().fold(false, |acc, &c| acc | (c < 0x20))
 }
 
+// The tokens of a text given in pieces: shared with the `json_lexer` fuzz
+// target, which includes the file.
+#[cfg(test)]
+#[path = "lex_pieces.rs"]
+mod pieces;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1103,47 +1109,7 @@ mod tests {
         }
     }
 
-    type Lexed = Result<Vec<(Tok, Vec<u8>)>, ScanError>;
-
-    /// The tokens of `text` given in the pieces `cuts` makes of it (none:
-    /// whole), each token's parts joined: what it is as its last part says,
-    /// and its bytes; or the error. Whitespace only may follow the value.
-    fn lex(text: &[u8], cuts: &[usize]) -> Lexed {
-        let whole = cuts.is_empty();
-        let mut lx = if whole { Lexer::whole() } else { Lexer::pieces() };
-        let mut out: Vec<(Tok, Vec<u8>)> = Vec::new();
-        let mut open = false;
-        let mut bounds = vec![0];
-        bounds.extend_from_slice(cuts);
-        bounds.push(text.len());
-        let mut take = |t: Token, piece: &[u8], out: &mut Vec<(Tok, Vec<u8>)>| {
-            assert_eq!(t.first, !open, "a part after the last, or a first part missing: {t:?}");
-            if t.first {
-                out.push((t.tok, Vec::new()));
-            }
-            let last = out.last_mut().unwrap();
-            last.0 = t.tok;
-            last.1.extend_from_slice(&piece[t.start..t.end]);
-            open = !t.last;
-        };
-        for w in bounds.windows(2) {
-            let piece = &text[w[0]..w[1]];
-            let mut pos = 0;
-            while let Some(t) = lx.next(piece, &mut pos)? {
-                take(t, piece, &mut out);
-            }
-            assert_eq!(pos, piece.len(), "a piece not read to its end");
-        }
-        if !whole {
-            if let Some(t) = lx.finish(text.len())? {
-                take(t, &[], &mut out);
-            }
-        }
-        if !lx.done() {
-            return Err(ScanError::Syntax { offset: text.len() });
-        }
-        Ok(out)
-    }
+    use super::pieces::lex;
 
     /// Values made of JSON's pieces: structure, keys, every kind of scalar,
     /// escapes, UTF-8 of each length, whitespace.
