@@ -302,7 +302,7 @@ impl Conn {
             self.own_request_failed(ctx, answer.message());
             return;
         }
-        if self.reattaching() {
+        if self.ex.reattaching() {
             // A held stream's head is out: it ends instead.
             self.end_held_stream(ctx, &answer.message());
             return;

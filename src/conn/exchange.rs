@@ -11,9 +11,11 @@ use super::audit::ExchangeAudit;
 use super::reattach::Reattach;
 use super::reopen::Reopen;
 use super::session::VersionCapture;
+use super::{editor, Ctx};
+use crate::http::framing::Framing;
 use crate::http::head::RequestHead;
 use crate::http::headers::name;
-use crate::mcp::stamp::Plan;
+use crate::mcp::stamp::{Plan, StampError};
 
 #[derive(Default)]
 pub(super) struct Exchange {
@@ -46,6 +48,21 @@ impl Exchange {
     /// §9.2.2).
     pub(super) fn idempotent(&self) -> bool {
         matches!(self.req.method.as_slice(), b"GET" | b"HEAD" | b"OPTIONS" | b"DELETE" | b"PUT")
+    }
+
+    /// Scans and stamps the body with the identity in force now and writes
+    /// the upstream head (`editor::plan_request`).
+    pub(super) fn plan_upstream(&mut self, ctx: &Ctx) -> Result<(), StampError> {
+        let ex = self;
+        let req = editor::Outgoing {
+            method: &ex.req.method,
+            target: &ex.req.target,
+            // The client delimited a body (Content-Length or chunked).
+            framed: ex.req.framing != Framing::None,
+        };
+        let (who, route) = (ctx.credentials(), ctx.route());
+        ex.plan = editor::plan_request(&req, &mut ex.req.headers, &ex.body, &who, &route, &mut ex.head_out)?;
+        Ok(())
     }
 
     /// A new exchange on the connection, its head in `req`, begins `now`:

@@ -46,10 +46,8 @@ mod upstream_invariant;
 
 use crate::buf::Buf;
 use crate::config::Config;
-use crate::http::framing::Framing;
 use crate::io::{read_into, SocketState};
 use crate::limits::{ANSWER_FLUSH_TIMEOUT, MAX_IO_PER_EVENT, MAX_REQUEST_HEAD};
-use crate::mcp::stamp::StampError;
 use answer::Answer;
 use client_sock::ClientSock;
 pub use ctx::Ctx;
@@ -186,21 +184,6 @@ impl Conn {
         let healthy = self.kept_upstream_usable(now);
         self.upstream_idle_since = None;
         self.hand_back_upstream(healthy);
-    }
-
-    /// Scans and stamps the body with the identity in force now and writes
-    /// the upstream head (`editor::plan_request`).
-    pub(super) fn plan_upstream_request(&mut self, ctx: &Ctx) -> Result<(), StampError> {
-        let ex = &mut self.ex;
-        let req = editor::Outgoing {
-            method: &ex.req.method,
-            target: &ex.req.target,
-            // The client delimited a body (Content-Length or chunked).
-            framed: ex.req.framing != Framing::None,
-        };
-        let (who, route) = (ctx.credentials(), ctx.route());
-        ex.plan = editor::plan_request(&req, &mut ex.req.headers, &ex.body, &who, &route, &mut ex.head_out)?;
-        Ok(())
     }
 
     /// Read from the upstream into `upstream_buf`; returns (bytes, eof/error).
@@ -365,7 +348,7 @@ impl Conn {
             Phase::Connect { retry_at: None, .. } if self.upstream.as_ref().is_some_and(|u| u.connected) => {
                 self.upstream_tls_failed(ctx, "the handshake did not complete within --connect-timeout");
             }
-            Phase::Connect { attempt, .. } if self.reattaching() => self.reattach_retry(ctx, attempt),
+            Phase::Connect { attempt, .. } if self.ex.reattaching() => self.reattach_retry(ctx, attempt),
             Phase::Connect { .. } if self.ex.session.known => self.answer_outage(ctx),
             Phase::Connect { .. } => {
                 warn!("conn {}: upstream connect timed out", self.id);

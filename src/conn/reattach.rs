@@ -17,6 +17,7 @@
 //! client reconnects as it would without the proxy.
 
 use super::{CloseReason, Conn, Ctx, Phase};
+use crate::conn::exchange::Exchange;
 use crate::http::body::{Decoder, Encoder};
 use crate::http::head::ResponseHead;
 use crate::http::headers::name;
@@ -36,27 +37,29 @@ pub(super) struct Reattach {
     pub(super) until: Instant,
 }
 
-impl Conn {
+impl Exchange {
     /// A reattach is under way: the client's response head is out, so no
     /// proxy-made answer can be sent; a failure ends the stream instead.
     pub(super) fn reattaching(&self) -> bool {
-        self.ex.recovery.reattach.is_some()
+        self.recovery.reattach.is_some()
     }
 
     /// The upstream closed a relayed body before its end: true when it is
     /// a recorded session's GET event stream cut where the client's framing
     /// can go on (between chunks), so it is held instead of cut.
     pub(super) fn may_hold_stream(&self, input: &Decoder, out: Encoder, ctx: &Ctx) -> bool {
-        self.ex.event_stream
-            && self.ex.meter.status == 200
-            && self.ex.req.method.as_slice() == b"GET"
+        self.event_stream
+            && self.meter.status == 200
+            && self.req.method.as_slice() == b"GET"
             && out == (Encoder::PassThrough { chunked: true })
             && input.at_chunk_boundary()
             && !ctx.shutting_down
-            && !self.ex.session.id.is_empty()
-            && ctx.sessions.borrow().get(&self.ex.session.id).is_some()
+            && !self.session.id.is_empty()
+            && ctx.sessions.borrow().get(&self.session.id).is_some()
     }
+}
 
+impl Conn {
     /// Holds the client's stream open (`Phase::Hold`) once what arrived of
     /// the old one is written.
     pub(super) fn hold_stream(&mut self, out: Encoder, ctx: &Ctx) {
@@ -95,7 +98,7 @@ impl Conn {
         // socket (after a restart the pool holds the old server's).
         ex.recovery.reopen = None;
         ex.recovery.retried = false;
-        if self.plan_upstream_request(ctx).is_err() {
+        if self.ex.plan_upstream(ctx).is_err() {
             // Cannot happen: a GET has no body to refuse.
             self.end_held_stream(ctx, &"request refused");
             return true;

@@ -184,7 +184,7 @@ impl Conn {
             !ex.session.id.is_empty() && ctx.sessions.borrow_mut().touch(&ex.session.id, ctx.now);
         // C -> U' for a re-initialised session (nothing until a first one).
         super::session::map_request_session(&mut ex.req.headers, &ex.session.id, &ctx.sessions.borrow());
-        if let Err(e) = self.plan_upstream_request(ctx) {
+        if let Err(e) = self.ex.plan_upstream(ctx) {
             // Fail closed: never forwarded unstamped.
             warn!("conn {}: request body refused: {e}", self.id);
             self.ex.plan = Plan::default();

@@ -147,7 +147,7 @@ impl Conn {
     }
 
     pub(super) fn start_relay(&mut self, resp: &mut ResponseHead, ctx: &Ctx) {
-        if self.reattaching() {
+        if self.ex.reattaching() {
             // The client has its head: the new stream continues its body.
             self.reattach_relay(resp, ctx);
             return;
@@ -317,7 +317,7 @@ impl Conn {
         }
         if let Some(ending) = cut {
             super::session::feed_capture(&mut self.ex.session.capture, None, ctx.sessions, self.id);
-            if eof && rewriter.is_none() && self.may_hold_stream(&input, out, ctx) {
+            if eof && rewriter.is_none() && self.ex.may_hold_stream(&input, out, ctx) {
                 // A session's GET stream whose upstream went away: held
                 // open for the upstream to come back (`reattach`).
                 self.hold_stream(out, ctx);

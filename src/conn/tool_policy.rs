@@ -126,7 +126,7 @@ impl Conn {
             rest.kept
         );
         self.ex.body = rest.forward;
-        if let Err(e) = self.plan_upstream_request(ctx) {
+        if let Err(e) = self.ex.plan_upstream(ctx) {
             warn!("conn {}: request body refused: {e}", self.id);
             self.reply_error(ctx, Answer::BodyRefused(e));
             return false;

@@ -71,7 +71,7 @@ impl Conn {
     pub fn may_use_pool(&self) -> bool {
         !self.ex.recovery.retried
             && !self.ex.recovery.reopen.as_deref().is_some_and(|r| r.avoids_pool())
-            && !self.reattaching()
+            && !self.ex.reattaching()
     }
 
     /// Hand over an upstream socket: fresh (connecting) or from the pool.
@@ -168,7 +168,7 @@ impl Conn {
         let Phase::Connect { attempt, since, .. } = self.phase else {
             return;
         };
-        if self.reattaching() {
+        if self.ex.reattaching() {
             self.reattach_retry(ctx, attempt);
             return;
         }
@@ -211,7 +211,7 @@ impl Conn {
     /// whose bytes were written is never replayed (RFC 9110 §9.2.2: a proxy
     /// must not retry a non-idempotent request automatically).
     pub(super) fn upstream_lost_before_response(&mut self, ctx: &Ctx) {
-        if self.reattaching() {
+        if self.ex.reattaching() {
             // Reset before an answer: the upstream is not back yet.
             self.reattach_retry(ctx, 0);
             return;

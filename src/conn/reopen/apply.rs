@@ -3,6 +3,7 @@
 //! `Phase::Collect` (see the parent module for the decision).
 
 use super::*;
+use crate::conn::exchange::Exchange;
 use crate::conn::{editor, Conn, Ctx, Phase};
 use crate::http::body::Decoder;
 use crate::http::chunked::Piece;
@@ -30,8 +31,8 @@ impl Conn {
         };
         let lost = self.ex.recovery.reopen.is_none()
             && resp.status == 404
-            && self.may_reopen(resp)
-            && self.seen(ctx).known;
+            && self.ex.may_reopen(resp)
+            && self.ex.reopen_seen(ctx).known;
         let decision = match self.ex.recovery.reopen.as_deref_mut() {
             Some(r) => r.on_head(&head),
             None if lost => {
@@ -55,16 +56,6 @@ impl Conn {
         }
     }
 
-    /// A 404 the proxy may recover from: a POST or GET in a session it
-    /// recorded, with a body it can read whole. Not a loss: a 404 to
-    /// DELETE, to `initialize` (it has no session id), or to an id never
-    /// recorded or already forgotten.
-    fn may_reopen(&self, resp: &ResponseHead) -> bool {
-        self.ex.session.known
-            && matches!(self.ex.req.method.as_slice(), b"POST" | b"GET")
-            && matches!(resp.framing, Framing::Length(_) | Framing::Chunked)
-    }
-
     /// A request of the proxy's own failed (connect refused, timed out, a
     /// proxy-made answer instead of the upstream's): the client gets the
     /// upstream's 404 it was recovering from.
@@ -79,7 +70,7 @@ impl Conn {
         let Phase::AwaitReopen { until, .. } = self.phase else {
             return false;
         };
-        let seen = self.seen(ctx);
+        let seen = self.ex.reopen_seen(ctx);
         let Some(action) = self.ex.recovery.reopen.as_deref_mut().map(|r| r.on_check(seen, ctx.now >= until))
         else {
             return false;
@@ -159,7 +150,7 @@ impl Conn {
         let exact = self.upstream_buf.len() == at;
         let keep = self.ex.recovery.reopen.as_deref().is_some_and(|r| r.keep_alive) && exact;
         self.hand_back_upstream(keep);
-        let seen = self.seen(ctx);
+        let seen = self.ex.reopen_seen(ctx);
         let held = self.upstream_buf.data().get(..at).unwrap_or_default();
         let action = self.ex.recovery.reopen.as_deref_mut().map(|r| r.on_collected(held, seen));
         self.upstream_buf.clear();
@@ -169,23 +160,6 @@ impl Conn {
     }
 
     // ---- the one place that applies decisions and reads the table ----
-
-    /// What the table says of this exchange's session now.
-    fn seen(&self, ctx: &Ctx) -> Seen {
-        let table = ctx.sessions.borrow();
-        let Some(s) = table.get(&self.ex.session.id) else { return Seen::default() };
-        Seen {
-            known: true,
-            mapped_since_sent: self
-                .ex
-                .recovery
-                .reopen
-                .as_deref()
-                .is_some_and(|r| r.sent_with_other_than(s.upstream_id())),
-            reopening: s.is_reopening(),
-            initialized_sent: s.initialized_sent(),
-        }
-    }
 
     /// Applies `action`, and the actions its table changes lead to.
     fn apply(&mut self, ctx: &Ctx, action: Action) {
@@ -356,7 +330,7 @@ impl Conn {
         if ex.req.method.as_slice() == b"GET" {
             ex.req.headers.remove_name(name::LAST_EVENT_ID);
         }
-        if self.plan_upstream_request(ctx).is_err() {
+        if self.ex.plan_upstream(ctx).is_err() {
             // Cannot happen: the same body was planned before.
             return Some(Action::relay_original());
         }
@@ -378,4 +352,32 @@ fn recorded_fields<'a>(fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> He
         }
     }
     headers
+}
+
+impl Exchange {
+    /// A 404 the proxy may recover from: a POST or GET in a session it
+    /// recorded, with a body it can read whole. Not a loss: a 404 to
+    /// DELETE, to `initialize` (it has no session id), or to an id never
+    /// recorded or already forgotten.
+    fn may_reopen(&self, resp: &ResponseHead) -> bool {
+        self.session.known
+            && matches!(self.req.method.as_slice(), b"POST" | b"GET")
+            && matches!(resp.framing, Framing::Length(_) | Framing::Chunked)
+    }
+
+    /// What the table says of this exchange's session now.
+    fn reopen_seen(&self, ctx: &Ctx) -> Seen {
+        let table = ctx.sessions.borrow();
+        let Some(s) = table.get(&self.session.id) else { return Seen::default() };
+        Seen {
+            known: true,
+            mapped_since_sent: self
+                .recovery
+                .reopen
+                .as_deref()
+                .is_some_and(|r| r.sent_with_other_than(s.upstream_id())),
+            reopening: s.is_reopening(),
+            initialized_sent: s.initialized_sent(),
+        }
+    }
 }
