@@ -119,13 +119,16 @@ pub(super) struct PolicyState {
 }
 
 /// The audit's part: the body's requests, for the audit log and the
-/// metrics (none when neither is on).
+/// metrics (none when neither is on), and the records made.
 #[derive(Default)]
 pub(super) struct AuditState {
     pub(super) current: Option<Box<ExchangeAudit>>,
     /// The last exchange's, emptied, for the next one (its allocation and
     /// its buffers are reused).
     pub(super) spare: Option<Box<ExchangeAudit>>,
+    /// The connection's records waiting for the loop (kept across
+    /// exchanges until the loop reads them).
+    pub(super) queue: Vec<crate::obs::audit::Record>,
 }
 
 /// What may send the exchange again or hold it open while the upstream

@@ -93,8 +93,6 @@ pub struct Conn {
     /// The upstream socket is kept, idle, for this client's next request
     /// (since when): no trip through the pool, no epoll_ctl, no probe.
     upstream_idle_since: Option<Instant>,
-    /// Audit records waiting for the loop (`audit`).
-    records: Vec<crate::obs::audit::Record>,
     /// Bytes read from the client and written to it by finished exchanges,
     /// not yet counted by the loop.
     traffic: (u64, u64),
@@ -125,7 +123,6 @@ impl Conn {
             scanned: 0,
             upstream_reusable: false,
             upstream_idle_since: None,
-            records: Vec::new(),
             traffic: (0, 0),
         }
     }
@@ -269,7 +266,7 @@ impl Conn {
     /// The exchange's one `info` line, saying how it ended.
     fn log_exchange(&mut self, now: Instant, ending: &dyn fmt::Display, end: audit::End) {
         if self.ex.audit.current.is_some() {
-            self.audit_end(now, end);
+            self.ex.audit_end(now, end);
         }
         if let Some(start) = self.ex.meter.start.take() {
             self.traffic.0 += (self.ex.req.len + self.ex.body.len()) as u64;

@@ -189,13 +189,13 @@ impl Conn {
             warn!("conn {}: request body refused: {e}", self.id);
             self.ex.plan = Plan::default();
             if ctx.observing() {
-                self.audit_request(ctx.agent, ctx.policy);
+                self.ex.audit_request(self.id, ctx.agent, ctx.policy);
             }
             self.reply_error(ctx, Answer::BodyRefused(e));
             return;
         }
         if ctx.observing() {
-            self.audit_request(ctx.agent, ctx.policy);
+            self.ex.audit_request(self.id, ctx.agent, ctx.policy);
         }
         if !ctx.policy.allows_all() {
             if let Some(tool) = hidden_call(&self.ex.body, &self.ex.plan, ctx.policy) {

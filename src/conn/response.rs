@@ -155,9 +155,9 @@ impl Conn {
         // U' -> C for a re-initialised session (nothing until a first one),
         // before a DELETE's answer forgets the session.
         super::session::map_response_session(&mut resp.headers, &ctx.sessions.borrow());
-        self.ex.session.capture = self.note_session(resp, ctx).map(Box::new);
+        self.ex.session.capture = self.ex.note_session(self.id, resp, ctx).map(Box::new);
         if ctx.observing() {
-            self.audit_session(resp);
+            self.ex.audit_session(resp);
         }
         let http10 = self.ex.req.http10;
         let sse = editor::is_event_stream(&resp.headers);

@@ -4,7 +4,8 @@
 //! (`reopen`); the `protocolVersion` their `initialize` got is read as the
 //! answer is relayed; and a re-initialised session's ids are mapped.
 
-use super::{Conn, Ctx};
+use super::exchange::Exchange;
+use super::Ctx;
 use crate::http::head::ResponseHead;
 use crate::http::headers::{name, HeaderList};
 use crate::mcp::initialize::Format;
@@ -143,15 +144,16 @@ fn may_name_initialized(body: &[u8]) -> bool {
     memchr::memchr(b'\\', body).is_some() || memchr::memmem::find(body, rpc::INITIALIZED.as_bytes()).is_some()
 }
 
-impl Conn {
-    /// On a response head: a session is created by a 200 to an `initialize`
+impl Exchange {
+    /// On a response head (`conn`: the connection's id, for the log): a
+    /// session is created by a 200 to an `initialize`
     /// POST without a session id that carries one `Mcp-Session-Id` (a
     /// second, different one is refused by the parser); the client's DELETE
     /// is the only signal that a session really ended, whatever the upstream
     /// answered. Returns the capture that reads the chosen `protocolVersion` from the
     /// body of a recorded `initialize`'s answer as it is relayed.
-    pub(super) fn note_session(&self, resp: &ResponseHead, ctx: &Ctx) -> Option<VersionCapture> {
-        let ex = &self.ex;
+    pub(super) fn note_session(&self, conn: u64, resp: &ResponseHead, ctx: &Ctx) -> Option<VersionCapture> {
+        let ex = self;
         let mut table = ctx.sessions.borrow_mut();
         match ex.req.method.as_slice() {
             b"DELETE" if !ex.session.id.is_empty() => {
@@ -169,21 +171,21 @@ impl Conn {
                 table.expire(ctx.now);
                 match table.record(id, &ex.body, fields, "", ctx.now) {
                     Ok(()) => {
-                        debug!("conn {}: MCP session recorded", self.id);
+                        debug!("conn {}: MCP session recorded", conn);
                         let content_type = resp.headers.get_name(name::CONTENT_TYPE).unwrap_or_default();
                         let capture = VersionCapture::new(id, init.id().json(), content_type);
                         if capture.is_none() {
                             warn!(
                                 "conn {}: the answer to initialize is neither JSON nor an event stream: \
                                  its session cannot be re-initialised after an upstream restart",
-                                self.id
+                                conn
                             );
                         }
                         return capture;
                     }
                     Err(why) => warn!(
                         "conn {}: MCP session not tracked ({why:?}): it will not survive an upstream restart",
-                        self.id
+                        conn
                     ),
                 }
             }

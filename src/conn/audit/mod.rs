@@ -6,6 +6,7 @@
 //! stamps the time and the agent) after each drive. Nothing is built when
 //! neither the audit log nor the metrics listener is on.
 
+use crate::conn::exchange::Exchange;
 use crate::conn::Conn;
 use crate::mcp::rpc;
 use crate::obs::audit::Record;
@@ -27,52 +28,52 @@ pub(in crate::conn) enum End {
     Proxy(crate::conn::answer::Answer),
 }
 
-impl Conn {
-    /// The body is whole: note its requests when someone observes.
-    pub(super) fn audit_request(&mut self, agent: &str, policy: &crate::mcp::tools::Policy) {
-        let bytes_in = (self.ex.req.len + self.ex.body.len()) as u64;
-        let mut a = self.ex.audit.spare.take().unwrap_or_default();
-        a.read_into(&self.ex.body, &self.ex.plan, agent, policy, bytes_in);
+/// The audit at the exchange's fixed points: the request (its body whole),
+/// the response head (session events), a reopen's end, the exchange's end.
+impl Exchange {
+    /// The body is whole (`conn`: the connection's id, for the log): note
+    /// its requests when someone observes.
+    pub(in crate::conn) fn audit_request(
+        &mut self,
+        conn: u64,
+        agent: &str,
+        policy: &crate::mcp::tools::Policy,
+    ) {
+        let bytes_in = (self.req.len + self.body.len()) as u64;
+        let mut a = self.audit.spare.take().unwrap_or_default();
+        a.read_into(&self.body, &self.plan, agent, policy, bytes_in);
         for r in a.requests.iter().filter(|r| r.claimed.is_some()) {
             warn!(
                 "conn {}: tools/call of {:?} claims to be {:?}, not {agent:?}: stamped as {agent:?}",
-                self.id,
+                conn,
                 r.tool.as_deref().unwrap_or(""),
                 r.claimed.as_deref().unwrap_or("")
             );
         }
         if a.requests.is_empty() {
-            self.ex.audit.spare = Some(a);
+            self.audit.spare = Some(a);
         } else {
-            self.ex.audit.current = Some(a);
+            self.audit.current = Some(a);
         }
     }
 
     /// The exchange is over: its requests' records.
-    pub(super) fn audit_end(&mut self, now: Instant, end: End) {
-        let Some(mut a) = self.ex.audit.current.take() else { return };
-        let ms = self.ex.meter.start.map_or(0, |s| now.saturating_duration_since(s).as_millis() as u64);
-        a.records(
-            &self.ex.session.id,
-            self.ex.meter.status,
-            ms,
-            self.ex.meter.bytes_out,
-            end,
-            &mut self.records,
-        );
-        self.ex.audit.spare = Some(a);
+    pub(in crate::conn) fn audit_end(&mut self, now: Instant, end: End) {
+        let Some(mut a) = self.audit.current.take() else { return };
+        let ms = self.meter.start.map_or(0, |s| now.saturating_duration_since(s).as_millis() as u64);
+        a.records(&self.session.id, self.meter.status, ms, self.meter.bytes_out, end, &mut self.audit.queue);
+        self.audit.spare = Some(a);
     }
 
     /// The session events a response head tells of: an `initialize`
     /// answered with a session id, a DELETE of the session that passed.
-    pub(super) fn audit_session(&mut self, resp: &crate::http::head::ResponseHead) {
-        let method = self.ex.req.method.as_slice();
+    pub(in crate::conn) fn audit_session(&mut self, resp: &crate::http::head::ResponseHead) {
+        let method = self.req.method.as_slice();
         let ok = (200..300).contains(&resp.status);
-        if method == b"DELETE" && ok && !self.ex.session.id.is_empty() {
-            self.records.push(Record::SessionDeleted { session: self.ex.session.id.as_slice().into() });
-        } else if method == b"POST" && ok && self.ex.session.id.is_empty() {
+        if method == b"DELETE" && ok && !self.session.id.is_empty() {
+            self.audit.queue.push(Record::SessionDeleted { session: self.session.id.as_slice().into() });
+        } else if method == b"POST" && ok && self.session.id.is_empty() {
             let init = self
-                .ex
                 .audit
                 .current
                 .as_ref()
@@ -80,16 +81,20 @@ impl Conn {
             if let Some(id) =
                 resp.headers.get_name(crate::http::headers::name::MCP_SESSION_ID).filter(|_| init)
             {
-                self.records.push(Record::SessionCreated { session: id.into() });
+                self.audit.queue.push(Record::SessionCreated { session: id.into() });
             }
         }
     }
 
     /// A recorded session's re-initialisation ended (`ok`: it succeeded).
-    pub(super) fn audit_reinit(&mut self, ok: bool) {
-        self.records.push(Record::SessionReinitialised { session: self.ex.session.id.as_slice().into(), ok });
+    pub(in crate::conn) fn audit_reinit(&mut self, ok: bool) {
+        self.audit
+            .queue
+            .push(Record::SessionReinitialised { session: self.session.id.as_slice().into(), ok });
     }
+}
 
+impl Conn {
     /// Bytes read from the client and written to it since the last call.
     pub fn take_traffic(&mut self) -> (u64, u64) {
         std::mem::take(&mut self.traffic)
@@ -98,11 +103,11 @@ impl Conn {
     /// Records for the loop's `Observer`, read in place (a request record
     /// is some 300 bytes: not moved out), then `clear_records`.
     pub fn records(&self) -> &[Record] {
-        &self.records
+        &self.ex.audit.queue
     }
 
     /// The records were handed over.
     pub fn clear_records(&mut self) {
-        self.records.clear();
+        self.ex.audit.queue.clear();
     }
 }

@@ -189,7 +189,7 @@ impl Conn {
                     if outcome.is_ok() {
                         info!("conn {}: MCP session re-initialised on the upstream", self.id);
                         if ctx.observing() {
-                            self.audit_reinit(true);
+                            self.ex.audit_reinit(true);
                         }
                     }
                     self.ex.recovery.reopen.as_deref_mut().map(|r| r.on_finished(outcome))
@@ -223,7 +223,7 @@ impl Conn {
                         }
                         if release_lead && why.is_some() && ctx.observing() {
                             drop(table);
-                            self.audit_reinit(false);
+                            self.ex.audit_reinit(false);
                             table = ctx.sessions.borrow_mut();
                         }
                         if forget {
