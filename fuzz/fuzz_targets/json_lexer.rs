@@ -1,4 +1,4 @@
-//! Defends the one JSON grammar (`mcp::lex`): any bytes, lexed whole, in the pieces two cuts make and byte by byte, give the same tokens or are refused alike; the whole text is accepted exactly when serde_json accepts it (beside Python's NaN and Infinity and lone surrogate escapes, which the proxy's grammar takes, and numbers past a double's range, serde_json's own limit); and the whole-body scanner (`json::parse_value`) accepts the same texts and spans the same value.
+//! Defends the one JSON grammar (`mcp::lex`): any bytes, lexed whole, in the pieces two cuts make and byte by byte, give the same tokens or are refused alike; the whole text is accepted exactly when serde_json accepts it (beside Python's NaN and Infinity and lone surrogate escapes, which the proxy's grammar takes, and numbers past a double's range, serde_json's own limit); the first bad byte is named at the same offset whatever the split; and the whole-body scanner (`json::parse_value`) accepts the same texts and spans the same value.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -22,9 +22,13 @@ fuzz_target!(|data: &[u8]| {
     let (a, b) = (usize::from(k) * 7919 % (n + 1), usize::from(k) * 104_729 % (n + 1));
     let cuts = [a.min(b), a.max(b)];
     assert_eq!(lex(text, &cuts), whole, "cut at {cuts:?}");
+    // The answer reader names the same first bad byte whatever the split.
+    let bad = pieces::error_at(text, &[]);
+    assert_eq!(pieces::error_at(text, &cuts), bad, "error at, cut at {cuts:?}");
     if n <= 512 {
         let bytes: Vec<usize> = (1..n).collect();
         assert_eq!(lex(text, &bytes), whole, "byte by byte");
+        assert_eq!(pieces::error_at(text, &bytes), bad, "error at, byte by byte");
     }
     let serde = serde_json::from_slice::<serde_json::Value>(text);
     let skip = match &serde {

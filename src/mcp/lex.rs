@@ -291,6 +291,14 @@ impl Lexer {
         if !check.complete() {
             return Err(ScanError::Syntax { offset: *pos });
         }
+        // A value at the top is whole at its first other byte only when
+        // that byte may follow a value (whitespace, structure, a quote), as
+        // serde_json's stream reader requires: the reader that decides a
+        // body once its value is whole reads no further.
+        let follows = |b: u8| is_ws(b) || matches!(b, b'"' | b'[' | b']' | b'{' | b'}' | b',' | b':');
+        if self.depth == 0 && input.get(*pos).is_some_and(|&b| !follows(b)) {
+            return Err(ScanError::Syntax { offset: *pos });
+        }
         self.inside = Inside::No;
         self.after_value();
         Ok(Token { tok: Tok::Scalar(kind), start, end: *pos, first, last: true })
@@ -675,7 +683,7 @@ fn plain_run(input: &[u8], from: usize) -> Result<usize, usize> {
 fn string_rest(
     input: &[u8],
     pos: &mut usize,
-    text: usize,
+    mut text: usize,
     mut escaped: bool,
     whole: bool,
 ) -> Result<StrEnd, ScanError> {
@@ -700,9 +708,17 @@ fn string_rest(
                 *pos += 1;
                 return Ok(StrEnd::Closed { escaped });
             }
-            Some(b'\\') => *pos += 1,
+            // The text before an escape or a control byte is checked first,
+            // so that the first bad byte is named whatever the split.
+            Some(b'\\') => {
+                utf8_text(input, text, *pos)?;
+                *pos += 1;
+            }
             // RFC 8259 §7: control characters must be escaped.
-            _ => return Err(ScanError::Syntax { offset: *pos }),
+            _ => {
+                utf8_text(input, text, *pos)?;
+                return Err(ScanError::Syntax { offset: *pos });
+            }
         }
         escaped = true;
         // A table, not a `match`: the escape letters of real text are
@@ -710,6 +726,7 @@ fn string_rest(
         let class = input.get(*pos).map_or(0, |&c| ESCAPES.get(usize::from(c)).copied().unwrap_or(0));
         if class == SIMPLE_ESCAPE {
             *pos += 1;
+            text = *pos;
             continue;
         }
         if class == UNICODE_ESCAPE {
@@ -717,19 +734,20 @@ fn string_rest(
             let digits = hex.iter().take(4).take_while(|c| c.is_ascii_hexdigit()).count();
             if digits == 4 {
                 *pos += 5;
+                text = *pos;
                 continue;
             }
             if !whole && *pos + 1 + digits == input.len() {
                 // The piece ends within the escape's digits.
-                utf8_text(input, text, *pos)?;
                 *pos = input.len();
                 return Ok(StrEnd::Cut { escaped, esc: Esc::Hex(4 - digits as u8), utf8: Utf8::default() });
             }
-            return Err(ScanError::Syntax { offset: *pos });
+            // At the first byte that is not a hex digit, as a piece that
+            // ends within the digits names it.
+            return Err(ScanError::Syntax { offset: *pos + 1 + digits });
         }
         if *pos == input.len() && !whole {
             // The piece ends with the backslash.
-            utf8_text(input, text, *pos)?;
             return Ok(StrEnd::Cut { escaped, esc: Esc::Backslash, utf8: Utf8::default() });
         }
         return Err(ScanError::Syntax { offset: *pos });
@@ -814,32 +832,36 @@ pub(super) fn scalar(input: &[u8], pos: &mut usize) -> Result<Kind, ScanError> {
     Ok(kind)
 }
 
-/// `input[from..to]`, string text that ends before a quote or escape, is
-/// UTF-8.
-fn utf8_text(input: &[u8], from: usize, to: usize) -> Result<(), ScanError> {
+/// Where UTF-8 breaks in `input[from..to]`: an error at the first byte at
+/// which the text stops being a prefix of UTF-8 text (found a byte at a
+/// time from the first bad sequence, so that whatever the split the same
+/// byte is named); else the state of a character cut at `to`, if any.
+fn utf8_scan(input: &[u8], from: usize, to: usize) -> Result<Utf8, ScanError> {
     let text = input.get(from..to).unwrap_or_default();
-    match std::str::from_utf8(text) {
-        Ok(_) => Ok(()),
-        Err(e) => Err(ScanError::InvalidUtf8 { offset: from + e.valid_up_to() }),
+    let Err(e) = std::str::from_utf8(text) else { return Ok(Utf8::default()) };
+    let start = e.valid_up_to();
+    let mut utf8 = Utf8::default();
+    for (i, &b) in text.get(start..).unwrap_or_default().iter().enumerate() {
+        if !utf8.next(b) {
+            return Err(ScanError::InvalidUtf8 { offset: from + start + i });
+        }
     }
+    Ok(utf8)
+}
+
+/// `input[from..to]`, string text that ends at a quote, backslash or
+/// control byte (at `to`), is UTF-8; a character that byte cuts breaks at it.
+fn utf8_text(input: &[u8], from: usize, to: usize) -> Result<(), ScanError> {
+    if utf8_scan(input, from, to)?.due() {
+        return Err(ScanError::InvalidUtf8 { offset: to });
+    }
+    Ok(())
 }
 
 /// `input[from..]`, string text the piece's end cuts, is UTF-8 but for a
 /// character the end may cut: its state is returned.
 fn utf8_tail(input: &[u8], from: usize) -> Result<Utf8, ScanError> {
-    let text = input.get(from..).unwrap_or_default();
-    let Err(e) = std::str::from_utf8(text) else { return Ok(Utf8::default()) };
-    let bad = ScanError::InvalidUtf8 { offset: from + e.valid_up_to() };
-    if e.error_len().is_some() {
-        return Err(bad);
-    }
-    let mut utf8 = Utf8::default();
-    for &b in text.get(e.valid_up_to()..).unwrap_or_default() {
-        if !utf8.next(b) {
-            return Err(bad);
-        }
-    }
-    Ok(utf8)
+    utf8_scan(input, from, input.len())
 }
 
 /// UTF-8 a byte at a time (RFC 3629 §4: no overlong forms, no surrogates,
@@ -1109,7 +1131,7 @@ mod tests {
         }
     }
 
-    use super::pieces::lex;
+    use super::pieces::{error_at, lex};
 
     /// Values made of JSON's pieces: structure, keys, every kind of scalar,
     /// escapes, UTF-8 of each length, whitespace.
@@ -1247,6 +1269,33 @@ mod tests {
             );
         }
         assert!(accepted > 3_000, "generator too weak: {accepted} accepted");
+    }
+
+    /// An answer's reader says where its body stopped being JSON: the same
+    /// byte whatever the split (an invalid character and a control byte
+    /// after it, a bad escape digit, a cut character).
+    #[test]
+    fn the_first_bad_byte_is_named_whatever_the_split() {
+        let mut rng = Rng(0xbad_b17e);
+        let mut texts = generated(&mut rng, 6_000);
+        texts.extend([
+            b"\"ab\xe2\xcd\x00\"".to_vec(),
+            b"\"\xff\\x\"".to_vec(),
+            b"\"\xe2\x00\"".to_vec(),
+            b"\"\xe2\\n\"".to_vec(),
+            b"\"\\u12x4\"".to_vec(),
+            b"[\"\xed\xa0\x80\"]".to_vec(),
+        ]);
+        for text in &texts {
+            let one = error_at(text, &[]);
+            for cut in 0..=text.len() {
+                assert_eq!(error_at(text, &[cut]), one, "{:?} cut at {cut}", text.escape_ascii().to_string());
+            }
+            let bytes: Vec<usize> = (1..text.len()).collect();
+            assert_eq!(error_at(text, &bytes), one, "{:?} byte by byte", text.escape_ascii().to_string());
+        }
+        assert_eq!(error_at(b"\"ab\xe2\xcd\x00\"", &[]), Some(4), "the byte that breaks the character");
+        assert_eq!(error_at(b"\"\\u12x4\"", &[]), Some(5), "the first byte that is not a hex digit");
     }
 
     #[test]

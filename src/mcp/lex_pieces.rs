@@ -47,3 +47,33 @@ pub fn lex(text: &[u8], cuts: &[usize]) -> Lexed {
     }
     Ok(out)
 }
+
+/// Where a lexer given `text` in the pieces `cuts` makes (none: one piece)
+/// finds that it is not one JSON value, as an offset in `text`; `None` when
+/// it is one.
+pub fn error_at(text: &[u8], cuts: &[usize]) -> Option<usize> {
+    let at = |e: ScanError| match e {
+        ScanError::Syntax { offset } | ScanError::InvalidUtf8 { offset } | ScanError::TooDeep { offset } => {
+            offset
+        }
+    };
+    let mut lx = Lexer::pieces();
+    let mut bounds = vec![0];
+    bounds.extend_from_slice(cuts);
+    bounds.push(text.len());
+    for w in bounds.windows(2) {
+        let piece = &text[w[0]..w[1]];
+        let mut pos = 0;
+        loop {
+            match lx.next(piece, &mut pos) {
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(e) => return Some(w[0] + at(e)),
+            }
+        }
+    }
+    match lx.finish(text.len()) {
+        Err(e) => Some(at(e)),
+        Ok(_) => (!lx.done()).then_some(text.len()),
+    }
+}

@@ -1015,6 +1015,36 @@ mod grammar_tests {
         matches!(state, Scan::Version(_) | Scan::Missing(Why::NoVersion | Why::NoAnswer))
     }
 
+    /// A number or literal at the top is whole at its first other byte
+    /// only when that byte may follow a value, as serde_json's stream reader
+    /// requires (the `answer_scan` fuzz target's seed: `9` and a control
+    /// byte, which the token reader first took for a whole value).
+    #[test]
+    fn a_top_scalar_is_whole_only_before_a_byte_that_may_follow_a_value() {
+        let cases: &[(&[u8], bool)] = &[
+            (b"9\x10", false),
+            (b"true\x01", false),
+            (b"-1\x7f", false),
+            (b"1.5#", false),
+            (b"9", true),
+            (b"9 ", true),
+            (b"9]", true),
+            (b"null\"", true),
+            (b"7,", true),
+        ];
+        for &(body, want) in cases {
+            let first = serde_json::Deserializer::from_slice(body).into_iter::<serde_json::Value>().next();
+            assert_eq!(matches!(first, Some(Ok(_))), want, "serde_json on {body:?}");
+            for cut in 0..=body.len() {
+                let mut s = VersionScan::new(Format::Json, b"1").unwrap();
+                s.feed(&body[..cut]);
+                s.feed(&body[cut..]);
+                let got = accepted(s.finish());
+                assert_eq!(got, want, "{body:?} cut at {cut}: {:?}", s.state());
+            }
+        }
+    }
+
     #[test]
     fn a_bare_word_in_a_value_nobody_keeps_is_not_json() {
         // 2e5e5c2 took any alphanumeric run as a scalar and checked only the
