@@ -120,11 +120,6 @@ impl Lexer {
         Lexer { want: Want::Value, inside: Inside::No, depth: 0, objects: [0; STACK_WORDS], whole }
     }
 
-    /// Containers open now.
-    pub fn depth(&self) -> usize {
-        self.depth
-    }
-
     /// The top value is whole (only whitespace may follow).
     pub fn done(&self) -> bool {
         self.want == Want::End && self.inside == Inside::No
