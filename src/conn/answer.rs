@@ -267,14 +267,13 @@ impl Conn {
     /// Notifications alone get 202 (dropped). Never 404: that would tell
     /// the client its session is gone (MCP Session Management). GET and
     /// DELETE, and a body that is not JSON-RPC, get 502.
-    pub(super) fn answer_outage(&mut self, ctx: &Ctx) {
-        warn!("conn {}: upstream unavailable for a request in a recorded session", self.id);
-        self.answer_outage_as(ctx, Answer::UpstreamUnavailable);
-    }
-
-    /// `answer_outage`, saying why with `answer` (the log, the audit
-    /// record and the metric); the caller has logged the warn line.
-    pub(super) fn answer_outage_as(&mut self, ctx: &Ctx, answer: Answer) {
+    ///
+    /// `answer` says why (the log, the audit record and the metric); the
+    /// TLS failure's caller has logged its own warn line.
+    pub(super) fn answer_outage(&mut self, ctx: &Ctx, answer: Answer) {
+        if matches!(answer, Answer::UpstreamUnavailable) {
+            warn!("conn {}: upstream unavailable for a request in a recorded session", self.id);
+        }
         if self.ex.req.method.as_slice() == b"POST" {
             let mut body = Vec::new();
             let written =
@@ -315,7 +314,7 @@ impl Conn {
                 obs.health.unreachable(now);
             }
         }
-        self.release_upstream(now);
+        self.upstream.release(now);
         let close = answer.closes() || self.close_after || self.ex.req.http10;
         write_response(status, body, close, self.out.own());
         self.ex.meter.status = status;

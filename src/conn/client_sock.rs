@@ -7,7 +7,6 @@
 use mio::net::TcpStream;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::SocketAddr;
-use std::time::Instant;
 
 /// Bytes a connection may have written to a pipe that the front-end has not
 /// taken yet: past it, writes would block, the connection stops reading its
@@ -20,6 +19,28 @@ pub enum ClientSock {
 }
 
 impl ClientSock {
+    /// A connection whose client is the `--stdio` front-end, through an
+    /// in-memory pipe: no socket, no peer address (it is `0.0.0.0:0`).
+    pub fn pipe() -> (ClientSock, SocketAddr) {
+        (ClientSock::Pipe(Pipe::default()), SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// The client's TCP socket (none for a pipe).
+    pub fn tcp(&mut self) -> Option<&mut TcpStream> {
+        match self {
+            ClientSock::Tcp(s) => Some(s),
+            ClientSock::Pipe(_) => None,
+        }
+    }
+
+    /// The client's pipe (the `--stdio` front-end's connections).
+    pub fn pipe_mut(&mut self) -> Option<&mut Pipe> {
+        match self {
+            ClientSock::Pipe(p) => Some(p),
+            ClientSock::Tcp(_) => None,
+        }
+    }
+
     pub(super) fn shutdown_write(&mut self) {
         match self {
             ClientSock::Tcp(s) => {
@@ -149,38 +170,19 @@ impl Pipe {
 }
 
 impl super::Conn {
-    /// A connection whose client is the `--stdio` front-end, through an
-    /// in-memory pipe (`client_sock`): no socket, no peer address.
-    pub fn with_pipe(id: u64, now: Instant) -> super::Conn {
-        let peer = SocketAddr::from(([0, 0, 0, 0], 0));
-        super::Conn::with_client(id, ClientSock::Pipe(Pipe::default()), peer, now)
+    /// The client's socket or pipe.
+    pub fn client(&mut self) -> &mut ClientSock {
+        &mut self.client
     }
 
-    /// The client's TCP socket (none for a pipe).
-    pub fn client_tcp(&mut self) -> Option<&mut TcpStream> {
-        match &mut self.client {
-            ClientSock::Tcp(s) => Some(s),
-            ClientSock::Pipe(_) => None,
+    /// The client of a closed connection; a pipe's front-end learns that
+    /// the connection is done.
+    pub fn into_client(self) -> ClientSock {
+        let mut client = self.client;
+        if let ClientSock::Pipe(p) = &mut client {
+            p.mark_conn_done();
         }
-    }
-
-    /// The client's pipe (the `--stdio` front-end's connections).
-    pub fn pipe_mut(&mut self) -> Option<&mut Pipe> {
-        match &mut self.client {
-            ClientSock::Pipe(p) => Some(p),
-            ClientSock::Tcp(_) => None,
-        }
-    }
-
-    /// The pipe of a closed connection, with what it wrote last.
-    pub fn into_pipe(self) -> Option<Pipe> {
-        match self.client {
-            ClientSock::Pipe(mut p) => {
-                p.mark_conn_done();
-                Some(p)
-            }
-            ClientSock::Tcp(_) => None,
-        }
+        client
     }
 }
 

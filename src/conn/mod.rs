@@ -53,7 +53,6 @@ use client_sock::ClientSock;
 pub use ctx::Ctx;
 use exchange::Exchange;
 use log::{debug, info, trace, warn};
-use mio::net::TcpStream;
 use phase::Phase;
 pub use phase::{Ready, Verdict};
 use response::ClientOut;
@@ -62,17 +61,14 @@ use std::io::Read;
 use std::mem;
 use std::net::SocketAddr;
 use std::time::Instant;
-use upstream::UpstreamSock;
-pub use upstream::{idle_usable, Released};
+pub use upstream::{idle_usable, Released, UpstreamSide};
 
 pub struct Conn {
     id: u64,
     peer: SocketAddr,
     client: ClientSock,
     client_ready: Ready,
-    upstream: Option<UpstreamSock>,
-    /// An upstream socket the loop must take back (reusable or not).
-    released: Option<Released>,
+    upstream: UpstreamSide,
     client_buf: Buf,
     upstream_buf: Buf,
     /// What is owed to the client: proxy-made bytes, then bytes of
@@ -88,30 +84,24 @@ pub struct Conn {
     request_started: Option<Instant>,
     /// How far `client_buf` was scanned for the end of a head.
     scanned: usize,
-    /// The upstream allows its connection to be reused after this response.
-    upstream_reusable: bool,
-    /// The upstream socket is kept, idle, for this client's next request
-    /// (since when): no trip through the pool, no epoll_ctl, no probe.
-    upstream_idle_since: Option<Instant>,
     /// Bytes read from the client and written to it by finished exchanges,
     /// not yet counted by the loop.
     traffic: (u64, u64),
 }
 
 impl Conn {
-    pub fn new(id: u64, client: TcpStream, peer: SocketAddr, now: Instant) -> Conn {
-        let _ = client.set_nodelay(true);
-        Conn::with_client(id, ClientSock::Tcp(client), peer, now)
-    }
-
-    pub(super) fn with_client(id: u64, client: ClientSock, peer: SocketAddr, now: Instant) -> Conn {
+    /// A connection with `client` (a TCP socket from `peer`, or the stdio
+    /// front-end's pipe: `ClientSock::pipe`).
+    pub fn new(id: u64, client: ClientSock, peer: SocketAddr, now: Instant) -> Conn {
+        if let ClientSock::Tcp(s) = &client {
+            let _ = s.set_nodelay(true);
+        }
         Conn {
             id,
             peer,
             client,
             client_ready: Ready::default(),
-            upstream: None,
-            released: None,
+            upstream: UpstreamSide::default(),
             client_buf: Buf::new(MAX_REQUEST_HEAD),
             upstream_buf: Buf::new(crate::limits::MAX_RELAY_BUF),
             out: ClientOut::default(),
@@ -121,8 +111,6 @@ impl Conn {
             last_activity: now,
             request_started: None,
             scanned: 0,
-            upstream_reusable: false,
-            upstream_idle_since: None,
             traffic: (0, 0),
         }
     }
@@ -147,58 +135,6 @@ impl Conn {
             "phase put back over a live one"
         );
         self.phase = phase;
-    }
-
-    /// Hands the upstream socket (if any) back to be closed.
-    pub(super) fn drop_upstream(&mut self) {
-        if let Some(u) = self.upstream.take() {
-            self.released = Some(Released::Spent(u.stream));
-        }
-    }
-
-    /// Hands the upstream socket back, to the pool when `reusable`.
-    pub(super) fn hand_back_upstream(&mut self, reusable: bool) {
-        if let Some(u) = self.upstream.take() {
-            self.released =
-                Some(if reusable { Released::Reusable(u.stream) } else { Released::Spent(u.stream) });
-        }
-    }
-
-    /// Whether the socket kept idle from this client's previous exchange
-    /// may carry the next one (see `idle_usable`).
-    pub(super) fn kept_upstream_usable(&mut self, now: Instant) -> bool {
-        match (self.upstream_idle_since, self.upstream.as_mut()) {
-            (Some(since), Some(u)) => {
-                idle_usable(since, now, || u.stream.idle_spoke(Some(u.ready.readable || u.ready.hup)))
-            }
-            _ => false,
-        }
-    }
-
-    /// Hand the upstream socket back to the loop: to the pool if it sits idle
-    /// and healthy between exchanges, else to be closed.
-    pub(super) fn release_upstream(&mut self, now: Instant) {
-        let healthy = self.kept_upstream_usable(now);
-        self.upstream_idle_since = None;
-        self.hand_back_upstream(healthy);
-    }
-
-    /// Read from the upstream into `upstream_buf`; returns (bytes, eof/error).
-    /// A read that fills all the room while nothing waits for the client
-    /// grows the buffer for the next one (fewer syscalls on busy streams; a
-    /// quiet stream gives it back).
-    pub(super) fn read_upstream(&mut self) -> (usize, bool) {
-        let Some(u) = self.upstream.as_mut() else {
-            return (0, false);
-        };
-        if !self.upstream_buf.has_space() && !self.out.pending() {
-            self.upstream_buf.grow();
-        }
-        let (total, eof) = fill_from(&mut u.stream, &mut u.ready, &mut self.upstream_buf);
-        if total > 0 {
-            u.received = true;
-        }
-        (total, eof)
     }
 
     /// An event stream is being relayed (or held) on this connection.
@@ -258,8 +194,8 @@ impl Conn {
     fn close(&mut self, reason: CloseReason) {
         debug!("conn {} ({}): closed in {}: {reason}", self.id, self.peer, self.phase.name());
         // The clock is read only for a kept idle socket, whose age decides.
-        let now = if self.upstream_idle_since.is_some() { Instant::now() } else { self.last_activity };
-        self.release_upstream(now);
+        let now = if self.upstream.idle_since.is_some() { Instant::now() } else { self.last_activity };
+        self.upstream.release(now);
         self.set_phase(Phase::Closed(reason));
     }
 
@@ -301,7 +237,7 @@ impl Conn {
             }
             let progressed = self.step(ctx);
             if let Phase::Connect { retry_at: None, .. } = self.phase {
-                if self.upstream.is_none() {
+                if !self.upstream.attached() {
                     return Verdict::NeedUpstream;
                 }
             }
@@ -342,11 +278,13 @@ impl Conn {
                 }
             }
             // Connected, the TLS handshake stalled: a TLS failure.
-            Phase::Connect { retry_at: None, .. } if self.upstream.as_ref().is_some_and(|u| u.connected) => {
-                self.upstream_tls_failed(ctx, "the handshake did not complete within --connect-timeout");
+            Phase::Connect { retry_at: None, .. } if self.upstream.connected() => {
+                self.tls_failed(ctx, "the handshake did not complete within --connect-timeout");
             }
             Phase::Connect { attempt, .. } if self.ex.reattaching() => self.reattach_retry(ctx, attempt),
-            Phase::Connect { .. } if self.ex.session.known => self.answer_outage(ctx),
+            Phase::Connect { .. } if self.ex.session.known => {
+                self.answer_outage(ctx, Answer::UpstreamUnavailable)
+            }
             Phase::Connect { .. } => {
                 warn!("conn {}: upstream connect timed out", self.id);
                 self.reply_error(ctx, Answer::ConnectTimeout);
@@ -379,23 +317,12 @@ impl Conn {
         if let Phase::Closed(_) = self.phase {
             return true;
         }
-        if self.upstream_idle_since.is_some()
-            && matches!(self.phase, Phase::ReadHead)
-            && self.upstream.as_mut().is_some_and(|u| {
-                // A TLS record without data (a session ticket) was read
-                // and left the socket drained: not spoken.
-                (u.ready.readable || u.ready.hup) && {
-                    let spoke = u.stream.idle_spoke(Some(true));
-                    u.ready.readable &= spoke;
-                    spoke
-                }
-            })
-        {
+        if matches!(self.phase, Phase::ReadHead) && self.upstream.idle_closed() {
             // The upstream closed (or broke framing on) the idle socket: let
             // it go at once. (Its age is judged by `idle_usable` when it is
             // next used; reading the clock here cost every round.)
-            self.upstream_idle_since = None;
-            self.drop_upstream();
+            self.upstream.idle_since = None;
+            self.upstream.spend();
         }
         progressed |= match self.phase {
             Phase::ReadHead => self.read_head(ctx),
@@ -456,7 +383,7 @@ impl Conn {
 /// and still has to be read. mio's Windows backend re-arms a socket only
 /// after a read returned WouldBlock, so there every loop ends in WouldBlock
 /// (else a keep-alive request, a large body or a stream stalls).
-fn fill_from(stream: &mut impl Read, ready: &mut Ready, buf: &mut Buf) -> (usize, bool) {
+pub(super) fn fill_from(stream: &mut impl Read, ready: &mut Ready, buf: &mut Buf) -> (usize, bool) {
     let mut total = 0;
     while ready.readable {
         let space = buf.space();

@@ -13,7 +13,7 @@ pub enum Verdict {
     Wait,
     /// Progress was cut short by the per-event bound: drive again soon.
     Again,
-    /// Give this connection an upstream socket (`attach_upstream`).
+    /// Give this connection an upstream socket (`UpstreamSide::attach`).
     NeedUpstream,
     /// Drop the connection (its reason has been logged).
     Close,

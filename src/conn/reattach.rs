@@ -69,8 +69,8 @@ impl Conn {
             self.id,
             (until - ctx.now).as_secs()
         );
-        self.upstream_reusable = false;
-        self.drop_upstream();
+        self.upstream.reusable = false;
+        self.upstream.spend();
         self.ex.recovery.reattach = Some(Box::new(Reattach { out, since: ctx.now, until }));
         self.set_phase(Phase::Hold { until });
     }
@@ -124,7 +124,7 @@ impl Conn {
             self.id,
             ctx.now.saturating_duration_since(held.since).as_millis()
         );
-        self.upstream_reusable = resp.keep_alive;
+        self.upstream.reusable = resp.keep_alive;
         let input = Decoder::new(resp.framing);
         let input_done = input.is_done();
         self.set_phase(Phase::Relay { input, out, input_done, rewriter: None });
@@ -140,8 +140,8 @@ impl Conn {
             .take()
             .map_or(0, |r| ctx.now.saturating_duration_since(r.since).as_millis());
         warn!("conn {}: session GET stream not reattached after {held_ms} ms ({why}): ended", self.id);
-        self.upstream_reusable = false;
-        self.drop_upstream();
+        self.upstream.reusable = false;
+        self.upstream.spend();
         self.out.drop_upstream_bytes();
         self.upstream_buf.clear();
         self.log_exchange(ctx.now, &"upstream closed mid-body, not reattached", super::audit::End::Cut);
@@ -151,7 +151,7 @@ impl Conn {
     /// A connect (or the connection before an answer) failed during a
     /// reattach: try again shortly until the hold is over.
     pub(super) fn reattach_retry(&mut self, ctx: &Ctx, attempt: u32) {
-        self.drop_upstream();
+        self.upstream.spend();
         let retry_at = ctx.now + crate::limits::CONNECT_RETRY_DELAY;
         match self.ex.recovery.reattach.as_deref().map(|r| r.until) {
             Some(until) if retry_at <= until => {

@@ -28,7 +28,7 @@ impl Conn {
     /// Shut our sending side and drain the client for a moment before the
     /// socket is dropped.
     pub(super) fn linger(&mut self, now: Instant, reason: CloseReason) {
-        self.release_upstream(now);
+        self.upstream.release(now);
         self.client.shutdown_write();
         self.client_buf.clear();
         self.set_phase(Phase::Linger { until: now + LINGER, reason });
@@ -285,7 +285,7 @@ impl Conn {
         let Phase::SendRequest { written } = &mut self.phase else {
             return false;
         };
-        let Some(u) = self.upstream.as_mut() else {
+        let Some(u) = self.upstream.sock.as_mut() else {
             return false;
         };
         let mut progressed = false;

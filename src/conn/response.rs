@@ -82,7 +82,7 @@ impl Conn {
         if !self.upstream_buf.has_space() {
             self.upstream_buf.grow();
         }
-        let (n, eof) = self.read_upstream();
+        let (n, eof) = self.upstream.read(&mut self.upstream_buf, &self.out);
         let mut progressed = n > 0;
         if n > 0 {
             self.last_activity = ctx.now;
@@ -207,7 +207,7 @@ impl Conn {
             }
             rw
         });
-        self.upstream_reusable = resp.keep_alive;
+        self.upstream.reusable = resp.keep_alive;
         if out == Encoder::CloseDelimited {
             self.close_after = true;
         }
@@ -249,7 +249,7 @@ impl Conn {
         let Phase::Relay { input_done, .. } = &self.phase else { return false };
         let (mut n, mut eof) = (0, false);
         if !*input_done {
-            (n, eof) = self.read_upstream();
+            (n, eof) = self.upstream.read(&mut self.upstream_buf, &self.out);
         }
         let mut progressed = n > 0;
         if n > 0 {
@@ -299,7 +299,7 @@ impl Conn {
             super::session::feed_capture(&mut self.ex.session.capture, None, ctx.sessions, self.id);
         }
         if eof {
-            self.drop_upstream();
+            self.upstream.spend();
             if input.until_close() && self.upstream_buf.len() == self.out.pass {
                 input_done = true;
                 let (n, finished) = self.out.finish_until_close(out, &mut rewriter);
@@ -328,8 +328,8 @@ impl Conn {
             // (RFC 9112 §8: a chunked body without its zero-size last chunk
             // is incomplete, so a truncated body is never presented as
             // complete).
-            self.upstream_reusable = false;
-            self.drop_upstream();
+            self.upstream.reusable = false;
+            self.upstream.spend();
             self.log_exchange(ctx.now, &ending, End::Cut);
             self.put_back(Phase::Relay { input, out, input_done, rewriter });
             self.set_phase(Phase::Reply { close: true, reason: CloseReason::UpstreamTruncated });
@@ -346,7 +346,7 @@ impl Conn {
         // A quiet stream holds no buffer: memory per open SSE stream is the
         // connection struct, not two 16 KiB buffers (the relay bench holds
         // it to 16 KiB per idle stream).
-        let upstream_idle = self.upstream.as_ref().is_some_and(|u| !u.ready.readable);
+        let upstream_idle = self.upstream.sock.as_ref().is_some_and(|u| !u.ready.readable);
         if upstream_idle && self.out.holds_no_upstream_bytes() {
             self.upstream_buf.release_if_empty();
         }
@@ -359,15 +359,15 @@ impl Conn {
     #[inline]
     pub(super) fn finish_exchange(&mut self, ctx: &Ctx) {
         self.log_exchange(ctx.now, &"complete", End::Relayed);
-        let reusable = self.upstream_reusable && self.upstream_buf.is_empty() && !ctx.shutting_down;
-        match self.upstream.as_mut() {
+        let reusable = self.upstream.reusable && self.upstream_buf.is_empty() && !ctx.shutting_down;
+        match self.upstream.sock.as_mut() {
             Some(u) if reusable && !self.close_after => {
                 // Keep it for this client's next request.
                 u.reused = true;
                 u.received = false;
-                self.upstream_idle_since = Some(ctx.now);
+                self.upstream.idle_since = Some(ctx.now);
             }
-            Some(_) => self.hand_back_upstream(reusable),
+            Some(_) => self.upstream.hand_back(reusable),
             None => {}
         }
         self.upstream_buf.clear();

@@ -4,7 +4,9 @@
 //! a connection lost before any answer leads to.
 
 use super::answer::Answer;
-use super::{Conn, Ctx, Phase, Ready};
+use super::response::ClientOut;
+use super::{fill_from, Conn, Ctx, Phase, Ready};
+use crate::buf::Buf;
 use crate::limits::{CONNECT_RETRIES, CONNECT_RETRY_DELAY, POOL_IDLE_TIMEOUT};
 use crate::transport::{Handshake, Transport};
 use log::{debug, warn};
@@ -44,10 +46,25 @@ pub(super) struct UpstreamSock {
     pub(super) received: bool,
 }
 
-impl Conn {
+/// The upstream side of a connection: the socket of the current exchange
+/// (or the one kept idle for this client's next request), and the socket
+/// the loop must take back.
+#[derive(Default)]
+pub struct UpstreamSide {
+    pub(super) sock: Option<UpstreamSock>,
+    /// An upstream socket the loop must take back (reusable or not).
+    released: Option<Released>,
+    /// The upstream allows its connection to be reused after this response.
+    pub(super) reusable: bool,
+    /// The socket is kept, idle, for this client's next request (since
+    /// when): no trip through the pool, no epoll_ctl, no probe.
+    pub(super) idle_since: Option<Instant>,
+}
+
+impl UpstreamSide {
     /// Record readiness from an event on the upstream socket.
-    pub fn upstream_event(&mut self, readable: bool, writable: bool, hup: bool) {
-        if let Some(u) = self.upstream.as_mut() {
+    pub fn event(&mut self, readable: bool, writable: bool, hup: bool) {
+        if let Some(u) = self.sock.as_mut() {
             u.ready.readable |= readable;
             u.ready.writable |= writable;
             u.ready.hup |= hup;
@@ -57,6 +74,104 @@ impl Conn {
     /// The upstream socket the loop must deregister and pool or drop.
     pub fn take_released(&mut self) -> Option<Released> {
         self.released.take()
+    }
+
+    /// Hand over an upstream socket: fresh (connecting) or from the pool.
+    pub fn attach(&mut self, stream: Transport, reused: bool) {
+        if !reused {
+            // Pooled sockets already have it: one syscall less per request.
+            let _ = stream.tcp().set_nodelay(true);
+        }
+        self.sock = Some(UpstreamSock {
+            stream,
+            ready: Ready { readable: reused, writable: reused, hup: false },
+            connected: reused,
+            reused,
+            received: false,
+        });
+    }
+
+    /// A socket is attached (connecting, connected or kept idle).
+    pub(super) fn attached(&self) -> bool {
+        self.sock.is_some()
+    }
+
+    /// The TCP connect of the attached socket completed.
+    pub(super) fn connected(&self) -> bool {
+        self.sock.as_ref().is_some_and(|u| u.connected)
+    }
+
+    /// Hands the socket (if any) back to be closed.
+    pub(super) fn spend(&mut self) {
+        if let Some(u) = self.sock.take() {
+            self.released = Some(Released::Spent(u.stream));
+        }
+    }
+
+    /// Hands the socket back, to the pool when `reusable`.
+    pub(super) fn hand_back(&mut self, reusable: bool) {
+        if let Some(u) = self.sock.take() {
+            self.released =
+                Some(if reusable { Released::Reusable(u.stream) } else { Released::Spent(u.stream) });
+        }
+    }
+
+    /// Whether the socket kept idle from this client's previous exchange
+    /// may carry the next one (see `idle_usable`).
+    pub(super) fn kept_usable(&mut self, now: Instant) -> bool {
+        match (self.idle_since, self.sock.as_mut()) {
+            (Some(since), Some(u)) => {
+                idle_usable(since, now, || u.stream.idle_spoke(Some(u.ready.readable || u.ready.hup)))
+            }
+            _ => false,
+        }
+    }
+
+    /// Hands the socket back to the loop: to the pool if it sits idle and
+    /// healthy between exchanges, else to be closed.
+    pub(super) fn release(&mut self, now: Instant) {
+        let healthy = self.kept_usable(now);
+        self.idle_since = None;
+        self.hand_back(healthy);
+    }
+
+    /// The socket kept idle spoke or closed (a TLS record without data, a
+    /// session ticket, that left it drained is not speaking).
+    pub(super) fn idle_closed(&mut self) -> bool {
+        self.idle_since.is_some()
+            && self.sock.as_mut().is_some_and(|u| {
+                (u.ready.readable || u.ready.hup) && {
+                    let spoke = u.stream.idle_spoke(Some(true));
+                    u.ready.readable &= spoke;
+                    spoke
+                }
+            })
+    }
+
+    /// Read into `buf`; returns (bytes, eof/error). A read that fills all
+    /// the room while nothing waits for the client (`out`) grows the
+    /// buffer for the next one (fewer syscalls on busy streams; a quiet
+    /// stream gives it back).
+    pub(super) fn read(&mut self, buf: &mut Buf, out: &ClientOut) -> (usize, bool) {
+        let Some(u) = self.sock.as_mut() else {
+            return (0, false);
+        };
+        if !buf.has_space() && !out.pending() {
+            buf.grow();
+        }
+        let (total, eof) = fill_from(&mut u.stream, &mut u.ready, buf);
+        if total > 0 {
+            u.received = true;
+        }
+        (total, eof)
+    }
+}
+
+impl Conn {
+    /// The upstream side, for the loop: readiness, sockets attached and
+    /// taken back.
+    pub fn upstream(&mut self) -> &mut UpstreamSide {
+        &mut self.upstream
     }
 
     /// Index into the upstream's addresses for the next connect.
@@ -74,46 +189,18 @@ impl Conn {
             && !self.ex.reattaching()
     }
 
-    /// Hand over an upstream socket: fresh (connecting) or from the pool.
-    pub fn attach_upstream(&mut self, stream: Transport, reused: bool) {
-        if !reused {
-            // Pooled sockets already have it: one syscall less per request.
-            let _ = stream.tcp().set_nodelay(true);
-        }
-        self.upstream = Some(UpstreamSock {
-            stream,
-            ready: Ready { readable: reused, writable: reused, hup: false },
-            connected: reused,
-            reused,
-            received: false,
-        });
-    }
-
-    /// The loop could not even start a connect (e.g. out of descriptors).
-    pub fn connect_failed(&mut self, ctx: &Ctx, err: &std::io::Error) {
-        debug!("conn {}: upstream connect failed: {}", self.id, err.kind());
-        self.upstream_connect_error(ctx);
-    }
-
-    /// A TLS connection could not even be set up (rustls refused it).
-    pub fn tls_setup_failed(&mut self, ctx: &Ctx, why: &str) {
-        if matches!(self.phase, Phase::Connect { .. }) {
-            self.upstream_tls_failed(ctx, why);
-        }
-    }
-
     pub(super) fn connect_progress(&mut self, ctx: &Ctx) -> bool {
-        if self.upstream_idle_since.is_some() {
+        if self.upstream.idle_since.is_some() {
             // The socket kept from the previous exchange: usable unless the
             // upstream spoke or closed meanwhile, or it idled too long.
-            let usable = self.kept_upstream_usable(ctx.now);
-            self.upstream_idle_since = None;
+            let usable = self.upstream.kept_usable(ctx.now);
+            self.upstream.idle_since = None;
             if !usable {
-                self.drop_upstream();
+                self.upstream.spend();
                 return true;
             }
         }
-        let Some(u) = self.upstream.as_mut() else {
+        let Some(u) = self.upstream.sock.as_mut() else {
             return false;
         };
         if !u.connected {
@@ -121,7 +208,7 @@ impl Conn {
                 return false;
             }
             if let Ok(Some(_)) | Err(_) = u.stream.tcp().take_error() {
-                self.upstream_connect_error(ctx);
+                self.connect_failed(ctx, None);
                 return true;
             }
             match u.stream.tcp().peer_addr() {
@@ -136,7 +223,7 @@ impl Conn {
                     return false;
                 }
                 Err(_) => {
-                    self.upstream_connect_error(ctx);
+                    self.connect_failed(ctx, None);
                     return true;
                 }
             }
@@ -148,7 +235,7 @@ impl Conn {
             Handshake::Wait => return false,
             Handshake::Failed => {
                 let why = u.stream.tls_failure().unwrap_or_default();
-                self.upstream_tls_failed(ctx, &why);
+                self.tls_failed(ctx, &why);
                 return true;
             }
         }
@@ -157,11 +244,15 @@ impl Conn {
         true
     }
 
-    /// A connect was refused or failed: retry shortly (nothing was sent, so
+    /// A connect was refused or failed (`err`: the loop could not even
+    /// start one, e.g. out of descriptors): retry shortly (nothing was sent, so
     /// retrying is safe for every method), then 502.
-    pub(super) fn upstream_connect_error(&mut self, ctx: &Ctx) {
+    pub fn connect_failed(&mut self, ctx: &Ctx, err: Option<&std::io::Error>) {
+        if let Some(err) = err {
+            debug!("conn {}: upstream connect failed: {}", self.id, err.kind());
+        }
         ctx.connect_failed.set(true);
-        self.drop_upstream();
+        self.upstream.spend();
         if ctx.observing {
             ctx.obs.borrow_mut().health.unreachable(ctx.now);
         }
@@ -179,7 +270,7 @@ impl Conn {
         if attempt < CONNECT_RETRIES || in_grace {
             self.set_phase(Phase::Connect { attempt: attempt + 1, retry_at: Some(retry_at), since });
         } else if self.ex.session.known {
-            self.answer_outage(ctx);
+            self.answer_outage(ctx, Answer::UpstreamUnavailable);
         } else {
             warn!("conn {}: upstream unreachable after {} attempts", self.id, attempt + 1);
             self.reply_error(ctx, Answer::UpstreamUnreachable);
@@ -190,17 +281,18 @@ impl Conn {
     /// done in time, an alert, a record rustls refused): the answer a
     /// request gets for an unreachable upstream, at once (a bad
     /// certificate does not get better by retrying), with one warn line
-    /// naming the reason and the host.
-    pub(super) fn upstream_tls_failed(&mut self, ctx: &Ctx, why: &str) {
+    /// naming the reason and the host. The loop calls it when rustls
+    /// refuses to set up a connection at all.
+    pub fn tls_failed(&mut self, ctx: &Ctx, why: &str) {
         let host = ctx.config.upstream.authority.as_str();
         warn!("conn {}: TLS with upstream {host} failed: {why}", self.id);
         ctx.connect_failed.set(true);
-        self.drop_upstream();
+        self.upstream.spend();
         if ctx.observing {
             ctx.obs.borrow_mut().health.unreachable(ctx.now);
         }
         if self.ex.session.known {
-            self.answer_outage_as(ctx, Answer::UpstreamTls);
+            self.answer_outage(ctx, Answer::UpstreamTls);
         } else {
             self.reply_error(ctx, Answer::UpstreamTls);
         }
@@ -216,14 +308,14 @@ impl Conn {
             self.reattach_retry(ctx, 0);
             return;
         }
-        if let Some(why) = self.upstream.as_ref().and_then(|u| u.stream.tls_failure()) {
+        if let Some(why) = self.upstream.sock.as_ref().and_then(|u| u.stream.tls_failure()) {
             // An alert after the handshake (TLS 1.3: a refused client
             // certificate shows on the first read) or a refused record.
-            self.upstream_tls_failed(ctx, &why);
+            self.tls_failed(ctx, &why);
             return;
         }
-        let stale = self.upstream.as_ref().is_some_and(|u| u.reused && !u.received);
-        self.drop_upstream();
+        let stale = self.upstream.sock.as_ref().is_some_and(|u| u.reused && !u.received);
+        self.upstream.spend();
         if stale && !self.ex.recovery.retried && self.ex.idempotent() {
             debug!("conn {}: pooled upstream connection was stale; reconnecting", self.id);
             self.ex.recovery.retried = true;
@@ -235,7 +327,7 @@ impl Conn {
             // Reset before any byte of a response: the upstream died under
             // the request. It is not sent again (it may have been
             // processed); the answer keeps the session alive.
-            self.answer_outage(ctx);
+            self.answer_outage(ctx, Answer::UpstreamUnavailable);
             return;
         }
         warn!("conn {}: upstream closed the connection before answering", self.id);

@@ -15,6 +15,7 @@ mod stdio;
 mod timers;
 
 use crate::config::Config;
+use crate::conn::client_sock::ClientSock;
 use crate::conn::{Conn, Ctx, Released, Verdict};
 use crate::limits::{
     ACCEPT_BACKOFF, EVENT_CAPACITY, FALLBACK_CONNECTIONS, MAX_CONNECTIONS, MAX_UPSTREAM_ROUNDS, RESERVED_FDS,
@@ -488,7 +489,7 @@ impl Proxy {
                     if side == 0 {
                         conn.client_event(readable, writable, hup);
                     } else {
-                        conn.upstream_event(readable, writable, hup);
+                        conn.upstream().event(readable, writable, hup);
                     }
                     self.touched.push(slot);
                 }
@@ -649,7 +650,7 @@ impl Proxy {
                         continue;
                     }
                     debug!("conn {}: accepted from {peer}", self.next_id);
-                    let conn = Conn::new(self.next_id, stream, peer, now);
+                    let conn = Conn::new(self.next_id, ClientSock::Tcp(stream), peer, now);
                     let deadline = conn.deadline(&self.config);
                     let got = self.slab.insert(conn);
                     debug_assert_eq!(got, slot, "slot chosen before insert");
@@ -769,19 +770,18 @@ fn drive_slot(
         let verdict = conn.drive(ctx);
         if ctx.observing {
             let mut obs = ctx.obs.borrow_mut();
-            let (bytes_in, bytes_out) = conn.take_traffic();
+            let ((bytes_in, bytes_out), records) = conn.observed();
             obs.metrics.bytes(bytes_in, bytes_out);
-            let records = conn.records();
             if !records.is_empty() {
                 let ts = ctx.record_time.get().unwrap_or_else(epoch_now);
                 ctx.record_time.set(Some(ts));
-                for r in records {
+                for r in records.iter() {
                     obs.record(ts, ctx.agent, r);
                 }
-                conn.clear_records();
+                records.clear();
             }
         }
-        match conn.take_released() {
+        match conn.upstream().take_released() {
             Some(Released::Reusable(mut stream)) => {
                 let _ = poll.registry().deregister(stream.tcp_mut());
                 pool.put(stream, ctx.now);
@@ -799,14 +799,14 @@ fn drive_slot(
             }
             Verdict::Close => {
                 ctx.legacy.borrow_mut().close(conn.id());
-                if let Some(mut conn) = slab.remove(slot) {
+                if let Some(conn) = slab.remove(slot) {
                     debug_assert!(conn.close_reason().is_some(), "closed with a reason");
-                    if let Some(tcp) = conn.client_tcp() {
-                        let _ = poll.registry().deregister(tcp);
-                    }
                     let id = conn.id();
-                    if let Some(pipe) = conn.into_pipe() {
-                        closed_pipes.push((id, pipe));
+                    match conn.into_client() {
+                        ClientSock::Tcp(mut tcp) => {
+                            let _ = poll.registry().deregister(&mut tcp);
+                        }
+                        ClientSock::Pipe(pipe) => closed_pipes.push((id, pipe)),
                     }
                 }
                 return;
@@ -822,12 +822,12 @@ fn drive_slot(
                             Ok(s) => match Transport::new(s, &ctx.config.upstream) {
                                 Ok(t) => (t, false),
                                 Err(why) => {
-                                    conn.tls_setup_failed(ctx, &why);
+                                    conn.tls_failed(ctx, &why);
                                     continue;
                                 }
                             },
                             Err(e) => {
-                                conn.connect_failed(ctx, &e);
+                                conn.connect_failed(ctx, Some(&e));
                                 continue;
                             }
                         }
@@ -836,10 +836,10 @@ fn drive_slot(
                 let interest = Interest::READABLE | Interest::WRITABLE;
                 if let Err(e) = poll.registry().register(stream.tcp_mut(), token(slot, 1), interest) {
                     error!("cannot register upstream connection: {e}");
-                    conn.connect_failed(ctx, &e);
+                    conn.connect_failed(ctx, Some(&e));
                     continue;
                 }
-                conn.attach_upstream(stream, reused);
+                conn.upstream().attach(stream, reused);
             }
         }
     }

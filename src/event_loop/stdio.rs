@@ -2,7 +2,7 @@
 //! in the same slab as accepted ones, driven by the same rounds.
 
 use super::slab::Slab;
-use crate::conn::client_sock::Pipe;
+use crate::conn::client_sock::{ClientSock, Pipe};
 use crate::conn::Conn;
 use crate::stdio::Core;
 use std::time::Instant;
@@ -27,7 +27,8 @@ impl Core for PipeConns<'_> {
     fn open(&mut self) -> Option<u64> {
         *self.next_id += 1;
         let id = *self.next_id;
-        let slot = self.slab.insert(Conn::with_pipe(id, self.now));
+        let (pipe, peer) = ClientSock::pipe();
+        let slot = self.slab.insert(Conn::new(id, pipe, peer, self.now));
         log::debug!("conn {id}: opened for stdio");
         self.wakes.push(slot);
         Some(id)
@@ -35,7 +36,7 @@ impl Core for PipeConns<'_> {
 
     fn pipe(&mut self, id: u64) -> Option<&mut Pipe> {
         let slot = self.slot(id)?;
-        self.slab.entries.get_mut(slot)?.as_mut()?.pipe_mut()
+        self.slab.entries.get_mut(slot)?.as_mut()?.client().pipe_mut()
     }
 
     fn wake(&mut self, id: u64) {

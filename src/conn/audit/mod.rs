@@ -95,19 +95,11 @@ impl Exchange {
 }
 
 impl Conn {
-    /// Bytes read from the client and written to it since the last call.
-    pub fn take_traffic(&mut self) -> (u64, u64) {
-        std::mem::take(&mut self.traffic)
-    }
-
-    /// Records for the loop's `Observer`, read in place (a request record
-    /// is some 300 bytes: not moved out), then `clear_records`.
-    pub fn records(&self) -> &[Record] {
-        &self.ex.audit.queue
-    }
-
-    /// The records were handed over.
-    pub fn clear_records(&mut self) {
-        self.ex.audit.queue.clear();
+    /// What the loop's `Observer` takes after each drive: the bytes read
+    /// from the client and written to it since the last call, and the
+    /// records waiting, read in place (a request record is some 300 bytes:
+    /// not moved out) and cleared by the loop once handed over.
+    pub fn observed(&mut self) -> ((u64, u64), &mut Vec<Record>) {
+        (std::mem::take(&mut self.traffic), &mut self.ex.audit.queue)
     }
 }

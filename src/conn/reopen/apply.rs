@@ -100,7 +100,7 @@ impl Conn {
         if !self.upstream_buf.has_space() {
             self.upstream_buf.grow();
         }
-        let (n, eof) = self.read_upstream();
+        let (n, eof) = self.upstream.read(&mut self.upstream_buf, &self.out);
         if n > 0 {
             self.last_activity = ctx.now;
         }
@@ -149,7 +149,7 @@ impl Conn {
         // nothing follows the answer.
         let exact = self.upstream_buf.len() == at;
         let keep = self.ex.recovery.reopen.as_deref().is_some_and(|r| r.keep_alive) && exact;
-        self.hand_back_upstream(keep);
+        self.upstream.hand_back(keep);
         let seen = self.ex.reopen_seen(ctx);
         let held = self.upstream_buf.data().get(..at).unwrap_or_default();
         let action = self.ex.recovery.reopen.as_deref_mut().map(|r| r.on_collected(held, seen));
@@ -180,8 +180,20 @@ impl Conn {
                     }
                     self.ex.recovery.reopen.as_deref_mut().map(|r| r.on_lead(outcome))
                 }
-                Action::SendInitialize => self.send_initialize(ctx),
-                Action::SendInitialized => self.send_initialized(ctx),
+                Action::SendInitialize | Action::SendInitialized => {
+                    let written = if matches!(action, Action::SendInitialize) {
+                        self.ex.write_initialize(ctx)
+                    } else {
+                        self.ex.write_initialized(ctx)
+                    };
+                    match written {
+                        Ok(()) => {
+                            self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
+                            None
+                        }
+                        Err(failed) => Some(failed),
+                    }
+                }
                 Action::Finish => {
                     let new_id =
                         self.ex.recovery.reopen.as_deref().and_then(|r| r.new_id.clone()).unwrap_or_default();
@@ -237,74 +249,10 @@ impl Conn {
         }
     }
 
-    /// Builds and sends the recorded `initialize` with the current identity.
-    fn send_initialize(&mut self, ctx: &Ctx) -> Option<Action> {
-        let recorded = {
-            let table = ctx.sessions.borrow();
-            table.get(&self.ex.session.id).map(|s| {
-                (
-                    recorded_fields(s.headers()),
-                    s.initialize_body().to_vec(),
-                    Box::<str>::from(s.protocol_version()),
-                )
-            })
-        };
-        let Some((mut headers, body, version)) = recorded else {
-            return Some(Action::fail("session forgotten", true));
-        };
-        let r = self.ex.recovery.reopen.as_deref_mut()?;
-        if let Err(why) = r.prepare_initialize(&body, &version) {
-            return Some(Action::fail(why, true));
-        }
-        self.send_replay(ctx, &mut headers, &body, Step::Initialize)
-    }
-
-    /// Builds and sends `notifications/initialized` on the new upstream id.
-    fn send_initialized(&mut self, ctx: &Ctx) -> Option<Action> {
-        let recorded = {
-            let table = ctx.sessions.borrow();
-            table
-                .get(&self.ex.session.id)
-                .map(|s| (recorded_fields(s.headers()), Box::<str>::from(s.protocol_version())))
-        };
-        let Some((mut headers, version)) = recorded else {
-            return Some(Action::fail("session forgotten", true));
-        };
-        let new_id = self.ex.recovery.reopen.as_deref().and_then(|r| r.new_id.clone()).unwrap_or_default();
-        if headers.set_name(name::MCP_SESSION_ID, &new_id).is_err()
-            || headers.set_name(name::MCP_PROTOCOL_VERSION, version.as_bytes()).is_err()
-        {
-            return Some(Action::fail("new session id not usable in a header", true));
-        }
-        self.send_replay(ctx, &mut headers, INITIALIZED, Step::Initialized)
-    }
-
-    /// Writes a whole request of the proxy's own (with the current identity)
-    /// into the reopen's request buffer and goes to Connect.
-    fn send_replay(
-        &mut self,
-        ctx: &Ctx,
-        headers: &mut HeaderList,
-        body: &[u8],
-        step: Step,
-    ) -> Option<Action> {
-        let (who, route) = (ctx.credentials(), ctx.route());
-        let req = editor::Outgoing { method: b"POST", target: &self.ex.req.target, framed: true };
-        let r = self.ex.recovery.reopen.as_deref_mut()?;
-        r.request.clear();
-        let Ok(plan) = editor::plan_request(&req, headers, body, &who, &route, &mut r.request) else {
-            return Some(Action::fail("recorded request refused by the scanner", true));
-        };
-        plan.parts(body).for_each(|p| r.request.extend_from_slice(p));
-        r.step = step;
-        self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
-        None
-    }
-
     /// Relays the held 404 as if it had just arrived.
     fn relay_original(&mut self, ctx: &Ctx) {
         let original = self.ex.recovery.reopen.as_deref_mut().map(Reopen::take_original).unwrap_or_default();
-        self.drop_upstream();
+        self.upstream.spend();
         self.upstream_buf.clear();
         if !self.upstream_buf.push(&original) {
             // Cannot happen: the 404 was read into this buffer.
@@ -355,6 +303,70 @@ fn recorded_fields<'a>(fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> He
 }
 
 impl Exchange {
+    /// Writes the recorded `initialize` with the current identity (then the
+    /// exchange goes to Connect to send it).
+    fn write_initialize(&mut self, ctx: &Ctx) -> Result<(), Action> {
+        let recorded = {
+            let table = ctx.sessions.borrow();
+            table.get(&self.session.id).map(|s| {
+                (
+                    recorded_fields(s.headers()),
+                    s.initialize_body().to_vec(),
+                    Box::<str>::from(s.protocol_version()),
+                )
+            })
+        };
+        let Some((mut headers, body, version)) = recorded else {
+            return Err(Action::fail("session forgotten", true));
+        };
+        let r = self.recovery.reopen.as_deref_mut().ok_or_else(no_reopen)?;
+        if let Err(why) = r.prepare_initialize(&body, &version) {
+            return Err(Action::fail(why, true));
+        }
+        self.write_replay(ctx, &mut headers, &body, Step::Initialize)
+    }
+
+    /// Writes `notifications/initialized` on the new upstream id.
+    fn write_initialized(&mut self, ctx: &Ctx) -> Result<(), Action> {
+        let recorded = {
+            let table = ctx.sessions.borrow();
+            table
+                .get(&self.session.id)
+                .map(|s| (recorded_fields(s.headers()), Box::<str>::from(s.protocol_version())))
+        };
+        let Some((mut headers, version)) = recorded else {
+            return Err(Action::fail("session forgotten", true));
+        };
+        let new_id = self.recovery.reopen.as_deref().and_then(|r| r.new_id.clone()).unwrap_or_default();
+        if headers.set_name(name::MCP_SESSION_ID, &new_id).is_err()
+            || headers.set_name(name::MCP_PROTOCOL_VERSION, version.as_bytes()).is_err()
+        {
+            return Err(Action::fail("new session id not usable in a header", true));
+        }
+        self.write_replay(ctx, &mut headers, INITIALIZED, Step::Initialized)
+    }
+
+    /// Writes a whole request of the proxy's own (with the current identity)
+    /// into the reopen's request buffer.
+    fn write_replay(
+        &mut self,
+        ctx: &Ctx,
+        headers: &mut HeaderList,
+        body: &[u8],
+        step: Step,
+    ) -> Result<(), Action> {
+        let (who, route) = (ctx.credentials(), ctx.route());
+        let req = editor::Outgoing { method: b"POST", target: &self.req.target, framed: true };
+        let r = self.recovery.reopen.as_deref_mut().ok_or_else(no_reopen)?;
+        r.request.clear();
+        let Ok(plan) = editor::plan_request(&req, headers, body, &who, &route, &mut r.request) else {
+            return Err(Action::fail("recorded request refused by the scanner", true));
+        };
+        plan.parts(body).for_each(|p| r.request.extend_from_slice(p));
+        r.step = step;
+        Ok(())
+    }
+
     /// A 404 the proxy may recover from: a POST or GET in a session it
     /// recorded, with a body it can read whole. Not a loss: a 404 to
     /// DELETE, to `initialize` (it has no session id), or to an id never
@@ -380,4 +392,10 @@ impl Exchange {
             initialized_sent: s.initialized_sent(),
         }
     }
+}
+
+/// What a request of the proxy's own gets when no re-initialisation is
+/// under way (cannot happen: decisions are applied only under one).
+fn no_reopen() -> Action {
+    Action::fail("no re-initialisation under way", true)
 }
