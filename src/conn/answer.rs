@@ -322,7 +322,7 @@ impl Conn {
         if self.ex.meter.start.is_none() {
             self.ex.meter.start = Some(now);
         }
-        self.log_exchange(now, &answer, super::audit::End::Proxy(answer));
+        self.log_exchange(now, &answer, super::filter::audit::End::Proxy(answer));
         self.out.drop_upstream_bytes();
         self.upstream_buf.clear();
         self.set_phase(Phase::Reply { close, reason: answer.close_reason() });

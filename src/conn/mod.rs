@@ -25,10 +25,10 @@
 //! and `editor` decide without a socket.
 
 mod answer;
-mod audit;
 pub mod client_sock;
 mod ctx;
 mod exchange;
+mod filter;
 mod phase;
 pub use answer::CloseReason;
 pub mod client_out;
@@ -38,8 +38,6 @@ mod reopen;
 mod request;
 mod response;
 mod rewrite;
-mod session;
-mod tool_policy;
 mod upstream;
 #[cfg(test)]
 mod upstream_invariant;
@@ -155,6 +153,14 @@ impl Conn {
         }
     }
 
+    /// What the loop's `Observer` takes after each drive: the bytes read
+    /// from the client and written to it since the last call, and the
+    /// records waiting, read in place (a request record is some 300 bytes:
+    /// not moved out) and cleared by the loop once handed over.
+    pub fn observed(&mut self) -> ((u64, u64), &mut Vec<crate::obs::audit::Record>) {
+        (std::mem::take(&mut self.traffic), &mut self.ex.audit.queue)
+    }
+
     /// Record readiness from an event on the client socket.
     pub fn client_event(&mut self, readable: bool, writable: bool, hup: bool) {
         self.client_ready.readable |= readable;
@@ -200,7 +206,7 @@ impl Conn {
     }
 
     /// The exchange's one `info` line, saying how it ended.
-    fn log_exchange(&mut self, now: Instant, ending: &dyn fmt::Display, end: audit::End) {
+    fn log_exchange(&mut self, now: Instant, ending: &dyn fmt::Display, end: filter::audit::End) {
         if self.ex.audit.current.is_some() {
             self.ex.audit_end(now, end);
         }
@@ -302,7 +308,7 @@ impl Conn {
                 self.await_reopen(ctx);
             }
             Phase::Relay { .. } => {
-                self.log_exchange(now, &CloseReason::IdleTimeout, audit::End::Cut);
+                self.log_exchange(now, &CloseReason::IdleTimeout, filter::audit::End::Cut);
                 self.close(CloseReason::IdleTimeout);
             }
             Phase::Reply { .. } => self.close(CloseReason::ClientError),

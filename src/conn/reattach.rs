@@ -144,7 +144,11 @@ impl Conn {
         self.upstream.spend();
         self.out.drop_upstream_bytes();
         self.upstream_buf.clear();
-        self.log_exchange(ctx.now, &"upstream closed mid-body, not reattached", super::audit::End::Cut);
+        self.log_exchange(
+            ctx.now,
+            &"upstream closed mid-body, not reattached",
+            super::filter::audit::End::Cut,
+        );
         self.set_phase(Phase::Reply { close: true, reason: CloseReason::UpstreamTruncated });
     }
 

@@ -2,8 +2,8 @@
 //! the client, admit, scan and stamp it, and write it to the upstream.
 
 use super::answer::Answer;
-use super::audit::End;
-use super::tool_policy::{hidden_call, tools_list_ids};
+use super::filter::audit::End;
+use super::filter::policy::Refusal;
 use super::{fill_from, CloseReason, Conn, Ctx, Phase};
 use crate::http::body::{BodyError, Decoder};
 use crate::http::framing::Framing;
@@ -11,9 +11,7 @@ use crate::http::guard::{self, Policy};
 use crate::http::head;
 use crate::io::{slices_after, write_vectored, SocketState};
 use crate::limits::{MAX_REQUEST_HEAD, MAX_STAMP_BODY};
-use crate::mcp::legacy;
 use crate::mcp::stamp::Plan;
-use crate::mcp::tools::ListHandling;
 use log::{debug, warn};
 use std::time::{Duration, Instant};
 
@@ -178,12 +176,8 @@ impl Conn {
     /// identity and write the upstream head, then go to Connect.
     pub(super) fn finish_request_head(&mut self, ctx: &Ctx) {
         self.request_started = None;
-        let ex = &mut self.ex;
-        ex.body_read = true;
-        ex.session.known =
-            !ex.session.id.is_empty() && ctx.sessions.borrow_mut().touch(&ex.session.id, ctx.now);
-        // C -> U' for a re-initialised session (nothing until a first one).
-        super::session::map_request_session(&mut ex.req.headers, &ex.session.id, &ctx.sessions.borrow());
+        self.ex.body_read = true;
+        self.ex.session_at_request(ctx);
         if let Err(e) = self.ex.plan_upstream(ctx) {
             // Fail closed: never forwarded unstamped.
             warn!("conn {}: request body refused: {e}", self.id);
@@ -197,41 +191,10 @@ impl Conn {
         if ctx.observing() {
             self.ex.audit_request(self.id, ctx.agent, ctx.policy);
         }
-        if !ctx.policy.allows_all() {
-            if let Some(tool) = hidden_call(&self.ex.body, &self.ex.plan, ctx.policy) {
-                let legacy = legacy::post_session(&self.ex.req.target).map(<[u8]>::to_vec);
-                if !self.refuse_hidden(ctx, &tool, legacy.as_deref()) {
-                    return;
-                }
-            }
-        }
-        // Asked only of a body that lists tools (not on every call's path).
-        let handling = if self.ex.plan.lists_tools() {
-            ctx.policy.list_handling(ctx.stamps, ctx.stamps.learn_room())
-        } else {
-            ListHandling::Relay
-        };
-        let list = if handling != ListHandling::Relay { tools_list_ids(&self.ex.body) } else { None };
-        let legacy =
-            list.as_ref().and_then(|_| legacy::post_session(&self.ex.req.target)).map(<[u8]>::to_vec);
-        match (list, legacy) {
-            // A legacy session's list arrives on its GET stream, which
-            // filters it; a stream not relayed here cannot, so under a
-            // policy that hides something the list is not asked for.
-            (Some(ids), Some(session)) => {
-                let mut routes = ctx.legacy.borrow_mut();
-                let routed = ids.iter().all(|id| routes.expect_list(&session, id));
-                drop(routes);
-                if !routed && handling == ListHandling::Rewrite {
-                    warn!(
-                        "conn {}: tools/list of a legacy SSE session whose stream is not relayed here: refused (403)",
-                        self.id
-                    );
-                    self.reply_error(ctx, Answer::ListUnfiltered);
-                    return;
-                }
-            }
-            (list, _) => self.ex.policy.list_request = list,
+        match self.ex.request_policy(self.id, ctx) {
+            Refusal::Forward => {}
+            Refusal::Accepted => return self.queue_answer(ctx, 202, b"", Answer::HiddenTool),
+            Refusal::Reply(answer) => return self.reply_error(ctx, answer),
         }
         self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
     }

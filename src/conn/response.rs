@@ -2,9 +2,9 @@
 //! body (re-framed when it must be), and write the client output queue.
 
 use super::answer::Answer;
-use super::audit::End;
 use super::client_out::{BodyRewriter, Stage};
-use super::tool_policy::{legacy_turn, rewriter_finished};
+use super::filter::audit::End;
+use super::filter::policy::{legacy_turn, rewriter_finished};
 use super::{editor, CloseReason, Conn, Ctx, Phase};
 use crate::buf::Buf;
 use crate::http::body::{Decoder, Encoder};
@@ -152,10 +152,7 @@ impl Conn {
             self.reattach_relay(resp, ctx);
             return;
         }
-        // U' -> C for a re-initialised session (nothing until a first one),
-        // before a DELETE's answer forgets the session.
-        super::session::map_response_session(&mut resp.headers, &ctx.sessions.borrow());
-        self.ex.session.capture = self.ex.note_session(self.id, resp, ctx).map(Box::new);
+        self.ex.session_at_response(self.id, resp, ctx);
         if ctx.observing() {
             self.ex.audit_session(resp);
         }
@@ -273,7 +270,7 @@ impl Conn {
         let audit = &mut self.ex.audit.current;
         let c = self.out.classify(self.upstream_buf.data(), &mut input, out, &mut rewriter, |data| {
             // Copied (never altered): a recorded initialize's answer.
-            super::session::feed_capture(capture, Some(data), ctx.sessions, id);
+            super::filter::session::feed_capture(capture, Some(data), ctx.sessions, id);
             if let Some(a) = audit.as_mut() {
                 a.feed(data);
             }
@@ -296,7 +293,7 @@ impl Conn {
         }
         if input.is_done() && !input_done {
             input_done = true;
-            super::session::feed_capture(&mut self.ex.session.capture, None, ctx.sessions, self.id);
+            super::filter::session::feed_capture(&mut self.ex.session.capture, None, ctx.sessions, self.id);
         }
         if eof {
             self.upstream.spend();
@@ -313,10 +310,10 @@ impl Conn {
         }
         if eof && input_done {
             // A close-delimited body ends here.
-            super::session::feed_capture(&mut self.ex.session.capture, None, ctx.sessions, self.id);
+            super::filter::session::feed_capture(&mut self.ex.session.capture, None, ctx.sessions, self.id);
         }
         if let Some(ending) = cut {
-            super::session::feed_capture(&mut self.ex.session.capture, None, ctx.sessions, self.id);
+            super::filter::session::feed_capture(&mut self.ex.session.capture, None, ctx.sessions, self.id);
             if eof && rewriter.is_none() && self.ex.may_hold_stream(&input, out, ctx) {
                 // A session's GET stream whose upstream went away: held
                 // open for the upstream to come back (`reattach`).

@@ -7,7 +7,6 @@
 //! neither the audit log nor the metrics listener is on.
 
 use crate::conn::exchange::Exchange;
-use crate::conn::Conn;
 use crate::mcp::rpc;
 use crate::obs::audit::Record;
 use log::warn;
@@ -15,7 +14,7 @@ use std::time::Instant;
 
 mod exchange;
 
-pub(super) use exchange::ExchangeAudit;
+pub(in crate::conn) use exchange::ExchangeAudit;
 
 /// How an exchange ended, for its records.
 #[derive(Clone, Copy, Debug)]
@@ -30,6 +29,28 @@ pub(in crate::conn) enum End {
 
 /// The audit at the exchange's fixed points: the request (its body whole),
 /// the response head (session events), a reopen's end, the exchange's end.
+/// The audit's part: the body's requests, for the audit log and the
+/// metrics (none when neither is on), and the records made.
+#[derive(Default)]
+pub(in crate::conn) struct AuditState {
+    pub(in crate::conn) current: Option<Box<ExchangeAudit>>,
+    /// The last exchange's, emptied, for the next one (its allocation and
+    /// its buffers are reused).
+    pub(in crate::conn) spare: Option<Box<ExchangeAudit>>,
+    /// The connection's records waiting for the loop (kept across
+    /// exchanges until the loop reads them).
+    pub(in crate::conn) queue: Vec<crate::obs::audit::Record>,
+}
+
+impl AuditState {
+    /// A new exchange: the last one's audit, emptied, is kept for reuse.
+    pub(in crate::conn) fn begin(&mut self) {
+        if let Some(a) = self.current.take() {
+            self.spare = Some(a);
+        }
+    }
+}
+
 impl Exchange {
     /// The body is whole (`conn`: the connection's id, for the log): note
     /// its requests when someone observes.
@@ -91,15 +112,5 @@ impl Exchange {
         self.audit
             .queue
             .push(Record::SessionReinitialised { session: self.session.id.as_slice().into(), ok });
-    }
-}
-
-impl Conn {
-    /// What the loop's `Observer` takes after each drive: the bytes read
-    /// from the client and written to it since the last call, and the
-    /// records waiting, read in place (a request record is some 300 bytes:
-    /// not moved out) and cleared by the loop once handed over.
-    pub fn observed(&mut self) -> ((u64, u64), &mut Vec<Record>) {
-        (std::mem::take(&mut self.traffic), &mut self.ex.audit.queue)
     }
 }

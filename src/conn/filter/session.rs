@@ -4,8 +4,8 @@
 //! (`reopen`); the `protocolVersion` their `initialize` got is read as the
 //! answer is relayed; and a re-initialised session's ids are mapped.
 
-use super::exchange::Exchange;
-use super::Ctx;
+use crate::conn::exchange::Exchange;
+use crate::conn::Ctx;
 use crate::http::head::ResponseHead;
 use crate::http::headers::{name, HeaderList};
 use crate::mcp::initialize::Format;
@@ -13,6 +13,28 @@ use crate::mcp::rpc;
 use crate::mcp::session::SessionTable;
 use crate::mcp::version_scan::{Scan, VersionScan, Why};
 use log::{debug, warn};
+use smallvec::SmallVec;
+
+/// The exchange's MCP session, as its request named it.
+#[derive(Default)]
+pub(in crate::conn) struct SessionState {
+    /// The client's `Mcp-Session-Id`, as sent (empty: none).
+    pub(in crate::conn) id: SmallVec<[u8; 64]>,
+    /// `id` names a session this proxy saw created.
+    pub(in crate::conn) known: bool,
+    /// The reading of a recorded `initialize`'s answer as it is relayed,
+    /// kept until its `protocolVersion` is found (no copy of the answer).
+    pub(in crate::conn) capture: Option<Box<VersionCapture>>,
+}
+
+impl SessionState {
+    /// A new exchange names the session `id` (empty: none).
+    pub(in crate::conn) fn begin(&mut self, id: &[u8]) {
+        self.id = SmallVec::from_slice(id);
+        self.known = false;
+        self.capture = None;
+    }
+}
 
 /// Reads the `protocolVersion` from the body of an answer to a recorded
 /// `initialize` as it is relayed, whatever the body's size (agentchattr's
@@ -116,7 +138,7 @@ fn feed_capture_now(
 /// Request side of the mapping: a request carrying the client's id C of a
 /// reopened session goes upstream with U'. Until a first reopen the table
 /// maps nothing and the request is left byte-exact.
-pub fn map_request_session(headers: &mut HeaderList, client_id: &[u8], table: &SessionTable) {
+fn map_request_session(headers: &mut HeaderList, client_id: &[u8], table: &SessionTable) {
     if client_id.is_empty() {
         return;
     }
@@ -129,7 +151,7 @@ pub fn map_request_session(headers: &mut HeaderList, client_id: &[u8], table: &S
 
 /// Response side: the client never sees U' (a client adopts any session id
 /// it is sent: the TypeScript SDK does), only its own C.
-pub fn map_response_session(headers: &mut HeaderList, table: &SessionTable) {
+fn map_response_session(headers: &mut HeaderList, table: &SessionTable) {
     let Some(id) = headers.get_name(name::MCP_SESSION_ID) else { return };
     if let Some(client_id) = table.client_id_for(id).map(<[u8]>::to_vec) {
         let _ = headers.set_name(name::MCP_SESSION_ID, &client_id);
@@ -145,6 +167,24 @@ fn may_name_initialized(body: &[u8]) -> bool {
 }
 
 impl Exchange {
+    /// At the request, once it is whole: whether it names a session this
+    /// proxy recorded (which keeps it alive in the table), and its id
+    /// mapped to the upstream's for a re-initialised session (C -> U';
+    /// nothing until a first one).
+    pub(in crate::conn) fn session_at_request(&mut self, ctx: &Ctx) {
+        let id = &self.session.id;
+        self.session.known = !id.is_empty() && ctx.sessions.borrow_mut().touch(id, ctx.now);
+        map_request_session(&mut self.req.headers, id, &ctx.sessions.borrow());
+    }
+
+    /// At the response head: the upstream's id mapped back (U' -> C, before
+    /// a DELETE's answer forgets the session), then `note_session`, whose
+    /// capture the relay feeds.
+    pub(in crate::conn) fn session_at_response(&mut self, conn: u64, resp: &mut ResponseHead, ctx: &Ctx) {
+        map_response_session(&mut resp.headers, &ctx.sessions.borrow());
+        self.session.capture = self.note_session(conn, resp, ctx).map(Box::new);
+    }
+
     /// On a response head (`conn`: the connection's id, for the log): a
     /// session is created by a 200 to an `initialize`
     /// POST without a session id that carries one `Mcp-Session-Id` (a
@@ -152,7 +192,7 @@ impl Exchange {
     /// is the only signal that a session really ended, whatever the upstream
     /// answered. Returns the capture that reads the chosen `protocolVersion` from the
     /// body of a recorded `initialize`'s answer as it is relayed.
-    pub(super) fn note_session(&self, conn: u64, resp: &ResponseHead, ctx: &Ctx) -> Option<VersionCapture> {
+    fn note_session(&self, conn: u64, resp: &ResponseHead, ctx: &Ctx) -> Option<VersionCapture> {
         let ex = self;
         let mut table = ctx.sessions.borrow_mut();
         match ex.req.method.as_slice() {
