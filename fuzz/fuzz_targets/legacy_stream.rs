@@ -10,7 +10,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_identity_proxy::mcp::legacy::{endpoint_session, write_message_event, LegacyStream, Owed};
+use mcp_identity_proxy::mcp::legacy::{endpoint_session, LegacyStream, Owed};
+use mcp_identity_proxy::mcp::sse::write_message_event;
 use mcp_identity_proxy::mcp::sse::EndpointRewriter;
 use mcp_identity_proxy::mcp::stamp::StampMap;
 use mcp_identity_proxy::mcp::tools::{ListOptions, Policy, ToolFlags};

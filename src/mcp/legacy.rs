@@ -16,7 +16,7 @@
 //!
 //! Pure: bytes in, bytes out; the table holds connection ids, not sockets.
 
-use super::sse::{EndpointRewriter, EventSink, Framer};
+use super::sse::{write_message_event, EndpointRewriter, EventSink, Framer};
 use super::stamp::StampMap;
 use super::tools::{ListFilter, ListOptions, ListReport, Policy};
 use crate::limits::{MAX_LEGACY_QUEUED, MAX_LEGACY_STREAMS, MAX_PENDING_LISTS, MAX_SSE_SCAN};
@@ -227,14 +227,6 @@ impl Routes {
     pub fn is_empty(&self) -> bool {
         self.routes.is_empty()
     }
-}
-
-/// One `message` event carrying `message` (JSON text without line breaks:
-/// the proxy's own compact JSON).
-pub fn write_message_event(message: &[u8], out: &mut Vec<u8>) {
-    out.extend_from_slice(b"event: message\r\ndata: ");
-    out.extend_from_slice(message);
-    out.extend_from_slice(b"\r\n\r\n");
 }
 
 /// The body rewriter of a legacy `GET /sse` stream (see the module doc).

@@ -322,6 +322,23 @@ impl EventSink for NoEvents {
     fn dispatch(&mut self, _: bool) {}
 }
 
+/// The one SSE event writer: a `message` event carrying `message` (JSON
+/// text; each of its lines one `data:` line), every line ending with CRLF.
+pub fn write_message_event(message: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(b"event: message\r\n");
+    write_data(message, out);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `message`'s lines as `data:` lines (a CR before a line's LF dropped).
+pub fn write_data(message: &[u8], out: &mut Vec<u8>) {
+    for line in message.split(|&b| b == b'\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
 /// An event stream read as it arrives, in any split, by WHATWG HTML §9.2.6
 /// "Interpreting an event stream": lines end with CRLF, LF or CR; one
 /// leading BOM is ignored; a line starting with `:` is a comment; one space

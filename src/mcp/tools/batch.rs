@@ -8,8 +8,8 @@
 use super::policy::Policy;
 use crate::mcp::initialize::Format;
 use crate::mcp::json::{self, Kind, ScanError, Value};
-use crate::mcp::legacy::write_message_event;
 use crate::mcp::rpc;
+use crate::mcp::sse::write_message_event;
 
 /// A batch some of whose `tools/call`s the policy hides, split: the rest
 /// goes upstream, and each hidden call that is a request gets its error in

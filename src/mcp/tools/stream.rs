@@ -19,7 +19,7 @@ use super::policy::Policy;
 use crate::mcp::initialize::{for_each_message_event, Format};
 use crate::mcp::json;
 use crate::mcp::rpc;
-use crate::mcp::sse::{Framer, NoEvents, Stop, UTF8_BOM};
+use crate::mcp::sse::{self, Framer, NoEvents, Stop, UTF8_BOM};
 use crate::mcp::stamp::StampMap;
 use std::fmt;
 
@@ -336,7 +336,7 @@ impl ListFilter {
             w.unseen = why == NotRewritten::TooLarge;
         }
         self.done = self.settled();
-        write_event(&message, out);
+        sse::write_message_event(&message, out);
     }
 
     /// Every list answered, none by a guess: later payload passes as it is
@@ -508,7 +508,7 @@ fn write_event_like(event: &[u8], message: &[u8], out: &mut Vec<u8>) {
                     if content.starts_with(UTF8_BOM) {
                         out.extend_from_slice(UTF8_BOM);
                     }
-                    write_data(message, out);
+                    sse::write_data(message, out);
                     wrote = true;
                 }
             }
@@ -520,23 +520,8 @@ fn write_event_like(event: &[u8], message: &[u8], out: &mut Vec<u8>) {
         }
     }
     if !wrote {
-        write_data(message, out);
+        sse::write_data(message, out);
     }
-    out.extend_from_slice(b"\r\n");
-}
-
-fn write_data(message: &[u8], out: &mut Vec<u8>) {
-    for line in message.split(|&b| b == b'\n') {
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
-/// A new `message` event carrying `message`.
-fn write_event(message: &[u8], out: &mut Vec<u8>) {
-    out.extend_from_slice(b"event: message\r\n");
-    write_data(message, out);
     out.extend_from_slice(b"\r\n");
 }
 
