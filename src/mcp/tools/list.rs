@@ -566,11 +566,16 @@ fn delete_items(items: &[Item], edits: &mut Vec<Edit>) -> bool {
 }
 
 #[cfg(test)]
+#[path = "list_twin.rs"]
+mod twin;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::mcp::tools::policy::ToolFlags;
     use crate::test_rng::Rng;
     use serde_json::Value as J;
+    use twin::expected;
 
     mod fixture {
         include!(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/util/tools_list.rs"));
@@ -894,79 +899,6 @@ mod tests {
             let left = out.matches(r#"":{"type":"string"}"#).count();
             assert_eq!(left, visible, "case {i}: {out}");
         }
-    }
-
-    /// Applies the rewrite's rules to a serde_json tree: the naive twin.
-    fn expected(input: &J, p: &Policy, map: &StampMap, options: ListOptions) -> (J, Vec<Learned>) {
-        let mut v = input.clone();
-        let mut learned: Vec<Learned> = Vec::new();
-        let Some(result) = v.get_mut("result") else {
-            return (v, learned);
-        };
-        let tools = result["tools"].as_array().unwrap().clone();
-        let name_of = |t: &J| t["name"].as_str().unwrap().to_owned();
-        if options.learn_room > 0 {
-            for t in &tools {
-                let name = name_of(t);
-                if name.len() > MAX_LEARNED_NAME
-                    || map.param_for(name.as_bytes()).is_some()
-                    || learned.iter().any(|l| l.tool == name)
-                {
-                    continue;
-                }
-                let props = t.get("inputSchema").and_then(|s| s.get("properties")).and_then(J::as_object);
-                let Some(props) = props else {
-                    continue;
-                };
-                let param = p.identity_params().iter().find(|param| {
-                    props
-                        .get(param.as_str())
-                        .is_some_and(|s| s.get("type").and_then(J::as_str) == Some("string"))
-                });
-                if let (Some(param), true) = (param, learned.len() < options.learn_room) {
-                    learned.push(Learned { tool: name, param: param.clone() });
-                }
-            }
-        }
-        let mut removed = false;
-        let mut kept = Vec::new();
-        for mut t in tools {
-            let name = name_of(&t);
-            if !p.allows(&name) {
-                removed = true;
-                continue;
-            }
-            let param = map
-                .param_for(name.as_bytes())
-                .map(str::to_owned)
-                .or_else(|| learned.iter().find(|l| l.tool == name).map(|l| l.param.clone()));
-            if let (Some(param), false) = (param, p.show_identity_params()) {
-                if let Some(schema) = t.get_mut("inputSchema").and_then(J::as_object_mut) {
-                    if let Some(props) = schema.get_mut("properties").and_then(J::as_object_mut) {
-                        removed |= props.remove(&param).is_some();
-                    }
-                    if let Some(req) = schema.get_mut("required").and_then(J::as_array_mut) {
-                        let before = req.len();
-                        req.retain(|e| e.as_str() != Some(&param));
-                        if req.len() != before {
-                            removed = true;
-                            if req.is_empty() {
-                                schema.remove("required");
-                            }
-                        }
-                    }
-                }
-            }
-            kept.push(t);
-        }
-        result["tools"] = J::Array(kept);
-        if removed {
-            let r = result.as_object_mut().unwrap();
-            if r.contains_key("cacheScope") || options.insert_cache_scope {
-                r.insert("cacheScope".into(), J::from("private"));
-            }
-        }
-        (v, learned)
     }
 
     /// The properties every rewrite must have: output equal to the twin's
