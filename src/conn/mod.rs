@@ -17,8 +17,10 @@
 //! (`take_phase`) leaves `Closed` behind until it is put back.
 //!
 //! `request` is the client-to-upstream direction, `response` the
-//! upstream-to-client one, `upstream` the upstream socket; `session` the
-//! session bookkeeping on the relay path, `reopen` the re-initialisation of
+//! upstream-to-client one, `upstream` the upstream side (`UpstreamSide`);
+//! `filter` the features called at the exchange's fixed points (identity
+//! stamping, the tool policy, session bookkeeping, the audit), each
+//! returning what the core carries out; `reopen` the re-initialisation of
 //! a lost session (a decision type, `Reopen`, applied in one place),
 //! `reattach` a GET stream held through an upstream restart. `client_out`
 //! (the client output queue and the relay's classification step), `answer`

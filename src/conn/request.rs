@@ -193,7 +193,7 @@ impl Conn {
         }
         match self.ex.request_policy(self.id, ctx) {
             Refusal::Forward => {}
-            Refusal::Accepted => return self.queue_answer(ctx, 202, b"", Answer::HiddenTool),
+            Refusal::Accepted(answer) => return self.queue_answer(ctx, 202, b"", answer),
             Refusal::Reply(answer) => return self.reply_error(ctx, answer),
         }
         self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });

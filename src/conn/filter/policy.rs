@@ -78,8 +78,9 @@ pub(in crate::conn) enum Refusal {
     /// The rest of a batch goes upstream (the exchange's body and plan are
     /// the rest's now).
     Forward,
-    /// 202 and no body: nothing is owed on this POST.
-    Accepted,
+    /// 202 and no body: nothing is owed on this POST (`Answer` says why,
+    /// for the log and the record).
+    Accepted(Answer),
     /// The proxy's answer, with the requests' ids.
     Reply(Answer),
 }
@@ -162,7 +163,7 @@ impl Exchange {
                 "conn {}: tools/call notification of {tool:?}, which the tool policy hides: dropped (202)",
                 conn
             );
-            return Refusal::Accepted;
+            return Refusal::Accepted(Answer::HiddenTool);
         }
         if let Some(session) = session {
             if !ctx.legacy.borrow().has(session) {
@@ -188,7 +189,7 @@ impl Exchange {
                 conn
             );
             return match session {
-                Some(_) => Refusal::Accepted,
+                Some(_) => Refusal::Accepted(Answer::HiddenTool),
                 None => Refusal::Reply(Answer::HiddenTool),
             };
         };
@@ -379,7 +380,10 @@ mod tests {
         // Streamable HTTP: one call is answered with its id; a notification
         // gets 202 and nothing is forwarded.
         assert!(matches!(decide(&f, "/mcp", &hidden, None).0, Refusal::Reply(Answer::HiddenTool)));
-        assert!(matches!(decide(&f, "/mcp", &call(None, "chat_rules"), None).0, Refusal::Accepted));
+        assert!(matches!(
+            decide(&f, "/mcp", &call(None, "chat_rules"), None).0,
+            Refusal::Accepted(Answer::HiddenTool)
+        ));
         // A batch of hidden calls only: answered whole.
         let all_hidden = format!("[{hidden},{}]", call(Some(3), "chat_rules"));
         assert!(matches!(decide(&f, "/mcp", &all_hidden, None).0, Refusal::Reply(Answer::HiddenTool)));
@@ -409,7 +413,7 @@ mod tests {
         ));
         f.legacy.borrow_mut().open(b"abc"[..].into(), 40);
         let (refusal, ex) = decide(&f, target, &hidden, Some(b"abc"));
-        assert!(matches!(refusal, Refusal::Accepted));
+        assert!(matches!(refusal, Refusal::Accepted(Answer::HiddenTool)));
         assert!(ex.policy.batch_errors.is_empty());
         let owed = f.legacy.borrow_mut().take(40).expect("the error is owed to the stream");
         let events = String::from_utf8(owed.events).unwrap();
