@@ -13,6 +13,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::mcp::json::{self, Kind, Message, ScanError, Value};
+use crate::mcp::rpc;
 
 /// Which argument of which tool carries the caller's identity.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -186,6 +187,15 @@ impl Plan {
     /// scanned (`None`: it was not, or was refused).
     pub fn envelope(&self) -> Option<&[(Option<Value>, Option<Value>)]> {
         self.scanned.then_some(&self.envelope[..])
+    }
+
+    /// The body's message objects as `rpc::parse` reads them, built from the
+    /// envelope: the readers after the stamp (the tool policy's list ids,
+    /// session bookkeeping) do not parse the body again. `None` when the
+    /// body was not scanned. A batch's elements that are not objects are
+    /// left out (nothing after the stamp looks for them).
+    pub fn messages<'b>(&'b self, body: &'b [u8]) -> Option<impl Iterator<Item = rpc::Message<'b>> + 'b> {
+        Some(self.envelope()?.iter().map(move |&(method, id)| rpc::Message::of_object(body, method, id)))
     }
 
     /// As if the body had not been scanned (tests compare the envelope with
@@ -501,6 +511,38 @@ fn base64(input: &[u8], out: &mut SmallVec<[u8; 64]>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The envelope's messages are `rpc::parse`'s message objects (a
+    /// batch's other elements aside): the readers after the stamp take them
+    /// instead of parsing the body again.
+    #[test]
+    fn the_envelopes_messages_are_a_second_parses() {
+        let bodies = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_send","arguments":{"sender":"bob"}}}"#,
+            r#"{"id":1,"id":"two","method":"tools\u002flist"}"#,
+            r#"[{"id":NaN,"method":"a"},{"id":1e400,"method":"b"},{"id":"\ud800","method":"c"},{"id":null,"method":"d"}]"#,
+            r#"[1,{"method":"n"},{"id":3,"result":{}},[],{"id":{},"method":"x"},{"method":5,"id":6},"s",null]"#,
+            r#" [ ] "#,
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#,
+            r#"[{"jsonrpc":"2.0","method":"notifications\/initialized"},{"id":"7","method":"tools/list"},{"id":7.0,"method":"tools/list"}]"#,
+            r#"{"id":"a\"b","method":"tools/list","params":{"cursor":"x"}}"#,
+            r#"{"result":{},"id":9}"#,
+            r#""just a string""#,
+            r#"42"#,
+        ];
+        for body in bodies {
+            let p = plan(body.as_bytes(), "alice", &StampMap::agentchattr()).unwrap();
+            let from_envelope: Vec<rpc::Message> = p.messages(body.as_bytes()).unwrap().collect();
+            let parsed = rpc::parse(body.as_bytes()).unwrap();
+            let objects: Vec<rpc::Message> =
+                parsed.messages().iter().copied().filter(|m| m.role() != rpc::Role::Invalid).collect();
+            assert_eq!(from_envelope, objects, "{body}");
+            assert_eq!(p.is_batch(), parsed.is_batch(), "{body}");
+        }
+        let mut bare = plan(b"{}", "alice", &StampMap::agentchattr()).unwrap();
+        bare.forget_envelope();
+        assert!(bare.messages(b"{}").is_none());
+    }
     use serde_json::{json, Value as J};
 
     fn stamp(body: &str, agent: &str) -> Result<String, StampError> {

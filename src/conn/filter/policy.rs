@@ -60,12 +60,11 @@ fn hidden_call(body: &[u8], plan: &Plan, policy: &ToolPolicy) -> Option<String> 
 }
 
 /// The ids (JSON text) of the `tools/list` requests of a body (one
-/// message, or a batch's); `None` when it has none.
-fn tools_list_ids(body: &[u8]) -> Option<Box<[Box<[u8]>]>> {
-    let parsed = rpc::parse(body).ok()?;
-    let ids: Vec<Box<[u8]>> = parsed
-        .messages()
-        .iter()
+/// message, or a batch's), read from the stamp scan's envelope; `None`
+/// when it has none.
+fn tools_list_ids(body: &[u8], plan: &Plan) -> Option<Box<[Box<[u8]>]>> {
+    let ids: Vec<Box<[u8]>> = plan
+        .messages(body)?
         .filter(|m| m.role() == rpc::Role::Request && m.is_method(rpc::TOOLS_LIST))
         .map(|m| m.id().json().into())
         .collect();
@@ -108,7 +107,8 @@ impl Exchange {
         } else {
             ListHandling::Relay
         };
-        let list = if handling != ListHandling::Relay { tools_list_ids(&self.body) } else { None };
+        let list =
+            if handling != ListHandling::Relay { tools_list_ids(&self.body, &self.plan) } else { None };
         let legacy = list.as_ref().and_then(|_| legacy::post_session(&self.req.target)).map(<[u8]>::to_vec);
         match (list, legacy) {
             // A legacy session's list arrives on its GET stream, which

@@ -201,8 +201,13 @@ impl Exchange {
             }
             b"POST" if ex.session.id.is_empty() && resp.status == 200 => {
                 let id = resp.headers.get_name(name::MCP_SESSION_ID)?;
-                let Ok(body) = rpc::parse(&ex.body) else { return None };
-                let init = body.single().filter(|m| m.is_method(rpc::INITIALIZE))?;
+                // One message (not a batch), read from the stamp scan's
+                // envelope.
+                let init = ex
+                    .plan
+                    .messages(&ex.body)?
+                    .next()
+                    .filter(|m| !ex.plan.is_batch() && m.is_method(rpc::INITIALIZE))?;
                 // What a replay needs: end-to-end fields without the
                 // credentials (the identity current at replay time is used).
                 let fields = ex.req.headers.iter().map(|h| (h.name(), h.value())).filter(|(name, _)| {
@@ -233,7 +238,10 @@ impl Exchange {
                 if ex.session.known
                     && table.get(&ex.session.id).is_some_and(|s| !s.initialized_sent())
                     && may_name_initialized(&ex.body)
-                    && rpc::parse(&ex.body).is_ok_and(|b| b.find_method(rpc::INITIALIZED).is_some()) =>
+                    && ex
+                        .plan
+                        .messages(&ex.body)
+                        .is_some_and(|mut ms| ms.any(|m| m.is_method(rpc::INITIALIZED))) =>
             {
                 table.note_initialized(&ex.session.id, ctx.now);
             }
