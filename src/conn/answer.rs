@@ -253,7 +253,7 @@ impl Conn {
     pub(super) fn reply_error(&mut self, ctx: &Ctx, answer: Answer) {
         let mut body = Vec::new();
         {
-            let parsed = if self.ex.body_read { rpc::parse(&self.ex.body).ok() } else { None };
+            let parsed = if self.ex.body_read { self.ex.request_body() } else { None };
             answer.write_body(parsed.as_ref(), &mut body);
         }
         self.queue_answer(ctx, answer.status(), &body, answer);
@@ -276,8 +276,7 @@ impl Conn {
         }
         if self.ex.req.method.as_slice() == b"POST" {
             let mut body = Vec::new();
-            let written =
-                rpc::parse(&self.ex.body).ok().map(|parsed| answer.write_errors(Some(&parsed), &mut body));
+            let written = self.ex.request_body().map(|parsed| answer.write_errors(Some(&parsed), &mut body));
             if let Some(n) = written {
                 let status = if n == 0 {
                     warn!("conn {}: notification dropped: upstream unavailable", self.id);

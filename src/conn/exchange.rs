@@ -47,6 +47,14 @@ impl Exchange {
         matches!(self.req.method.as_slice(), b"GET" | b"HEAD" | b"OPTIONS" | b"DELETE" | b"PUT")
     }
 
+    /// The request body as JSON-RPC, for the answers the proxy makes with
+    /// its requests' ids: from the stamp scan's envelope when that is
+    /// exact (one message), else parsed (a batch, or a body the scan
+    /// refused).
+    pub(super) fn request_body(&self) -> Option<crate::mcp::rpc::Body<'_>> {
+        self.plan.rpc_body(&self.body).or_else(|| crate::mcp::rpc::parse(&self.body).ok())
+    }
+
     /// A new exchange on the connection, its head in `req`, begins `now`:
     /// its Host and session id are taken from the head, and what the last
     /// exchange left is cleared (its buffers kept).

@@ -209,7 +209,7 @@ pub fn parse(body: &[u8]) -> Result<Body<'_>, ScanError> {
 
 fn message(body: &[u8], v: Value) -> Result<Message<'_>, ScanError> {
     if !matches!(v.kind, Kind::Object { .. }) {
-        return Ok(Message { body, role: Role::Invalid, method: None, id: Id::Null });
+        return Ok(Message::invalid(body));
     }
     let (mut method, mut id) = (None, None);
     // Last of equal keys wins, as in the upstream's reading.
@@ -225,6 +225,12 @@ fn message(body: &[u8], v: Value) -> Result<Message<'_>, ScanError> {
 }
 
 impl<'b> Message<'b> {
+    /// A body element that is not a message object (JSON-RPC 2.0 §5: its
+    /// answer is an Invalid Request error with a null id).
+    pub fn invalid(body: &'b [u8]) -> Message<'b> {
+        Message { body, role: Role::Invalid, method: None, id: Id::Null }
+    }
+
     /// The message object of `body` whose `method` and `id` members (the
     /// last of equal keys) are these spans: what another scan of the body
     /// already found (the stamp scan's envelope), so it is not parsed again.

@@ -198,6 +198,19 @@ impl Plan {
         Some(self.envelope()?.iter().map(move |&(method, id)| rpc::Message::of_object(body, method, id)))
     }
 
+    /// The body as `rpc::parse` reads it, built from the envelope, where
+    /// that is exact: a body that is not a batch (its one message, or an
+    /// invalid one when it is not an object). `None` for a batch, whose
+    /// elements that are not objects the envelope leaves out, and for a
+    /// body not scanned: the caller parses those.
+    pub fn rpc_body<'b>(&'b self, body: &'b [u8]) -> Option<rpc::Body<'b>> {
+        if self.batch {
+            return None;
+        }
+        let message = self.messages(body)?.next().unwrap_or_else(|| rpc::Message::invalid(body));
+        Some(rpc::Body::of_envelope(false, std::iter::once(message)))
+    }
+
     /// As if the body had not been scanned (tests compare the envelope with
     /// a second parse).
     #[cfg(test)]
@@ -529,6 +542,9 @@ mod tests {
             r#"{"result":{},"id":9}"#,
             r#""just a string""#,
             r#"42"#,
+            "null",
+            "{}",
+            r#"{"method":"notifications/cancelled","params":{"requestId":3}}"#,
         ];
         for body in bodies {
             let p = plan(body.as_bytes(), "alice", &StampMap::agentchattr()).unwrap();
@@ -538,10 +554,12 @@ mod tests {
                 parsed.messages().iter().copied().filter(|m| m.role() != rpc::Role::Invalid).collect();
             assert_eq!(from_envelope, objects, "{body}");
             assert_eq!(p.is_batch(), parsed.is_batch(), "{body}");
+            // Not a batch: the whole body as a second parse reads it.
+            assert_eq!(p.rpc_body(body.as_bytes()), (!parsed.is_batch()).then_some(parsed), "{body}");
         }
         let mut bare = plan(b"{}", "alice", &StampMap::agentchattr()).unwrap();
         bare.forget_envelope();
-        assert!(bare.messages(b"{}").is_none());
+        assert!(bare.messages(b"{}").is_none() && bare.rpc_body(b"{}").is_none());
     }
     use serde_json::{json, Value as J};
 

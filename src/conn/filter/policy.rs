@@ -148,7 +148,7 @@ impl Exchange {
             None => {
                 // A notification gets no error (empty): it is owed no answer.
                 let mut e = Vec::new();
-                let parsed = rpc::parse(&self.body).ok();
+                let parsed = self.request_body();
                 Answer::HiddenTool.write_errors(parsed.as_ref(), &mut e);
                 vec![e]
             }
