@@ -1,10 +1,11 @@
-//! Defends the JSON-RPC body readers and the proxy's error body: no panic on any body; the error body written for any input is JSON serde_json reads, with one error per request (and per batch element that is not a message) carrying the id serde_json reads there, in order, and none for notifications and responses; the `initialize` answer's protocolVersion agrees with serde_json on JSON bodies and is the same when the body arrives as an SSE stream.
+//! Defends the JSON-RPC body readers and the proxy's error body: no panic on any body; the stamp scan's envelope reads as `rpc::parse` does (its message objects, and a body of one message whole); the error body written for any input is JSON serde_json reads, with one error per request (and per batch element that is not a message) carrying the id serde_json reads there, in order, and none for notifications and responses; the `initialize` answer's protocolVersion agrees with serde_json on JSON bodies and is the same when the body arrives as an SSE stream.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use mcp_identity_proxy::mcp::initialize::{protocol_version, Answer, Format};
 use mcp_identity_proxy::mcp::json;
 use mcp_identity_proxy::mcp::rpc::{self, SERVER_ERROR};
+use mcp_identity_proxy::mcp::stamp::{self, StampMap};
 use serde_json::Value;
 
 const MESSAGE: &str = "upstream unavailable";
@@ -95,6 +96,17 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let parsed = rpc::parse(body);
+    // The stamp scan's envelope reads as the second parse it replaces: its
+    // message objects, and a body of one message whole.
+    if let Ok(plan) = stamp::plan(body, "fuzz", &StampMap::agentchattr()) {
+        let p = parsed.as_ref().expect("a body the stamp scan accepts parses");
+        let from_envelope: Vec<rpc::Message> = plan.messages(body).expect("scanned").collect();
+        let objects: Vec<rpc::Message> =
+            p.messages().iter().copied().filter(|m| m.role() != rpc::Role::Invalid).collect();
+        assert_eq!(from_envelope, objects);
+        assert_eq!(plan.is_batch(), p.is_batch());
+        assert_eq!(plan.rpc_body(body).as_ref(), (!p.is_batch()).then_some(p));
+    }
     let serde: Option<Value> = serde_json::from_slice(body).ok();
     // Compared with serde_json only where both read the body (they differ
     // on NaN, lone surrogates and the nesting limit).

@@ -194,7 +194,10 @@ impl Plan {
     /// session bookkeeping) do not parse the body again. `None` when the
     /// body was not scanned. A batch's elements that are not objects are
     /// left out (nothing after the stamp looks for them).
-    pub fn messages<'b>(&'b self, body: &'b [u8]) -> Option<impl Iterator<Item = rpc::Message<'b>> + 'b> {
+    pub fn messages<'s, 'b: 's>(
+        &'s self,
+        body: &'b [u8],
+    ) -> Option<impl Iterator<Item = rpc::Message<'b>> + 's> {
         Some(self.envelope()?.iter().map(move |&(method, id)| rpc::Message::of_object(body, method, id)))
     }
 
@@ -203,7 +206,7 @@ impl Plan {
     /// invalid one when it is not an object). `None` for a batch, whose
     /// elements that are not objects the envelope leaves out, and for a
     /// body not scanned: the caller parses those.
-    pub fn rpc_body<'b>(&'b self, body: &'b [u8]) -> Option<rpc::Body<'b>> {
+    pub fn rpc_body<'b>(&self, body: &'b [u8]) -> Option<rpc::Body<'b>> {
         if self.batch {
             return None;
         }
