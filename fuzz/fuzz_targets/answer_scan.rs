@@ -1,9 +1,14 @@
-//! Defends the streaming answer reader (`VersionScan`, which session recovery and the audit log read answers with): fed any JSON body in two pieces cut anywhere (or whole, its word-at-a-time path), it accepts exactly the bodies whose first value serde_json accepts (beside Python's NaN and Infinity, which the proxy's grammar takes), and where serde_json reads the whole body it reports the same `initialize` version as the whole-body reader; the outcome of a batch's answers read in one pass is each answer's own.
+//! Defends the streaming answer reader (`VersionScan`, which session recovery and the audit log read answers with): fed any JSON body in two pieces cut anywhere (or whole, its word-at-a-time path), it accepts exactly the bodies whose first value serde_json accepts (beside Python's NaN and Infinity, which the proxy's grammar takes), and where serde_json reads the whole body it reports the `initialize` version serde_json reads (`answer_twin.rs`); the outcome of a batch's answers read in one pass is each answer's own.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_identity_proxy::mcp::initialize::{protocol_version, Answer, Format};
+use mcp_identity_proxy::mcp::initialize::{for_each_message_event, Format};
+use mcp_identity_proxy::mcp::rpc::IdKey;
 use mcp_identity_proxy::mcp::version_scan::{Scan, VersionScan, Why};
+
+#[path = "../../src/mcp/answer_twin.rs"]
+mod twin;
+use twin::Expected;
 
 const REQUEST_IDS: [&[u8]; 4] = [b"1", b"7", br#""1""#, br#""init""#];
 
@@ -32,14 +37,14 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(accepted, matches!(first, Some(Ok(_))), "{state:?}");
     }
     if serde_json::from_slice::<serde_json::Value>(body).is_ok() {
-        let want = protocol_version(body, Format::Json, id);
+        let want = twin::protocol_version(body, Format::Json, id);
         let same = match (&state, &want) {
-            (Scan::Version(g), Answer::Version(w)) => g == w,
-            (Scan::Missing(Why::NoVersion), Answer::NoVersion) => true,
-            (Scan::Missing(Why::NoAnswer), Answer::NotFound) => true,
+            (Scan::Version(g), Expected::Version(w)) => g == w,
+            (Scan::Missing(Why::NoVersion), Expected::NoVersion) => true,
+            (Scan::Missing(Why::NoAnswer), Expected::NotFound) => true,
             _ => false,
         };
-        assert!(same, "scan {state:?}, whole-body reader {want:?}");
+        assert!(same, "scan {state:?}, serde_json {want:?}");
     }
     // The whole-slice path (the body in one read) and the byte path (in
     // two, the first non-empty) say the same, for one request and for a

@@ -1,12 +1,17 @@
-//! Defends the JSON-RPC body readers and the proxy's error body: no panic on any body; the stamp scan's envelope reads as `rpc::parse` does (its message objects, and a body of one message whole); the error body written for any input is JSON serde_json reads, with one error per request (and per batch element that is not a message) carrying the id serde_json reads there, in order, and none for notifications and responses; the `initialize` answer's protocolVersion agrees with serde_json on JSON bodies and is the same when the body arrives as an SSE stream.
+//! Defends the JSON-RPC body readers and the proxy's error body: no panic on any body; the stamp scan's envelope reads as `rpc::parse` does (its message objects, and a body of one message whole); the error body written for any input is JSON serde_json reads, with one error per request (and per batch element that is not a message) carrying the id serde_json reads there, in order, and none for notifications and responses; the answer reader's `initialize` protocolVersion agrees with serde_json on JSON bodies and is the same when the body arrives as an SSE stream.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_identity_proxy::mcp::initialize::{protocol_version, Answer, Format};
+use mcp_identity_proxy::mcp::initialize::{for_each_message_event, Format};
 use mcp_identity_proxy::mcp::json;
-use mcp_identity_proxy::mcp::rpc::{self, SERVER_ERROR};
+use mcp_identity_proxy::mcp::rpc::{self, IdKey, SERVER_ERROR};
 use mcp_identity_proxy::mcp::stamp::{self, StampMap};
+use mcp_identity_proxy::mcp::version_scan::{Scan, VersionScan, Why};
 use serde_json::Value;
+
+#[path = "../../src/mcp/answer_twin.rs"]
+mod twin;
+use twin::Expected;
 
 const MESSAGE: &str = "upstream unavailable";
 /// The `initialize` request ids tried: MCP ids are strings or integers.
@@ -38,27 +43,6 @@ fn id_matches(got: &Value, want: &Value) -> bool {
         Some(f) if f.abs() >= 1e299 => got.is_null() || got == want,
         _ => got == want,
     }
-}
-
-/// serde_json's reading of the answer to the request `id`.
-fn expected_version(input: &Value, id: &Value) -> Answer {
-    let messages: Vec<&Value> = match input {
-        Value::Array(items) => items.iter().collect(),
-        other => vec![other],
-    };
-    for m in messages.iter().filter_map(|m| m.as_object()) {
-        // Ids match as clients match them: the proxy's one rule.
-        let key = |v: &Value| serde_json::to_vec(v).ok().and_then(|t| rpc::IdKey::of(&t));
-        let answers = m.get("id").is_some_and(|mid| key(mid).is_some() && key(mid) == key(id));
-        if m.contains_key("method") || !answers {
-            continue;
-        }
-        return match m.get("result").and_then(|r| r.get("protocolVersion")).and_then(Value::as_str) {
-            Some(v) => Answer::Version(v.to_owned()),
-            None => Answer::NoVersion,
-        };
-    }
-    Answer::NotFound
 }
 
 /// `body` as the data of a `message` event, after an event that is not the
@@ -159,20 +143,29 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(got.iter().map(|m| m.as_deref()).collect::<Vec<_>>(), methods);
     }
 
-    // The initialize answer.
+    // The initialize answer, read by the answer reader: as serde_json reads
+    // it (`answer_twin.rs`), and the same when the body arrives as an SSE
+    // event's data (LF-joined lines are the body itself, unless it holds a
+    // CR, a line end in SSE).
     let id = REQUEST_IDS[usize::from(k) % REQUEST_IDS.len()];
-    let from_json = protocol_version(body, Format::Json, id);
-    if let Some(input) = both {
-        let id: Value = serde_json::from_slice(id).expect("a fixed id");
-        assert_eq!(from_json, expected_version(input, &id));
+    let read = |format: Format, bytes: &[u8]| -> Expected {
+        let Some(mut s) = VersionScan::new(format, id) else {
+            panic!("a fixed id is usable");
+        };
+        s.feed(bytes);
+        match s.finish() {
+            Scan::Version(v) => Expected::Version(v.clone()),
+            Scan::Missing(Why::NoVersion) => Expected::NoVersion,
+            _ => Expected::NotFound,
+        }
+    };
+    if both.is_some() {
+        let from_json = read(Format::Json, body);
+        assert_eq!(from_json, twin::protocol_version(body, Format::Json, id));
+        if !body.contains(&b'\r') {
+            assert_eq!(read(Format::EventStream, &as_sse(body, id, k)), from_json);
+        }
     }
-    // The same body as an SSE event's data: LF-joined lines are the body
-    // itself, unless it holds a CR (a line end in SSE).
-    if !body.contains(&b'\r') {
-        let sse = as_sse(body, id, k);
-        assert_eq!(protocol_version(&sse, Format::EventStream, id), from_json);
-    }
-    // Any bytes as a stream, with any id text: no panic.
-    let _ = protocol_version(body, Format::EventStream, id);
-    let _ = protocol_version(id, Format::Json, body);
+    // Any bytes as a stream: no panic.
+    let _ = read(Format::EventStream, body);
 });

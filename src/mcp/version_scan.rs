@@ -8,8 +8,8 @@
 //! event is split across reads, or what comes before it.
 //!
 //! Pure: bytes in, value out. It only reads: it never changes a body.
-//! Semantics are those of [`super::initialize::protocol_version`], the whole-body
-//! reader the tests hold it to: the answer is the first response message
+//! The tests hold it to serde_json (`answer_twin.rs`) and to a table of
+//! cases: the answer is the first response message
 //! whose id is the request's (a message with a `method` is the server's
 //! request or notification); its `result.protocolVersion` when that is a
 //! string (the last of equal keys counts), else no version. In an SSE
@@ -21,6 +21,8 @@ use super::initialize::Format;
 use super::json::{self, ScanError};
 use super::lex::{Lexer, Tok, Token};
 use super::rpc;
+#[cfg(test)]
+use super::{initialize::for_each_message_event, rpc::IdKey};
 use crate::limits::MAX_JSON_DEPTH;
 use smallvec::SmallVec;
 use std::fmt;
@@ -783,15 +785,20 @@ impl super::sse::EventSink for Events<'_> {
     }
 }
 
+/// The serde_json oracle (test and fuzz builds only).
+#[cfg(test)]
+#[path = "answer_twin.rs"]
+mod twin;
+
 #[cfg(test)]
 mod tests {
+    use super::twin::{self, Expected};
     use super::*;
-    use crate::mcp::initialize;
 
-    /// The whole-body reader's version, for comparison.
+    /// serde_json's version, for comparison.
     fn whole(body: &[u8], format: Format, request_id: &[u8]) -> Option<String> {
-        match initialize::protocol_version(body, format, request_id) {
-            initialize::Answer::Version(v) => Some(v),
+        match twin::protocol_version(body, format, request_id) {
+            Expected::Version(v) => Some(v),
             _ => None,
         }
     }
@@ -809,6 +816,152 @@ mod tests {
             Scan::Version(v) => Some(v.clone()),
             _ => None,
         }
+    }
+
+    const V: &str = "2025-06-18";
+
+    fn version(v: &str) -> Expected {
+        Expected::Version(v.to_owned())
+    }
+
+    /// (format, body, request id, expected).
+    fn cases() -> Vec<(Format, &'static str, &'static str, Expected)> {
+        use Format::{EventStream as Sse, Json};
+        vec![
+            (Json, r#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{}}}"#, "1", version(V)),
+            (Json, r#"{"result":{"protocolVersion":"2025-06-18"},"id":"a"}"#, r#""\u0061""#, version(V)),
+            (Json, r#"{"result":{"protocolVersion":"2025-06-18"},"id":"a"}"#, r#""b""#, Expected::NotFound),
+            // Ids match by value, as clients match them (`rpc::IdKey`).
+            (Json, r#"{"result":{"protocolVersion":"2025-06-18"},"id":1}"#, r#""1""#, version(V)),
+            (Json, r#"{"result":{"protocolVersion":"2025-06-18"},"id":1.0}"#, "1", version(V)),
+            (Json, r#"{"result":{"protocolVersion":"2025-06-18"},"id":"1x"}"#, "1", Expected::NotFound),
+            (Json, r#"{"result":{"protocolVersion":"2025\u002d06-18"},"id":1}"#, "1", version(V)),
+            (Json, r#"{"result":{"protocolVersion":"x","protocolVersion":"2025-06-18"},"id":1}"#, "1", version(V)),
+            (Json, r#"{"error":{"code":-32602,"message":"Unsupported protocol version"},"id":1}"#, "1", Expected::NoVersion),
+            (Json, r#"{"result":{"protocolVersion":20250618},"id":1}"#, "1", Expected::NoVersion),
+            (Json, r#"{"result":{"protocolVersion":"\ud800"},"id":1}"#, "1", Expected::NoVersion),
+            (Json, r#"{"result":[],"id":1}"#, "1", Expected::NoVersion),
+            (Json, r#"{"result":{"serverInfo":{"protocolVersion":"2025-06-18"}},"id":1}"#, "1", Expected::NoVersion),
+            // A request from the server with the same id is not the answer.
+            (Json, r#"{"method":"ping","id":1,"result":{"protocolVersion":"x"}}"#, "1", Expected::NotFound),
+            (Json, r#"[{"method":"ping","id":1},{"id":1,"result":{"protocolVersion":"2025-06-18"}}]"#, "1", version(V)),
+            (Json, r#"{"result":{"protocolVersion":"2025-06-18"},"id":1"#, "1", Expected::NotFound),
+            (Json, "", "1", Expected::NotFound),
+            (Json, r#"{"result":{"protocolVersion":"2025-06-18"},"id":1}"#, "{", Expected::NotFound),
+            (Json, r#"{"result":{"protocolVersion":"2025-06-18"},"id":null}"#, "null", Expected::NotFound),
+            // SSE: FastMCP's CRLF form.
+            (
+                Sse,
+                "event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{\"protocolVersion\":\"2025-06-18\"}}\r\n\r\n",
+                "0",
+                version(V),
+            ),
+            // LF, no space after the colon, no event field, a BOM, comments.
+            (Sse, "\u{feff}: hi\n\ndata:{\"id\":0,\"result\":{\"protocolVersion\":\"2025-03-26\"}}\n\n", "0", version("2025-03-26")),
+            // Lone CRs; data split over lines (joined with LF: JSON whitespace).
+            (
+                Sse,
+                "event: message\rdata: {\"id\":\"i\",\rdata: \"result\":{\"protocolVersion\":\r\rdata: \"x\"}}\r\r",
+                "\"i\"",
+                Expected::NotFound,
+            ),
+            (
+                Sse,
+                "event: message\rdata: {\"id\":\"i\",\rdata: \"result\":{\"protocolVersion\":\rdata: \"2025-06-18\"}}\r\r",
+                "\"i\"",
+                version(V),
+            ),
+            // A server request and a notification first, then the answer.
+            (
+                Sse,
+                "id: 1\nevent: message\ndata: {\"method\":\"ping\",\"id\":0}\n\nevent: message\ndata: {\"method\":\"notifications/message\"}\n\nevent: message\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"2025-06-18\"}}\n\n",
+                "0",
+                version(V),
+            ),
+            // Another event type is not a message; nor is an event without data.
+            (Sse, "event: other\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}\n\n", "0", Expected::NotFound),
+            (Sse, "event: message\n\nevent: message\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"y\"}}\n\n", "0", version("y")),
+            // The event type resets after each dispatch.
+            (Sse, "event: other\ndata: 1\n\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"z\"}}\n\n", "0", version("z")),
+            // Cut before the dispatching blank line: not yet.
+            (Sse, "event: message\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}\n", "0", Expected::NotFound),
+            (Sse, "event: message\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}", "0", Expected::NotFound),
+            // The first answer wins; an error is an answer.
+            (
+                Sse,
+                "data: {\"id\":0,\"error\":{\"code\":1,\"message\":\"m\"}}\n\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}\n\n",
+                "0",
+                Expected::NoVersion,
+            ),
+            // Non-JSON data is skipped.
+            (Sse, "data: hello\n\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}\n\n", "0", version("x")),
+            // `data` without a colon is an empty data line.
+            (Sse, "data\ndata: {\"id\":0,\"result\":{\"protocolVersion\":\"x\"}}\n\n", "0", version("x")),
+        ]
+    }
+
+    /// What the reader says of an answer, in the table's words.
+    fn expected_of(s: &Scan) -> Expected {
+        match s {
+            Scan::Version(v) => Expected::Version(v.clone()),
+            Scan::Missing(Why::NoVersion) => Expected::NoVersion,
+            _ => Expected::NotFound,
+        }
+    }
+
+    /// The reader fed `body` in two pieces cut at `cut`; an id it cannot
+    /// use finds nothing.
+    fn read_cut(format: Format, body: &[u8], id: &[u8], cut: usize) -> Expected {
+        let Some(mut s) = VersionScan::new(format, id) else { return Expected::NotFound };
+        s.feed(&body[..cut]);
+        s.feed(&body[cut..]);
+        expected_of(s.finish())
+    }
+
+    #[test]
+    fn each_cases_answer_whole_and_at_every_cut() {
+        for (format, body, id, want) in cases() {
+            for cut in 0..=body.len() {
+                assert_eq!(
+                    read_cut(format, body.as_bytes(), id.as_bytes(), cut),
+                    want,
+                    "{format:?} {body:?} {id} cut {cut}"
+                );
+            }
+            // serde_json says the same wherever it reads the body.
+            let serde_reads = match format {
+                Format::Json => serde_json::from_str::<serde_json::Value>(body).is_ok(),
+                Format::EventStream => !body.contains("\\ud800"),
+            };
+            if serde_reads {
+                assert_eq!(
+                    twin::protocol_version(body.as_bytes(), format, id.as_bytes()),
+                    want,
+                    "{body:?} {id}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_event_stream_cut_short_never_gives_an_answer() {
+        let stream = "event: message\r\ndata: {\"id\":5,\"result\":\r\ndata: {\"protocolVersion\":\"2025-06-18\"}}\r\n\r\n";
+        let b = stream.as_bytes();
+        for i in 0..b.len() {
+            // Complete only once the dispatching blank line is in (the
+            // final CRLF's CR already ends that line).
+            let want = if i >= b.len() - 1 { version(V) } else { Expected::NotFound };
+            assert_eq!(read_cut(Format::EventStream, &b[..i], b"5", i), want, "cut at {i}");
+        }
+    }
+
+    #[test]
+    fn a_json_answer_cut_short_is_not_found() {
+        let body = br#"{"jsonrpc":"2.0","id":"x","result":{"protocolVersion":"2025-06-18"}}"#;
+        for i in 0..body.len() {
+            assert_eq!(read_cut(Format::Json, &body[..i], br#""x""#, i), Expected::NotFound, "cut at {i}");
+        }
+        assert_eq!(read_cut(Format::Json, body, br#""x""#, 9), version(V));
     }
 
     /// Bodies where both readers must agree, at every split.
@@ -993,8 +1146,8 @@ mod tests {
                 let cut = rng.below(b.len() + 1);
                 let got = scan_pieces(&[&b[..cut], &b[cut..]], format, id);
                 if format == Format::Json {
-                    // A JSON body is decided when its value is whole; the
-                    // whole-body reader also refuses bytes after it.
+                    // A JSON body is decided when its value is whole;
+                    // serde_json also refuses bytes after it.
                     if let Some(w) = &want {
                         assert_eq!(version_of(&got).as_ref(), Some(w), "{body:?}");
                     }
@@ -1049,7 +1202,7 @@ mod grammar_tests {
     fn a_bare_word_in_a_value_nobody_keeps_is_not_json() {
         // 2e5e5c2 took any alphanumeric run as a scalar and checked only the
         // scalars it kept: this answer gave a version (the session became
-        // replayable) while the whole-body reader refused it.
+        // replayable) while the whole-body reader of the time refused it.
         let body = br#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","x":hello}}"#;
         for cut in 0..=body.len() {
             let mut s = VersionScan::new(Format::Json, b"1").unwrap();
@@ -1057,10 +1210,7 @@ mod grammar_tests {
             s.feed(&body[cut..]);
             assert!(matches!(s.finish(), Scan::Missing(Why::NotJson { .. })), "cut {cut}: {:?}", s.state());
         }
-        assert_eq!(
-            crate::mcp::initialize::protocol_version(body, Format::Json, b"1"),
-            crate::mcp::initialize::Answer::NotFound
-        );
+        assert_eq!(twin::protocol_version(body, Format::Json, b"1"), twin::Expected::NotFound);
     }
 
     #[test]
