@@ -52,7 +52,22 @@ fuzz_target!(|data: &[u8]| {
     f.feed(&message[cut..], &mut sent);
     f.finish(&mut sent);
     let outcome = f.take_outcome();
+    // A batch (a JSON array) is filtered message by message, each response
+    // in it as `rewrite_list` rewrites one (the unit tests hold each to it),
+    // which `rewrite_list` itself refuses whole: here, whatever the filter
+    // sends holds no tool the policy hides, in any response.
+    let batch = message.iter().find(|b| !b" \t\r\n".contains(b)) == Some(&b'[');
     match &rewritten {
+        _ if batch => {
+            if let Ok(J::Array(items)) = serde_json::from_slice::<J>(&sent) {
+                for m in items.iter().filter(|m| m.get("method").is_none()) {
+                    let tools = m.get("result").and_then(|r| r.get("tools")).and_then(J::as_array);
+                    for name in tools.into_iter().flatten().filter_map(|t| t.get("name").and_then(J::as_str)) {
+                        assert!(!enforce || p.allows(name), "hidden tool {name:?} sent in a batch's answer");
+                    }
+                }
+            }
+        }
         Ok(edit) => assert_eq!(sent, edit.apply(message), "the filter sent other bytes than the rewriter's"),
         Err(_) if enforce => {
             assert!(outcome.refused, "an answer that cannot be rewritten was not refused");
