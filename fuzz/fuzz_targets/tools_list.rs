@@ -62,7 +62,8 @@ fuzz_target!(|data: &[u8]| {
             if let Ok(J::Array(items)) = serde_json::from_slice::<J>(&sent) {
                 for m in items.iter().filter(|m| m.get("method").is_none()) {
                     let tools = m.get("result").and_then(|r| r.get("tools")).and_then(J::as_array);
-                    for name in tools.into_iter().flatten().filter_map(|t| t.get("name").and_then(J::as_str)) {
+                    for name in tools.into_iter().flatten().filter_map(|t| t.get("name").and_then(J::as_str))
+                    {
                         assert!(!enforce || p.allows(name), "hidden tool {name:?} sent in a batch's answer");
                     }
                 }
