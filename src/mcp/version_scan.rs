@@ -247,11 +247,11 @@ impl VersionScan {
 }
 
 /// A small byte buffer with a cap; bytes past it are counted, not kept.
-/// A `Vec`: most answers are read whole (`read_whole`), which keeps none,
-/// and a scan is made and moved for each exchange.
+/// Inline up to 24 bytes (an id, a version, a code): an ordinary answer is
+/// read with no allocation.
 #[derive(Debug, Default)]
 struct Capped {
-    bytes: Vec<u8>,
+    bytes: SmallVec<[u8; 24]>,
     over: bool,
 }
 
@@ -272,6 +272,10 @@ impl Capped {
         (!self.over).then_some(self.bytes.as_slice())
     }
 }
+
+/// The container levels whose role the scan tells apart: a batch, its
+/// message, the message's result or error.
+const ROLE_LEVELS: usize = 3;
 
 /// What a container is to the scan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -349,8 +353,10 @@ struct JsonScan {
     lx: Lexer,
     /// Why the value is not JSON (offset within the piece that said so).
     broken: Option<ScanError>,
-    /// The role of each open container.
-    roles: Vec<Role>,
+    /// The open containers: how many, and the roles of the outer
+    /// `ROLE_LEVELS` (any deeper one is `Role::Other`).
+    depth: usize,
+    roles: [Role; ROLE_LEVELS],
     key: Capped,
     field: Field,
     target: Target,
@@ -379,7 +385,8 @@ impl JsonScan {
             found: SmallVec::new(),
             lx: Lexer::pieces(),
             broken: None,
-            roles: Vec::new(),
+            depth: 0,
+            roles: [Role::Other; ROLE_LEVELS],
             key: Capped::default(),
             field: Field::Other,
             target: Target::None,
@@ -400,7 +407,7 @@ impl JsonScan {
     fn reset(&mut self) {
         self.lx = Lexer::pieces();
         self.broken = None;
-        self.roles.clear();
+        self.depth = 0;
         self.target = Target::None;
         for (i, _, _) in self.found.drain(..) {
             if let Some(w) = self.waiters.get_mut(i) {
@@ -574,7 +581,8 @@ impl JsonScan {
     }
 
     fn role(&self) -> Option<Role> {
-        self.roles.last().copied()
+        let top = self.depth.checked_sub(1)?;
+        Some(self.roles.get(top).copied().unwrap_or(Role::Other))
     }
 
     fn capture(&mut self, b: &[u8]) {
@@ -683,12 +691,16 @@ impl JsonScan {
             self.code.clear();
             self.is_error.clear();
         }
-        self.roles.push(role);
+        if let Some(slot) = self.roles.get_mut(self.depth) {
+            *slot = role;
+        }
+        self.depth += 1;
     }
 
     fn close(&mut self, obj: bool) {
         self.field = Field::Other;
-        let Some(role) = self.roles.pop() else { return };
+        let Some(role) = self.role() else { return };
+        self.depth -= 1;
         let response = obj && role == Role::Message && !self.method && self.has_id;
         if let Some(i) = response.then(|| self.waiter_answered()).flatten() {
             let answer = match self.version_text() {
@@ -1068,7 +1080,7 @@ mod tests {
             s.feed(piece);
             // What is kept is a handful of small fields, never the body.
             assert!(s.json.id.bytes.capacity() <= MAX_ID && s.json.version.bytes.capacity() <= MAX_VERSION);
-            assert!(s.json.key.bytes.capacity() <= MAX_KEY && s.json.roles.capacity() <= MAX_JSON_DEPTH);
+            assert!(s.json.key.bytes.capacity() <= MAX_KEY);
         }
         assert_eq!(s.state(), &Scan::Version("2025-06-18".into()));
     }
