@@ -42,10 +42,10 @@ pub struct Outgoing<'a> {
     pub framed: bool,
 }
 
-/// Plans the upstream request: scans `body`, applies the credentials to
-/// `headers`, and writes the head into `head` (cleared first). The bytes
-/// that go upstream are then `head` followed by `plan.apply(body)`, written
-/// as splices without copying the body.
+/// Plans the upstream request: scans `body` into `plan` (whatever it held),
+/// applies the credentials to `headers`, and writes the head into `head`
+/// (cleared first). The bytes that go upstream are then `head` followed by
+/// `plan.apply(body)`, written as splices without copying the body.
 ///
 /// The fail-closed rule, decided here and nowhere else: **every request
 /// body is scanned, whatever its method, path, Content-Type or framing.**
@@ -67,8 +67,12 @@ pub fn plan_request(
     who: &Credentials,
     route: &Route,
     head: &mut Vec<u8>,
-) -> Result<Plan, StampError> {
-    let plan = if body.is_empty() { Plan::default() } else { stamp::plan(body, who.agent, route.stamps)? };
+    plan: &mut Plan,
+) -> Result<(), StampError> {
+    match body.is_empty() {
+        true => plan.clear(),
+        false => stamp::plan_into(plan, body, who.agent, route.stamps)?,
+    }
     // An argument mirrored into `Mcp-Param-<key>` (the `x-mcp-header`
     // mechanism of protocol 2026-07-28) must carry the stamped value too:
     // a server may route or authorise on the header.
@@ -91,7 +95,7 @@ pub fn plan_request(
     };
     head.clear();
     write::request_head(head, req.method, req.target, headers, length);
-    Ok(plan)
+    Ok(())
 }
 
 /// Replace the client's credentials and Host. `set` replaces, so whatever
@@ -188,9 +192,9 @@ pub fn forward_whole(raw: &[u8], who: &Credentials, route: &Route) -> Forwarded 
     }
     let out = Outgoing { method: &req.method, target: &req.target, framed: req.framing != Framing::None };
     let mut headers = req.headers;
-    let mut bytes = Vec::new();
-    match plan_request(&out, &mut headers, &body, who, route, &mut bytes) {
-        Ok(plan) => {
+    let (mut bytes, mut plan) = (Vec::new(), Plan::default());
+    match plan_request(&out, &mut headers, &body, who, route, &mut bytes, &mut plan) {
+        Ok(()) => {
             bytes.extend_from_slice(&plan.apply(&body));
             Forwarded::Upstream { bytes, body }
         }

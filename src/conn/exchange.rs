@@ -48,9 +48,8 @@ impl Exchange {
     }
 
     /// The request body as JSON-RPC, for the answers the proxy makes with
-    /// its requests' ids: from the stamp scan's envelope when that is
-    /// exact (one message), else parsed (a batch, or a body the scan
-    /// refused).
+    /// its requests' ids: from the stamp scan's envelope, else parsed (a
+    /// body the scan refused).
     pub(super) fn request_body(&self) -> Option<crate::mcp::rpc::Body<'_>> {
         self.plan.rpc_body(&self.body).or_else(|| crate::mcp::rpc::parse(&self.body).ok())
     }

@@ -145,12 +145,15 @@ pub struct Duplicates {
     pub arguments: bool,
 }
 
-/// The spans of one JSON-RPC message object (the first of each key).
+/// The spans of one JSON-RPC message object (the first of each key), or
+/// of a batch element that is not an object (`object` false, its members
+/// all `None`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Message {
-    /// The message object is `body[start..end]`.
+    /// The message object (or element) is `body[start..end]`.
     pub start: usize,
     pub end: usize,
+    pub object: bool,
     pub method: Option<Value>,
     /// `id`: the last of equal keys, as the upstream reads it.
     pub id: Option<Value>,
@@ -183,7 +186,9 @@ pub struct Lookup {
 }
 
 /// Scans a whole body and calls `visit` for the message object at the top
-/// or for each object element of a top-level batch array, in order. The body
+/// or for each element of a top-level batch array, in order (an element
+/// that is not an object with `object` false: JSON-RPC owes it an error,
+/// and a batch rebuilt from the elements keeps it). The body
 /// is fully validated: an error anywhere is returned, possibly after some
 /// messages were visited. `identity_key` maps a `params.name` value to the
 /// key to look up in `arguments` (see `Message::identity`).
@@ -520,7 +525,9 @@ impl Cursor<'_> {
                             self.message(2, identity_key, &mut m)?;
                             visit(&m).map_err(Stop::Visit)?;
                         } else {
-                            self.value(1)?;
+                            let v = self.value(1)?;
+                            visit(&Message { start: v.start, end: v.end, ..Message::default() })
+                                .map_err(Stop::Visit)?;
                         }
                         if !self.after_element(b']')? {
                             break;
@@ -569,6 +576,7 @@ impl Cursor<'_> {
         })?;
         m.start = v.start;
         m.end = v.end;
+        m.object = true;
         Ok(())
     }
 
@@ -873,9 +881,14 @@ mod tests {
                 r.members.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.value)
             };
             let (is_error, protocol_version) = (in_result(b"isError"), in_result(b"protocolVersion"));
+            if !matches!(n.value.kind, Kind::Object { .. }) {
+                let (start, end) = (n.value.start, n.value.end);
+                return super::Message { start, end, ..Default::default() };
+            }
             let mut m = super::Message {
                 start: n.value.start,
                 end: n.value.end,
+                object: true,
                 method: method.map(|v| v.value),
                 id,
                 result,
@@ -914,12 +927,7 @@ mod tests {
             let top = parse(b)?;
             Ok(match top.value.kind {
                 Kind::Object { .. } => vec![message(&top)],
-                Kind::Array => top
-                    .members
-                    .iter()
-                    .filter(|(_, v)| matches!(v.value.kind, Kind::Object { .. }))
-                    .map(|(_, v)| message(v))
-                    .collect(),
+                Kind::Array => top.members.iter().map(|(_, v)| message(v)).collect(),
                 _ => Vec::new(),
             })
         }

@@ -174,18 +174,54 @@ pub struct Plan {
     /// impersonation check reads it).
     claims: SmallVec<[(usize, Value); 1]>,
     /// The envelope the same scan read, for the readers after it (the
-    /// audit): each message object's `method` and `id` (the last `id`, as
-    /// the upstream reads it), in order; whether the body is a batch; and
-    /// whether the body was scanned at all.
-    envelope: SmallVec<[(Option<Value>, Option<Value>); 1]>,
+    /// audit, the tool policy, the session): each batch element or the one
+    /// message, in order; whether the body is a batch; and whether the body
+    /// was scanned at all.
+    envelope: SmallVec<[Element; 1]>,
     batch: bool,
     scanned: bool,
 }
 
+/// One element of a body as the stamp scan read it: a message object, with
+/// the spans of its `method`, `id` (the last, as the upstream reads it) and
+/// `params.name` (when `params` is an object), or a batch element that is
+/// not an object (`object` false).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Element {
+    /// The element is `body[start..end]`.
+    pub start: usize,
+    pub end: usize,
+    pub object: bool,
+    pub method: Option<Value>,
+    pub id: Option<Value>,
+    pub name: Option<Value>,
+}
+
+impl Element {
+    /// The message as `rpc::parse` reads it.
+    pub fn message<'b>(&self, body: &'b [u8]) -> rpc::Message<'b> {
+        match self.object {
+            true => rpc::Message::of_object(body, self.method, self.id),
+            false => rpc::Message::invalid(body),
+        }
+    }
+}
+
 impl Plan {
-    /// Each message object's (`method`, `id`) spans, when the body was
-    /// scanned (`None`: it was not, or was refused).
-    pub fn envelope(&self) -> Option<&[(Option<Value>, Option<Value>)]> {
+    /// Empty, as `Plan::default()`, its buffers kept.
+    pub fn clear(&mut self) {
+        let Plan { splices, keys, lists_tools, calls, claims, envelope, batch, scanned } = self;
+        splices.clear();
+        keys.clear();
+        calls.clear();
+        claims.clear();
+        envelope.clear();
+        (*lists_tools, *batch, *scanned) = (false, false, false);
+    }
+
+    /// The body's elements, when it was scanned (`None`: it was not, or
+    /// was refused).
+    pub fn envelope(&self) -> Option<&[Element]> {
         self.scanned.then_some(&self.envelope[..])
     }
 
@@ -193,22 +229,21 @@ impl Plan {
     /// envelope: the readers after the stamp (the tool policy's list ids,
     /// session bookkeeping) do not parse the body again. `None` when the
     /// body was not scanned. A batch's elements that are not objects are
-    /// left out (nothing after the stamp looks for them).
+    /// left out (`rpc_body` has them).
     pub fn messages<'s, 'b: 's>(
         &'s self,
         body: &'b [u8],
     ) -> Option<impl Iterator<Item = rpc::Message<'b>> + 's> {
-        Some(self.envelope()?.iter().map(move |&(method, id)| rpc::Message::of_object(body, method, id)))
+        Some(self.envelope()?.iter().filter(|e| e.object).map(move |e| e.message(body)))
     }
 
-    /// The body as `rpc::parse` reads it, built from the envelope, where
-    /// that is exact: a body that is not a batch (its one message, or an
-    /// invalid one when it is not an object). `None` for a batch, whose
-    /// elements that are not objects the envelope leaves out, and for a
-    /// body not scanned: the caller parses those.
+    /// The body as `rpc::parse` reads it, built from the envelope: its one
+    /// message (an invalid one when it is not an object), or a batch's
+    /// every element. `None` for a body not scanned: the caller parses it.
     pub fn rpc_body<'b>(&self, body: &'b [u8]) -> Option<rpc::Body<'b>> {
+        let elements = self.envelope()?;
         if self.batch {
-            return None;
+            return Some(rpc::Body::of_envelope(true, elements.iter().map(|e| e.message(body))));
         }
         let message = self.messages(body)?.next().unwrap_or_else(|| rpc::Message::invalid(body));
         Some(rpc::Body::of_envelope(false, std::iter::once(message)))
@@ -360,21 +395,35 @@ impl fmt::Display for StampError {
 /// message or a batch) whose tool is in `map`. Kept out of line (it runs
 /// once per request, so the call costs nothing) so that a profile gives the
 /// whole body scan and stamp as this one function's inclusive figure.
-#[inline(never)]
 pub fn plan(body: &[u8], agent: &str, map: &StampMap) -> Result<Plan, StampError> {
     let mut plan = Plan::default();
-    json::scan_messages(
+    plan_into(&mut plan, body, agent, map)?;
+    Ok(plan)
+}
+
+/// `plan`, written into `plan` (the exchange's own, whatever it held):
+/// a plan is a few hundred bytes, and is not moved on each request. A body
+/// refused leaves it empty and not scanned.
+#[inline(never)]
+pub fn plan_into(plan: &mut Plan, body: &[u8], agent: &str, map: &StampMap) -> Result<(), StampError> {
+    plan.clear();
+    let scanned = json::scan_messages(
         body,
         |name| map.param_for_value(body, name).map(|p| &*p.name),
         |m| {
-            plan.envelope.push((m.method, m.id));
-            plan_message(body, m, agent, map, &mut plan)
+            let (start, end, object) = (m.start, m.end, m.object);
+            plan.envelope.push(Element { start, end, object, method: m.method, id: m.id, name: m.name });
+            plan_message(body, m, agent, map, plan)
         },
-    )?;
+    );
+    if let Err(e) = scanned {
+        plan.clear();
+        return Err(e);
+    }
     plan.scanned = true;
     plan.batch = json::is_array(body);
     debug_assert!(plan.splices.windows(2).all(|w| w[0].end <= w[1].start));
-    Ok(plan)
+    Ok(())
 }
 
 fn plan_message(
@@ -557,8 +606,9 @@ mod tests {
                 parsed.messages().iter().copied().filter(|m| m.role() != rpc::Role::Invalid).collect();
             assert_eq!(from_envelope, objects, "{body}");
             assert_eq!(p.is_batch(), parsed.is_batch(), "{body}");
-            // Not a batch: the whole body as a second parse reads it.
-            assert_eq!(p.rpc_body(body.as_bytes()), (!parsed.is_batch()).then_some(parsed), "{body}");
+            // The whole body as a second parse reads it, a batch's elements
+            // that are not objects included.
+            assert_eq!(p.rpc_body(body.as_bytes()), Some(parsed), "{body}");
         }
         let mut bare = plan(b"{}", "alice", &StampMap::agentchattr()).unwrap();
         bare.forget_envelope();

@@ -142,7 +142,7 @@ impl Exchange {
     fn refuse_hidden(&mut self, conn: u64, ctx: &Ctx, tool: &str, session: Option<&[u8]>) -> Refusal {
         let code = Answer::HiddenTool.jsonrpc_code();
         let message = Answer::HiddenTool.message();
-        let split = split_batch(&self.body, ctx.policy, code, &message);
+        let split = split_batch(&self.body, &self.plan, ctx.policy, code, &message);
         let errors = match &split {
             Some(s) => s.errors.clone(),
             None => {

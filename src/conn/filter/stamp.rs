@@ -22,8 +22,15 @@ impl Exchange {
             framed: ex.req.framing != Framing::None,
         };
         let (who, route) = (ctx.credentials(), ctx.route());
-        ex.plan = editor::plan_request(&req, &mut ex.req.headers, &ex.body, &who, &route, &mut ex.head_out)?;
-        Ok(())
+        editor::plan_request(
+            &req,
+            &mut ex.req.headers,
+            &ex.body,
+            &who,
+            &route,
+            &mut ex.head_out,
+            &mut ex.plan,
+        )
     }
 }
 

@@ -359,9 +359,10 @@ impl Exchange {
         let req = editor::Outgoing { method: b"POST", target: &self.req.target, framed: true };
         let r = self.recovery.reopen.as_deref_mut().ok_or_else(no_reopen)?;
         r.request.clear();
-        let Ok(plan) = editor::plan_request(&req, headers, body, &who, &route, &mut r.request) else {
+        let mut plan = crate::mcp::stamp::Plan::default();
+        if editor::plan_request(&req, headers, body, &who, &route, &mut r.request, &mut plan).is_err() {
             return Err(Action::fail("recorded request refused by the scanner", true));
-        };
+        }
         plan.parts(body).for_each(|p| r.request.extend_from_slice(p));
         r.step = step;
         Ok(())

@@ -1,15 +1,17 @@
 //! A batch (protocol 2025-03-26) holding a `tools/call` the policy hides:
 //! the rest goes upstream, and each hidden request gets its error in its
-//! place. `split_batch` splits the request; `BatchAnswer` adds the errors to
+//! place. `split_batch` splits the request (from the stamp scan's
+//! envelope: the body is not parsed again); `BatchAnswer` adds the errors to
 //! the upstream's answer as it streams past: into its JSON array, as events
 //! of its event stream, or as the whole answer when the upstream accepted
 //! the rest with 202 (it held no request). Pure: bytes in, bytes out.
 
 use super::policy::Policy;
 use crate::mcp::initialize::Format;
-use crate::mcp::json::{self, Kind, ScanError, Value};
+use crate::mcp::json;
 use crate::mcp::rpc;
 use crate::mcp::sse::write_message_event;
+use crate::mcp::stamp::Plan;
 
 /// A batch some of whose `tools/call`s the policy hides, split: the rest
 /// goes upstream, and each hidden call that is a request gets its error in
@@ -24,80 +26,42 @@ pub struct BatchSplit {
     pub errors: Vec<Vec<u8>>,
 }
 
-/// Splits `body` when it is a batch holding a `tools/call` the policy hides
-/// (read as `allows_call` reads it); `None` otherwise, or when the body is
-/// not JSON (the caller has refused such a body already).
-pub fn split_batch(body: &[u8], policy: &Policy, code: i32, message: &str) -> Option<BatchSplit> {
-    let top = json::parse_value(body).ok().filter(|v| v.kind == Kind::Array)?;
-    let mut split = BatchSplit { forward: vec![b'['], kept: 0, errors: Vec::new() };
-    json::for_each_element(body, &top, |v| {
-        match hidden_request(body, &v, policy)? {
-            Some(id) => {
-                if let Some(id) = id {
-                    let mut e = Vec::new();
-                    rpc::write_error_for(&mut e, id, code, message);
-                    split.errors.push(e);
-                }
-            }
-            None => {
-                if split.kept > 0 {
-                    split.forward.push(b',');
-                }
-                split.forward.extend_from_slice(v.bytes(body));
-                split.kept += 1;
-            }
-        }
-        Ok::<(), ScanError>(())
-    })
-    .ok()?;
-    split.forward.push(b']');
-    let hidden = split.kept < rpc::parse(body).ok()?.messages().len();
-    hidden.then_some(split)
-}
-
-/// For a batch element that is a hidden `tools/call`: `Some(Some(id))` for a
-/// request (the id text to answer: its id, or `null`), `Some(None)` for a
-/// notification; `None` for anything else. Last of equal keys wins, as in
-/// `rpc`'s reading.
-fn hidden_request<'b>(
-    body: &'b [u8],
-    v: &Value,
+/// Splits `body`, scanned into `plan`, when it is a batch holding a
+/// `tools/call` the policy hides (read as `allows_call` reads it); `None`
+/// otherwise, or when the body was not scanned (the caller has refused such
+/// a body already). A hidden call that is a request is answered with its
+/// id (`null` when it has none that an answer can carry); one that is a
+/// notification is owed nothing.
+pub fn split_batch(
+    body: &[u8],
+    plan: &Plan,
     policy: &Policy,
-) -> Result<Option<Option<&'b [u8]>>, ScanError> {
-    if !matches!(v.kind, Kind::Object { .. }) {
-        return Ok(None);
+    code: i32,
+    message: &str,
+) -> Option<BatchSplit> {
+    if !plan.is_batch() {
+        return None;
     }
-    let (mut method, mut params, mut id) = (None, None, None);
-    json::for_each_member(body, v, |k, val| {
-        if k.is(body, "method") {
-            method = Some(val);
-        } else if k.is(body, "params") {
-            params = Some(val);
-        } else if k.is(body, "id") {
-            id = Some(val);
+    let mut split = BatchSplit { forward: vec![b'['], kept: 0, errors: Vec::new() };
+    for e in plan.envelope()? {
+        let call = e.object && e.method.is_some_and(|m| m.is_str(body, rpc::TOOLS_CALL));
+        if call && !policy.allows_call(body, e.name.as_ref()) {
+            if let Some(id) = e.id {
+                let mut error = Vec::new();
+                rpc::write_error_for(&mut error, rpc::answer_id(body, id), code, message);
+                split.errors.push(error);
+            }
+            continue;
         }
-        Ok::<(), ScanError>(())
-    })?;
-    if !method.is_some_and(|m| m.is_str(body, rpc::TOOLS_CALL)) {
-        return Ok(None);
-    }
-    let name = match params {
-        Some(p) if matches!(p.kind, Kind::Object { .. }) => {
-            let mut name = None;
-            json::for_each_member(body, &p, |k, val| {
-                if k.is(body, "name") {
-                    name = Some(val);
-                }
-                Ok::<(), ScanError>(())
-            })?;
-            name
+        if split.kept > 0 {
+            split.forward.push(b',');
         }
-        _ => None,
-    };
-    if policy.allows_call(body, name.as_ref()) {
-        return Ok(None);
+        split.forward.extend_from_slice(body.get(e.start..e.end).unwrap_or_default());
+        split.kept += 1;
     }
-    Ok(Some(id.map(|id| rpc::answer_id(body, id))))
+    split.forward.push(b']');
+    let hidden = split.kept < plan.envelope()?.len();
+    hidden.then_some(split)
 }
 
 /// How the upstream's answer to the rest of a batch is completed.
@@ -238,24 +202,38 @@ mod tests {
         })
     }
 
+    /// `body` scanned as the proxy scans a request, then split.
+    fn split(body: &[u8], policy: &Policy, code: i32, message: &str) -> Option<BatchSplit> {
+        let plan =
+            crate::mcp::stamp::plan(body, "alice", &crate::mcp::stamp::StampMap::agentchattr()).unwrap();
+        split_batch(body, &plan, policy, code, message)
+    }
+
     #[test]
     fn a_batch_is_split_around_its_hidden_calls() {
         let body = br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_rules"}},
             {"jsonrpc":"2.0","id":"b","method":"tools/call","params":{"name":"chat_send","arguments":{}}},
+            7, "s",
             {"jsonrpc":"2.0","method":"tools/call","params":{"name":"chat_rules"}},
             {"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"chat_r\u0075les"}},
             {"jsonrpc":"2.0","id":4,"method":"tools/call","params":{}},
-            {"jsonrpc":"2.0","method":"notifications/x"}]"#;
-        let s = split_batch(body, &deny(&["chat_rules"]), -32602, "Unknown tool").unwrap();
+            {"jsonrpc":"2.0","id":5,"method":"tools\/call","params":{"name":"chat_rules"}},
+            {"jsonrpc":"2.0","id":[],"method":"tools/call","params":{"name":"chat_rules"}},
+            {"jsonrpc":"2.0","method":"notifications/x"}, null]"#;
+        let s = split(body, &deny(&["chat_rules"]), -32602, "Unknown tool").unwrap();
         let fwd: Json = serde_json::from_slice(&s.forward).unwrap();
-        assert_eq!(fwd.as_array().unwrap().len(), 2, "{fwd}");
-        assert_eq!(fwd[0]["id"], "b");
-        assert_eq!(fwd[1]["method"], "notifications/x");
-        assert_eq!(s.kept, 2);
+        // The elements that are not objects stay, for the upstream to answer.
+        assert_eq!(
+            fwd,
+            json!([{"jsonrpc":"2.0","id":"b","method":"tools/call","params":{"name":"chat_send","arguments":{}}},
+            7, "s", {"jsonrpc":"2.0","method":"notifications/x"}, null])
+        );
+        assert_eq!(s.kept, 5);
         let errs: Vec<Json> = s.errors.iter().map(|e| serde_json::from_slice(e).unwrap()).collect();
         let ids: Vec<&Json> = errs.iter().map(|e| &e["id"]).collect();
-        // The notification gets no answer; a call without a name is refused.
-        assert_eq!(ids, [&json!(1), &json!(3), &json!(4)]);
+        // The notification gets no answer; a call without a name is refused;
+        // an id no answer can carry is answered with null.
+        assert_eq!(ids, [&json!(1), &json!(3), &json!(4), &json!(5), &Json::Null]);
         assert!(errs.iter().all(|e| e["error"]["code"] == -32602));
     }
 
@@ -263,12 +241,17 @@ mod tests {
     fn nothing_is_split_without_a_hidden_call_or_a_batch() {
         let p = deny(&["chat_rules"]);
         let call = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_rules"}}"#;
-        assert_eq!(split_batch(call, &p, -32602, "x"), None, "not a batch");
-        let ok = br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_send"}}]"#;
-        assert_eq!(split_batch(ok, &p, -32602, "x"), None);
+        assert_eq!(split(call, &p, -32602, "x"), None, "not a batch");
+        let ok = br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_send"}}, 1]"#;
+        assert_eq!(split(ok, &p, -32602, "x"), None);
         let all = br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"chat_rules"}}]"#;
-        let s = split_batch(all, &p, -32602, "x").unwrap();
+        let s = split(all, &p, -32602, "x").unwrap();
         assert_eq!((s.forward.as_slice(), s.kept), (&b"[]"[..], 0));
+        // A body the scan did not read is not split here.
+        let mut plan =
+            crate::mcp::stamp::plan(all, "alice", &crate::mcp::stamp::StampMap::agentchattr()).unwrap();
+        plan.forget_envelope();
+        assert_eq!(split_batch(all, &plan, &p, -32602, "x"), None);
     }
 
     fn answer(format: Format, replace: bool, body: &[u8], cut: usize) -> Vec<u8> {

@@ -160,8 +160,12 @@ impl ExchangeAudit {
         // here (it may still be JSON-RPC with a duplicate key).
         if let Some(envelope) = plan.envelope() {
             self.batch = plan.is_batch();
-            for &(method, id) in envelope {
-                note(&mut self.requests, Seen::of_envelope(body, method, id));
+            for e in envelope {
+                let seen = match e.object {
+                    true => Seen::of_envelope(body, e.method, e.id),
+                    false => Seen::of_message(&e.message(body)),
+                };
+                note(&mut self.requests, seen);
             }
         } else if let Ok(parsed) = rpc::parse(body) {
             self.batch = parsed.is_batch();
