@@ -93,6 +93,17 @@ pub(super) enum Esc {
 /// an object (1) or an array (0).
 const STACK_WORDS: usize = MAX_JSON_DEPTH / 64 + 1;
 
+/// What [`Lexer::skip_container`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Skip {
+    /// No array or object is due next.
+    NotDue,
+    /// One was read whole: an object (`obj`) or an array.
+    Skipped { obj: bool },
+    /// One is due, but this piece does not hold it whole (or it is not JSON).
+    NotWhole,
+}
+
 /// A lexer over one JSON value. See the module's doc.
 #[derive(Clone, Debug)]
 pub struct Lexer {
@@ -193,6 +204,37 @@ impl Lexer {
                     };
                 }
             }
+        }
+    }
+
+    /// Where a value is due (or a key's colon, then the value) and `input`
+    /// holds a whole array or object from `*pos` (after whitespace), reads
+    /// it with the whole-slice scanner and
+    /// moves past it: a reader that needs nothing inside it gets no tokens
+    /// for it. Nothing is read (`NotDue`, `NotWhole`) when no container is
+    /// due, or this piece does not hold it whole, or it is not JSON: the
+    /// tokens then read it and say where.
+    pub fn skip_container(&mut self, input: &[u8], pos: &mut usize) -> Skip {
+        if self.inside != Inside::No || !matches!(self.want, Want::Value | Want::ValueOrClose | Want::Colon) {
+            return Skip::NotDue;
+        }
+        let mut cur = Cursor { b: input, pos: *pos };
+        if self.want == Want::Colon && cur.colon().is_err() {
+            return Skip::NotDue;
+        }
+        cur.ws();
+        let obj = match cur.peek() {
+            Some(b'{') => true,
+            Some(b'[') => false,
+            _ => return Skip::NotDue,
+        };
+        match cur.container(self.depth) {
+            Ok(_) => {
+                *pos = cur.pos;
+                self.after_value();
+                Skip::Skipped { obj }
+            }
+            Err(_) => Skip::NotWhole,
         }
     }
 

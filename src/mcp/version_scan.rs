@@ -19,7 +19,7 @@
 
 use super::initialize::Format;
 use super::json::{self, ScanError};
-use super::lex::{Lexer, Tok, Token};
+use super::lex::{Lexer, Skip, Tok, Token};
 use super::rpc;
 #[cfg(test)]
 use super::{initialize::for_each_message_event, rpc::IdKey};
@@ -434,7 +434,24 @@ impl JsonScan {
     /// error.
     fn feed(&mut self, data: &[u8], to_end: bool) {
         let mut pos = 0;
+        // A container the scan reads nothing inside (a result's `content`,
+        // a list's `tools`) is read whole at word speed where this piece
+        // holds it, not token by token; tried once per piece after one
+        // this piece cuts, so no byte is read more than twice.
+        let mut may_skip = true;
         while self.broken.is_none() && (to_end || !self.lx.done()) {
+            if may_skip && self.inside_unread() {
+                match self.lx.skip_container(data, &mut pos) {
+                    Skip::Skipped { obj } => {
+                        // As its tokens would: its key's field noted, no role.
+                        self.open(obj);
+                        self.close(obj);
+                        continue;
+                    }
+                    Skip::NotWhole => may_skip = false,
+                    Skip::NotDue => {}
+                }
+            }
             match self.lx.next(data, &mut pos) {
                 Ok(Some(t)) => self.token(data, t),
                 Ok(None) => break,
@@ -580,6 +597,16 @@ impl JsonScan {
         self.waiters.first().and_then(|w| w.answer.clone())
     }
 
+    /// A container that begins next would have no role (`open`'s rule): the
+    /// scan reads nothing inside it.
+    fn inside_unread(&self) -> bool {
+        match self.role() {
+            None | Some(Role::Batch) => false,
+            Some(Role::Message) => !matches!(self.field, Field::Result | Field::Error),
+            Some(Role::Result | Role::Error | Role::Other) => true,
+        }
+    }
+
     fn role(&self) -> Option<Role> {
         let top = self.depth.checked_sub(1)?;
         Some(self.roles.get(top).copied().unwrap_or(Role::Other))
@@ -601,28 +628,26 @@ impl JsonScan {
     /// Which field the key `raw` (quotes included; `None`: too long to
     /// keep) names in its container, a message, result or error.
     fn key_field(&self, raw: Option<&[u8]>) -> Field {
-        let role = self.role();
         // No key looked for is longer, escaped or not.
-        let raw = raw.filter(|r| r.len() <= MAX_KEY);
+        let Some(raw) = raw.filter(|r| r.len() <= MAX_KEY) else { return Field::Other };
         // A key without escapes is its text between the quotes; one with
         // escapes is decoded first.
-        let plain = raw.filter(|r| !r.contains(&b'\\')).and_then(|r| r.get(1..r.len().checked_sub(1)?));
-        let name = match plain {
-            Some(_) => None,
-            None => raw.and_then(|raw| json::parse_value(raw).ok().map(|v| (raw, v))),
+        let decoded;
+        let text = match raw.contains(&b'\\') {
+            false => raw.get(1..raw.len().saturating_sub(1)).unwrap_or_default(),
+            true => {
+                decoded = json::parse_value(raw).ok().and_then(|v| v.decode_cow(raw));
+                decoded.as_deref().unwrap_or_default().as_bytes()
+            }
         };
-        let is = |s: &str| match plain {
-            Some(text) => text == s.as_bytes(),
-            None => name.as_ref().is_some_and(|(raw, v)| v.is_str(raw, s)),
-        };
-        match role {
-            Some(Role::Message) if is("id") => Field::Id,
-            Some(Role::Message) if is("method") => Field::Method,
-            Some(Role::Message) if is("result") => Field::Result,
-            Some(Role::Result) if is("protocolVersion") => Field::ProtocolVersion,
-            Some(Role::Message) if is("error") => Field::Error,
-            Some(Role::Result) if is("isError") => Field::IsError,
-            Some(Role::Error) if is("code") => Field::Code,
+        match (self.role(), text) {
+            (Some(Role::Message), b"id") => Field::Id,
+            (Some(Role::Message), b"method") => Field::Method,
+            (Some(Role::Message), b"result") => Field::Result,
+            (Some(Role::Message), b"error") => Field::Error,
+            (Some(Role::Result), b"protocolVersion") => Field::ProtocolVersion,
+            (Some(Role::Result), b"isError") => Field::IsError,
+            (Some(Role::Error), b"code") => Field::Code,
             _ => Field::Other,
         }
     }
@@ -815,7 +840,7 @@ mod tests {
         }
     }
 
-    fn scan_pieces(pieces: &[&[u8]], format: Format, id: &[u8]) -> Scan {
+    pub(super) fn scan_pieces(pieces: &[&[u8]], format: Format, id: &[u8]) -> Scan {
         let mut s = VersionScan::new(format, id).expect("a usable id");
         for p in pieces {
             s.feed(p);
@@ -1359,5 +1384,62 @@ mod outcome_tests {
             Some(Answered::ToolError),
             "in a batch"
         );
+    }
+
+    /// A container the scan reads nothing inside is read whole where a piece
+    /// holds it (`Lexer::skip_container`), else token by token: the same
+    /// outcome and version either way, whatever looks like an answer inside
+    /// it, wherever the pieces are cut (two cuts: a piece may hold it, cut
+    /// it, or begin inside it).
+    #[test]
+    fn a_container_nobody_reads_is_the_same_read_whole_or_in_pieces() {
+        let inner =
+            r#"{"id":7,"isError":true,"protocolVersion":"x","error":{"code":1},"result":{"isError":true}}"#;
+        let cases = [
+            (
+                format!(r#"{{"id":7,"result":{{"content":[{inner},[{inner}]],"isError":false}}}}"#),
+                Answered::Ok,
+            ),
+            (format!(r#"{{"result" : {{"tools" :{inner}, "isError":true}},"id":7}}"#), Answered::ToolError),
+            (
+                format!(r#"{{"id":7,"x":{inner},"error":{{"data":[{inner}],"code":-32000}}}}"#),
+                Answered::Error(Some(-32000)),
+            ),
+            (
+                format!(
+                    r#"[{{"id":6,"result":{{"x":[{inner}]}}}},{{"id":7,"result":{{"protocolVersion":"2025-06-18","a":[[[]]]}}}}]"#
+                ),
+                Answered::Ok,
+            ),
+        ];
+        for (body, want) in &cases {
+            let b = body.as_bytes();
+            let whole = super::tests::scan_pieces(&[b], Format::Json, b"7");
+            for i in 0..=b.len() {
+                for j in i..=b.len() {
+                    let mut s = VersionScan::new(Format::Json, b"7").unwrap();
+                    for piece in [&b[..i], &b[i..j], &b[j..]] {
+                        s.feed(piece);
+                    }
+                    assert_eq!(s.finish(), &whole, "cuts {i} {j}: {body}");
+                    assert_eq!(s.outcome(), Some(*want), "cuts {i} {j}: {body}");
+                }
+            }
+        }
+        // What the version reads: the result's own, not one inside a container.
+        let v = super::tests::scan_pieces(&[cases[3].0.as_bytes()], Format::Json, b"7");
+        assert_eq!(v, Scan::Version("2025-06-18".into()));
+        // An id that is a container is no id, and a message with a method
+        // is no response, whatever the method's value: nothing answers 7.
+        for odd in [
+            format!(r#"{{"id":{inner},"result":{{}}}}"#),
+            format!(r#"{{"method":{inner},"id":7,"result":{{}}}}"#),
+        ] {
+            let b = odd.as_bytes();
+            for cut in 0..=b.len() {
+                let got = super::tests::scan_pieces(&[&b[..cut], &b[cut..]], Format::Json, b"7");
+                assert_eq!(got, Scan::Missing(Why::NoAnswer), "cut {cut}: {odd}");
+            }
+        }
     }
 }
