@@ -292,6 +292,22 @@ impl IdKey {
     /// The key of the id whose JSON text is `text`; `None` for null, other
     /// kinds and strings that are not text (a lone surrogate).
     pub fn of(text: &[u8]) -> Option<IdKey> {
+        // The ids clients send (1, 2, 3...), and strings of digits, read
+        // without a parse: the answer reader keys every request and answer.
+        let fast = match text.strip_prefix(b"\"").and_then(|t| t.strip_suffix(b"\"")) {
+            Some(inner) => small_integer(inner),
+            // A JSON number has no leading zero (a string's may).
+            None if !matches!(text.strip_prefix(b"-").unwrap_or(text), [b'0', _, ..]) => small_integer(text),
+            None => None,
+        };
+        match fast {
+            Some(n) => Some(IdKey::Number(n)),
+            None => IdKey::parsed(text),
+        }
+    }
+
+    /// `of`, for any id text.
+    fn parsed(text: &[u8]) -> Option<IdKey> {
         let v = json::parse_value(text).ok()?;
         match v.kind {
             Kind::Number => decimal(v.bytes(text)).map(IdKey::Number),
@@ -306,6 +322,20 @@ impl IdKey {
             _ => None,
         }
     }
+}
+
+/// The value of `-?digits` with at most 15 digits (any integer of 15 digits
+/// is exact as a double, so this is what the float parse gives).
+fn small_integer(text: &[u8]) -> Option<f64> {
+    let (negative, digits) = match text.strip_prefix(b"-") {
+        Some(d) => (true, d),
+        None => (false, text),
+    };
+    if digits.is_empty() || digits.len() > 15 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = digits.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0')) as f64;
+    Some(if negative { -n } else { n })
 }
 
 /// The value of `[+-]digits[.digits][(e|E)[+-]digits]` (a leading or
@@ -624,5 +654,32 @@ mod tests {
         for text in ["\"inf\"", "\"NaN\"", "\"\"", "\".\"", "\"1e\"", "\"--1\"", "\"1_0\""] {
             assert!(matches!(IdKey::of(text.as_bytes()), Some(IdKey::Text(_))), "{text}");
         }
+    }
+
+    /// The digits-only fast path of `IdKey::of` keys every id as the parse
+    /// does: numbers and strings, signs, leading zeros (not JSON in a
+    /// number), lengths on both sides of the 15 digits it takes.
+    #[test]
+    fn the_fast_path_keys_ids_as_the_parse_does() {
+        let mut texts =
+            vec!["0".to_string(), "-0".into(), "\"-0\"".into(), "-".into(), "\"-\"".into(), "\"".into()];
+        for len in 1..=18 {
+            for digits in [
+                "1".repeat(len),
+                "9".repeat(len),
+                format!("0{}", "7".repeat(len - 1)),
+                format!("{}0", "5".repeat(len - 1)),
+            ] {
+                for sign in ["", "-", "+"] {
+                    texts.push(format!("{sign}{digits}"));
+                    texts.push(format!("\"{sign}{digits}\""));
+                }
+            }
+        }
+        for text in &texts {
+            assert_eq!(IdKey::of(text.as_bytes()), IdKey::parsed(text.as_bytes()), "{text}");
+        }
+        assert_eq!(IdKey::of(b"007"), None, "not JSON");
+        assert_eq!(IdKey::of(br#""007""#), Some(IdKey::Number(7.0)));
     }
 }

@@ -122,13 +122,18 @@ impl VersionScan {
         let mut waiters = SmallVec::new();
         let sole = sole && request_ids.len() == 1;
         for raw in request_ids {
-            let id = json::parse_value(raw).ok()?;
-            if !matches!(id.kind, json::Kind::String { .. } | json::Kind::Number) {
-                return None;
+            // An id with a key is a string or a number; one without (a
+            // string that is not text) is still awaited, and never matched.
+            let key = rpc::IdKey::of(raw);
+            if key.is_none() {
+                let id = json::parse_value(raw).ok()?;
+                if !matches!(id.kind, json::Kind::String { .. } | json::Kind::Number) {
+                    return None;
+                }
             }
             // A sole request's answer is the first response: no id to match.
             waiters.push(Waiter {
-                key: if sole { None } else { rpc::IdKey::of(raw) },
+                key: if sole { None } else { key },
                 hash: if sole { 0 } else { fnv(FNV_START, raw) },
                 long: raw.len() > MAX_ID,
                 answer: None,
@@ -481,14 +486,15 @@ impl JsonScan {
                 self.field = Field::Other;
             }
             // A whole key is read where it lies; a cut one is kept first.
-            Tok::Key { .. } if t.first && t.last => self.field = self.key_field(Some(bytes)),
+            Tok::Key { escaped } if t.first && t.last => self.field = self.key_field(Some(bytes), escaped),
             Tok::Key { .. } => {
                 if t.first {
                     self.key.clear();
                 }
                 self.key.extend(bytes, MAX_KEY);
                 if t.last {
-                    self.field = self.key_field(self.key.whole());
+                    let escaped = self.key.bytes.contains(&b'\\');
+                    self.field = self.key_field(self.key.whole(), escaped);
                 }
             }
             Tok::Scalar(_) => {
@@ -626,14 +632,15 @@ impl JsonScan {
     }
 
     /// Which field the key `raw` (quotes included; `None`: too long to
-    /// keep) names in its container, a message, result or error.
-    fn key_field(&self, raw: Option<&[u8]>) -> Field {
+    /// keep; `escaped`: a backslash is in it) names in its container, a
+    /// message, result or error.
+    fn key_field(&self, raw: Option<&[u8]>, escaped: bool) -> Field {
         // No key looked for is longer, escaped or not.
         let Some(raw) = raw.filter(|r| r.len() <= MAX_KEY) else { return Field::Other };
         // A key without escapes is its text between the quotes; one with
         // escapes is decoded first.
         let decoded;
-        let text = match raw.contains(&b'\\') {
+        let text = match escaped {
             false => raw.get(1..raw.len().saturating_sub(1)).unwrap_or_default(),
             true => {
                 decoded = json::parse_value(raw).ok().and_then(|v| v.decode_cow(raw));
