@@ -285,11 +285,6 @@ impl LegacyStream {
         std::mem::take(&mut self.outcomes)
     }
 
-    /// Owes events it could not write yet.
-    pub fn has_events(&self) -> bool {
-        !self.events.is_empty()
-    }
-
     pub fn feed(&mut self, data: &[u8], out: &mut Vec<u8>) {
         let mut stage = std::mem::take(&mut self.stage);
         stage.clear();

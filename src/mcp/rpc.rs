@@ -111,12 +111,6 @@ impl<'b> Message<'b> {
         matches!(self.role, Role::Request | Role::Invalid)
     }
 
-    /// The `method` member's JSON text as sent (quotes and escapes
-    /// included); it may be any JSON value.
-    pub fn method_raw(&self) -> Option<&'b [u8]> {
-        self.method.map(|v| v.bytes(self.body))
-    }
-
     /// The decoded method name; `None` when there is no `method`, when it is
     /// not a string, or when it holds a lone surrogate. Borrowed unless it
     /// contains an escape.
@@ -171,11 +165,6 @@ impl<'b> Body<'b> {
             false => self.messages.first(),
             true => None,
         }
-    }
-
-    /// The first message whose method is `name`.
-    pub fn find_method(&self, name: &str) -> Option<&Message<'b>> {
-        self.messages.iter().find(|m| m.is_method(name))
     }
 
     /// Whether an answer made by the proxy has a body: false when the body
@@ -527,19 +516,16 @@ mod tests {
     }
 
     #[test]
-    fn method_raw_and_is_method() {
+    fn is_method() {
         let body =
             br#"[{"method":"tools\/call","id":1},{"method":"notifications/initialized"},{"method":1}]"#;
         let b = parse(body).unwrap();
         let m = b.messages();
-        assert_eq!(m[0].method_raw(), Some(&br#""tools\/call""#[..]));
         assert!(m[0].is_method(TOOLS_CALL));
         assert!(!m[0].is_method(INITIALIZE));
         assert!(m[1].is_method(INITIALIZED));
-        assert_eq!(m[2].method_raw(), Some(&b"1"[..]));
         assert!(!m[2].is_method("1"));
-        assert_eq!(b.find_method(INITIALIZED).map(|m| m.role()), Some(Role::Notification));
-        assert!(b.find_method(INITIALIZE).is_none());
+        assert_eq!(m[1].role(), Role::Notification);
         assert!(b.single().is_none());
         let one = br#"{"method":"initialize","id":0}"#;
         assert!(parse(one).unwrap().single().is_some_and(|m| m.is_method(INITIALIZE)));

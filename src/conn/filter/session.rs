@@ -264,7 +264,9 @@ mod tests {
 
     #[test]
     fn only_bodies_that_may_name_initialized_are_parsed() {
-        let named = |body: &[u8]| rpc::parse(body).is_ok_and(|b| b.find_method(rpc::INITIALIZED).is_some());
+        let named = |body: &[u8]| {
+            rpc::parse(body).is_ok_and(|b| b.messages().iter().any(|m| m.is_method(rpc::INITIALIZED)))
+        };
         for body in [
             &br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#[..],
             br#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/initialized"}]"#,
