@@ -136,6 +136,17 @@ impl Lexer {
         self.want == Want::End && self.inside == Inside::No
     }
 
+    /// Nothing of the text is read yet but whitespace.
+    pub fn at_start(&self) -> bool {
+        self.want == Want::Value && self.depth == 0 && self.inside == Inside::No
+    }
+
+    /// The top value was read by the whole-slice scanner (`Cursor`): only
+    /// whitespace may follow.
+    pub fn end_of_value(&mut self) {
+        (self.want, self.inside, self.depth) = (Want::End, Inside::No, 0);
+    }
+
     /// Within a scalar value at the top, cut by the last piece's end.
     pub fn in_top_scalar(&self) -> bool {
         self.depth == 0 && matches!(self.inside, Inside::Scalar { .. })

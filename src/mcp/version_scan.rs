@@ -177,20 +177,6 @@ impl VersionScan {
             return &self.state;
         }
         match self.format {
-            Format::Json if self.seen == 0 => {
-                // The whole-slice path: a body that arrives whole in its
-                // first read (most answers) is read at word speed.
-                if let Some(s) = self.json.read_whole(data) {
-                    self.seen = data.len() as u64;
-                    self.state = s;
-                    return &self.state;
-                }
-                self.json.feed(data, false);
-                if let Some(s) = self.json_settled() {
-                    self.state = s;
-                }
-                self.seen += data.len() as u64;
-            }
             Format::Json => {
                 self.json.feed(data, false);
                 if let Some(s) = self.json_settled() {
@@ -438,6 +424,11 @@ impl JsonScan {
     /// on to the piece's end, where only whitespace may follow it) or an
     /// error.
     fn feed(&mut self, data: &[u8], to_end: bool) {
+        // The whole-slice path: a value that arrives whole in one piece (most
+        // JSON answers, and most events' data) is read at word speed.
+        if self.lx.at_start() && self.read_whole(data) {
+            return;
+        }
         let mut pos = 0;
         // A container the scan reads nothing inside (a result's `content`,
         // a list's `tools`) is read whole at word speed where this piece
@@ -511,19 +502,20 @@ impl JsonScan {
         }
     }
 
-    /// The whole-slice path: `data` is the whole body, one JSON value (and
-    /// whitespace), read with `json`'s word-at-a-time scanner under the
-    /// same rules as the byte path (the last of equal keys counts; the
-    /// same caps on kept texts). `None` when it is not (cut short, not
-    /// JSON, trailing bytes): the byte path reads it then, and says why.
-    fn read_whole(&mut self, data: &[u8]) -> Option<Scan> {
-        // A scalar may go on in the next read: the byte path reads it.
+    /// The whole-slice path: `data`, the piece a value begins in, is all of
+    /// it, one JSON array or object (and whitespace), read with `json`'s
+    /// word-at-a-time scanner under the same rules as the tokens (the last
+    /// of equal keys counts; the same caps on kept texts): its answers are
+    /// noted, and the lexer is past the value. False when it is not (cut
+    /// short, not JSON, trailing bytes, a scalar, which may go on in the
+    /// next piece): the tokens read it then, and say why.
+    fn read_whole(&mut self, data: &[u8]) -> bool {
         if !matches!(json::first_byte(data), Some(b'{' | b'[')) {
-            return None;
+            return false;
         }
         // One pass validates the body and finds each message's members.
         let mut messages: SmallVec<[json::Message; 1]> = SmallVec::new();
-        json::scan_messages(
+        let scanned = json::scan_messages(
             data,
             |_| None,
             |m| {
@@ -531,12 +523,15 @@ impl JsonScan {
                 Ok::<(), json::ScanError>(())
             },
         )
-        .ok()?;
+        .is_ok();
+        if !scanned {
+            return false;
+        }
         for m in &messages {
             self.whole_message(data, m);
         }
-        self.commit();
-        Some(self.first_answer().unwrap_or(Scan::Missing(Why::NoAnswer)))
+        self.lx.end_of_value();
+        true
     }
 
     /// One message of a whole body: its answer noted as `close` notes it.
