@@ -62,6 +62,9 @@ impl Exchange {
         self.client_host = SmallVec::from_slice(headers.get_name(name::HOST).unwrap_or_default());
         self.session.begin(headers.get_name(name::MCP_SESSION_ID).unwrap_or_default());
         self.body.clear();
+        // Not the last exchange's spans: until this body is scanned, the
+        // readers of the envelope parse it (`request_body`).
+        self.plan.clear();
         self.body_read = false;
         self.event_stream = false;
         self.meter = Meter { start: Some(now), status: 0, bytes_out: 0 };

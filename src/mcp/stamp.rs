@@ -392,9 +392,7 @@ impl fmt::Display for StampError {
 }
 
 /// Plans the stamping of `agent` into every `tools/call` of `body` (one
-/// message or a batch) whose tool is in `map`. Kept out of line (it runs
-/// once per request, so the call costs nothing) so that a profile gives the
-/// whole body scan and stamp as this one function's inclusive figure.
+/// message or a batch) whose tool is in `map`.
 pub fn plan(body: &[u8], agent: &str, map: &StampMap) -> Result<Plan, StampError> {
     let mut plan = Plan::default();
     plan_into(&mut plan, body, agent, map)?;
@@ -403,7 +401,9 @@ pub fn plan(body: &[u8], agent: &str, map: &StampMap) -> Result<Plan, StampError
 
 /// `plan`, written into `plan` (the exchange's own, whatever it held):
 /// a plan is a few hundred bytes, and is not moved on each request. A body
-/// refused leaves it empty and not scanned.
+/// refused leaves it empty and not scanned. Kept out of line (it runs once
+/// per request, so the call costs nothing) so that a profile gives the
+/// whole body scan and stamp as this one function's inclusive figure.
 #[inline(never)]
 pub fn plan_into(plan: &mut Plan, body: &[u8], agent: &str, map: &StampMap) -> Result<(), StampError> {
     plan.clear();

@@ -81,4 +81,31 @@ mod tests {
             assert!(planned(&f, body).is_err(), "{}", String::from_utf8_lossy(body));
         }
     }
+
+    /// The proxy's own answers read the request's ids from the plan: a
+    /// plan is the body's own, never the last exchange's on the connection
+    /// (a body not scanned yet, or refused, is parsed instead).
+    #[test]
+    fn the_ids_the_proxy_answers_are_this_bodys() {
+        use crate::mcp::rpc;
+        let f = Fixture::new(&[]);
+        let first =
+            br#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":"two","method":"ping"}]"#;
+        let refused = br#"[{"jsonrpc":"2.0","id":7,"method":"tools/call","method":"x","params":{}}]"#;
+        let next = br#"{"jsonrpc":"2.0","id":"third","method":"ping"}"#;
+        let mut ex = Fixture::post("/mcp", first);
+        ex.plan_upstream(&f.ctx()).unwrap();
+        assert_eq!(ex.request_body(), rpc::parse(first).ok());
+        // The next exchange on the connection: its body read, not planned yet.
+        ex.begin(std::time::Instant::now());
+        ex.body = next.to_vec();
+        assert_eq!(ex.request_body(), rpc::parse(next).ok());
+        ex.plan_upstream(&f.ctx()).unwrap();
+        assert_eq!(ex.request_body(), rpc::parse(next).ok());
+        // A body the scan refuses leaves no plan behind.
+        ex.begin(std::time::Instant::now());
+        ex.body = refused.to_vec();
+        assert!(ex.plan_upstream(&f.ctx()).is_err());
+        assert_eq!(ex.request_body(), rpc::parse(refused).ok());
+    }
 }
