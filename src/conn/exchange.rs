@@ -64,7 +64,7 @@ impl Exchange {
         self.body.clear();
         // Not the last exchange's spans: until this body is scanned, the
         // readers of the envelope parse it (`request_body`).
-        self.plan.clear();
+        self.plan.forget_envelope();
         self.body_read = false;
         self.event_stream = false;
         self.meter = Meter { start: Some(now), status: 0, bytes_out: 0 };

@@ -249,9 +249,9 @@ impl Plan {
         Some(rpc::Body::of_envelope(false, std::iter::once(message)))
     }
 
-    /// As if the body had not been scanned (tests compare the envelope with
-    /// a second parse).
-    #[cfg(test)]
+    /// As if no body had been scanned: the envelope's readers get `None`
+    /// (a new exchange begins; tests compare the envelope with a second
+    /// parse). One store: the rest is cleared by the next scan.
     pub fn forget_envelope(&mut self) {
         self.scanned = false;
     }
