@@ -135,10 +135,6 @@ impl Metrics {
         self.dropped += records;
     }
 
-    pub fn audit_records_dropped(&self) -> u64 {
-        self.dropped
-    }
-
     /// The exposition: `# HELP` and `# TYPE` for each metric, then its
     /// samples.
     pub fn render(&self, g: Gauges, out: &mut String) {
