@@ -220,11 +220,11 @@ impl Lexer {
 
     /// Where a value is due (or a key's colon, then the value) and `input`
     /// holds a whole array or object from `*pos` (after whitespace), reads
-    /// it with the whole-slice scanner and
-    /// moves past it: a reader that needs nothing inside it gets no tokens
-    /// for it. Nothing is read (`NotDue`, `NotWhole`) when no container is
-    /// due, or this piece does not hold it whole, or it is not JSON: the
-    /// tokens then read it and say where.
+    /// it with the whole-slice scanner and moves past it: a reader that
+    /// needs nothing inside it gets no tokens for it. Nothing is read
+    /// (`NotDue`, `NotWhole`) when no container is due, or this piece does
+    /// not hold it whole, or it is not JSON: the tokens then read it and
+    /// say where.
     pub fn skip_container(&mut self, input: &[u8], pos: &mut usize) -> Skip {
         if self.inside != Inside::No || !matches!(self.want, Want::Value | Want::ValueOrClose | Want::Colon) {
             return Skip::NotDue;
