@@ -432,8 +432,9 @@ impl JsonScan {
         let mut pos = 0;
         // A container the scan reads nothing inside (a result's `content`,
         // a list's `tools`) is read whole at word speed where this piece
-        // holds it, not token by token; tried once per piece after one
-        // this piece cuts, so no byte is read more than twice.
+        // holds it, not token by token; tried until one this piece cuts.
+        // So a byte is read at most three times: by the whole-value
+        // attempt above, by one container attempt, and by the tokens.
         let mut may_skip = true;
         while self.broken.is_none() && (to_end || !self.lx.done()) {
             if may_skip && self.inside_unread() {
