@@ -46,11 +46,6 @@ impl Session {
         self.upstream_id.as_deref().unwrap_or(&self.client_id)
     }
 
-    /// Whether the session was reopened, so that ids are mapped.
-    pub fn is_reopened(&self) -> bool {
-        self.upstream_id.is_some()
-    }
-
     /// The client's `initialize` body as it was forwarded.
     pub fn initialize_body(&self) -> &[u8] {
         &self.initialize
@@ -383,7 +378,6 @@ mod tests {
         let s = t.get(b"c1").unwrap();
         assert_eq!(s.client_id(), b"c1");
         assert_eq!(s.upstream_id(), b"c1");
-        assert!(!s.is_reopened());
         assert_eq!(s.initialize_body(), INIT);
         assert_eq!(s.headers().collect::<Vec<_>>(), HEADERS);
         assert_eq!(s.protocol_version(), "2025-06-18");
