@@ -628,9 +628,9 @@ fn section_throughput(targets: &[Target], runs: usize, measure: Duration) {
 }
 
 /// nginx with `servers` (the `http` block's servers and upstreams), one
-/// worker, or why not.
+/// worker, or why not; a `relay` runs where the proxy does (`relay_command`).
 #[cfg(feature = "tls")]
-fn spawn_nginx_with(name: &'static str, port: u16, servers: &str) -> Result<Proc, String> {
+fn spawn_nginx_with(name: &'static str, port: u16, servers: &str, relay: bool) -> Result<Proc, String> {
     let nginx = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
         .into_iter()
         .find(|p| Path::new(p).exists())
@@ -645,7 +645,8 @@ fn spawn_nginx_with(name: &'static str, port: u16, servers: &str) -> Result<Proc
            keepalive_requests 10000000;\n  keepalive_timeout 300s;\n{servers}}}\n"
     );
     std::fs::write(dir.join("nginx.conf"), conf).map_err(|e| e.to_string())?;
-    let child = Command::new(nginx)
+    let mut cmd = if relay { relay_command(&[], nginx) } else { Command::new(nginx) };
+    let child = cmd
         .args(["-p", &d.to_string(), "-c", "nginx.conf", "-e", &format!("{d}/error.log")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -726,6 +727,7 @@ fn section_tls(stub: SocketAddr, errs: &Path, runs: usize, measure: Duration) {
             c("localhost.pem"),
             c("localhost.key")
         ),
+        false,
     );
     let terminator = match terminator {
         Ok(t) => t,
@@ -747,6 +749,7 @@ fn section_tls(stub: SocketAddr, errs: &Path, runs: usize, measure: Duration) {
                  proxy_buffering off; proxy_buffer_size 16k; proxy_buffers 8 16k; }} }}\n",
             c("root.pem")
         ),
+        true,
     );
     let originator = match originator {
         Ok(o) => o,
