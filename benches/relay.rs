@@ -21,7 +21,10 @@
 //! compare two builds in one session, RELAY_BENCH_BASE_BIN=<another
 //! mcp-identity-proxy binary> adds it as a column, `base`, measured in
 //! turn with the others; section 1 then also prints its ratios to nginx and
-//! the proxy's to it.
+//! the proxy's to it. RELAY_BENCH_VERBOSE=1 prints each run; in section 6
+//! it adds the CPU per request of the rest of the chain (the TLS terminator,
+//! and this process: load generator and stub) and the cores the chain kept
+//! busy, which show whether a relay's rate was bound by CPU or by waiting.
 
 #[path = "util/body.rs"]
 mod body;
@@ -135,6 +138,10 @@ fn spawn_proxy_bin(bin: &str, upstream: SocketAddr, stderr: &Path, wrapped: bool
     };
     spawn_under(&wrap, bin, upstream, stderr)
 }
+
+/// The rest of a relay's chain whose CPU verbose runs print (section 6's
+/// TLS terminator); 0: none.
+static CHAIN_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// The CPU of the relays under RELAY_BENCH_PIN (this process keeps CPU 0).
 const RELAY_CPU: usize = 1;
@@ -320,6 +327,11 @@ fn cpu_secs(pid: u32) -> (f64, f64) {
         .fold((0.0, 0.0), |(u, s), (_, du, ds)| (u + du, s + ds))
 }
 
+/// User and system CPU seconds of this process (all its threads).
+fn cpu_secs_self() -> f64 {
+    stat(std::process::id()).map_or(0.0, |(_, u, s)| u + s)
+}
+
 fn rss_kib(pid: u32) -> u64 {
     status_kib(pid, "VmRSS:")
 }
@@ -461,6 +473,10 @@ fn run_load(
         Kind::Post => post_request(&t.host(), "/mcp"),
         Kind::Get => get_request(&t.host()),
     };
+    let verbose = std::env::var_os("RELAY_BENCH_VERBOSE").is_some();
+    let chain_pid = CHAIN_PID.load(std::sync::atomic::Ordering::Relaxed);
+    let chain = || (cpu_secs(chain_pid), cpu_secs_self());
+    let chain0 = (verbose && chain_pid != 0).then(chain);
     let cpu0 = t.pid.map(cpu_secs);
     let r = client::load(t.addr, &req, stub::RESPONSE_BODY_LEN, conns, Duration::from_millis(300), measure);
     let cpu = t.pid.map(cpu_secs).zip(cpu0).map(|(b, a)| (b.0 + b.1 - a.0 - a.1, b.1 - a.1));
@@ -468,13 +484,24 @@ fn run_load(
         Ok(r) => {
             let per = |s: f64| s * 1e6 / r.total.max(1) as f64;
             let cpu_per = cpu.map(|(all, sys)| (per(all), per(sys)));
-            if std::env::var_os("RELAY_BENCH_VERBOSE").is_some() {
+            if verbose {
                 println!(
                     "      [{} x{conns}: {} responses in all, {:.0} r/s in window, cpu {:?} s]",
                     t.name,
                     r.total,
                     r.rps(),
                     cpu
+                );
+            }
+            if let Some((term0, self0)) = chain0 {
+                let (term1, self1) = chain();
+                let (term, me) = (per(term1.0 + term1.1 - term0.0 - term0.1), per(self1 - self0));
+                let relay = cpu_per.map_or(0.0, |c| c.0);
+                println!(
+                    "      [{} x{conns}: us/req relay {relay:.1}, terminator {term:.1}, load generator and stub \
+                     {me:.1}; cores busy {:.2}]",
+                    t.name,
+                    (relay + term + me) * r.rps() / 1e6
                 );
             }
             Some((r, cpu_per))
@@ -736,6 +763,7 @@ fn section_tls(stub: SocketAddr, errs: &Path, runs: usize, measure: Duration) {
             return;
         }
     };
+    CHAIN_PID.store(terminator.pid(), std::sync::atomic::Ordering::Relaxed);
     let orig_port = free_port();
     let originator = spawn_nginx_with(
         "nginx",
@@ -898,6 +926,7 @@ fn section_tls(stub: SocketAddr, errs: &Path, runs: usize, measure: Duration) {
     if std::fs::read_to_string(errs).unwrap_or_default().contains("TLS with upstream") {
         fail("section 6: the proxy logged a TLS failure".into());
     }
+    CHAIN_PID.store(0, std::sync::atomic::Ordering::Relaxed);
 }
 
 fn short(name: &str) -> &str {
