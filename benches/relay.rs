@@ -802,9 +802,10 @@ fn section_tls(stub: SocketAddr, errs: &Path, runs: usize, measure: Duration) {
     // At 1 connection the rate is the latency of a chain (load generator,
     // relay, terminator, stub) on a shared machine's two cores: one run's
     // rate swings with the other load far more than the relays differ. At 32,
-    // four processes share those two cores and where the scheduler puts them
-    // moves a run's rate as much (one pair per CI run ranged 0.84-1.27x over
-    // ten runs). So the runs go in pairs, proxy and nginx back to back (the
+    // the same chain shares those two cores, and its rate is set as much by
+    // how long it waits for an idle core to wake as by CPU (the cores it kept
+    // busy: RELAY_BENCH_VERBOSE); one pair per CI run ranged 0.84-1.27x over
+    // ten runs. So the runs go in pairs, proxy and nginx back to back (the
     // order alternating, so neither always runs first), and a ratio is the
     // median of the pairs' ratios (a pair shares the machine's load); each
     // cell takes 2 x runs + 1 pairs. The columns are each relay's medians; the
