@@ -6,7 +6,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::proxy_process::{scratch_dir, token_file, ProxyProcess, BIN};
+use crate::support::proxy_process::{scratch_dir, spawn, token_file, ProxyProcess, BIN};
 use crate::support::wire::{request, response, Next, RawClient, StubUpstream};
 
 const TOKEN: &str = "cli-tok-9b8c7d-SECRET";
@@ -27,7 +27,7 @@ fn run(args: &[&str], envs: &[(&str, &str)]) -> Output {
     for (k, v) in envs {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().expect("spawn proxy");
+    let mut child = spawn(&mut cmd).expect("spawn proxy");
     let start = Instant::now();
     loop {
         if child.try_wait().unwrap().is_some() {
@@ -463,14 +463,9 @@ fn control_stdin_on_a_regular_file_or_the_null_device_exits_2() {
     for (what, stdin) in
         [("a regular file", Stdio::from(std::fs::File::open(&file).unwrap())), ("null", Stdio::null())]
     {
-        let out = Command::new(BIN)
-            .args(args)
-            .env_remove("RUST_LOG")
-            .stdin(stdin)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .output()
-            .expect("run proxy");
+        let mut cmd = Command::new(BIN);
+        cmd.args(args).env_remove("RUST_LOG").stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let out = spawn(&mut cmd).and_then(|c| c.wait_with_output()).expect("run proxy");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "stdin {what}: {:?}, stderr {stderr}", out.status);
         assert!(stderr.contains("--control-stdin: stdin must be"), "stdin {what}: {stderr}");

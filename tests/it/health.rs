@@ -469,14 +469,13 @@ fn healthz_follows_the_upstream_through_the_restart_grace_by_its_probe_connect_a
 
 #[test]
 fn a_non_loopback_metrics_listener_without_a_client_token_exits_2_saying_why() {
-    let mut child = Command::new(BIN)
-        .args(["--upstream", "http://127.0.0.1:9/mcp", "--agent", AGENT, "--metrics-listen", "0.0.0.0:0"])
+    let mut cmd = Command::new(BIN);
+    cmd.args(["--upstream", "http://127.0.0.1:9/mcp", "--agent", AGENT, "--metrics-listen", "0.0.0.0:0"])
         .env("MCP_PROXY_TOKEN", "t")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    let mut child = crate::support::proxy_process::spawn(&mut cmd).unwrap();
     let started = Instant::now();
     while child.try_wait().unwrap().is_none() {
         if started.elapsed() > WAIT {

@@ -13,14 +13,13 @@ use crate::support::wire::contains;
 fn listening_on_all_interfaces_without_client_token_exits_2() {
     let up = ok_upstream();
     let tf = token_file(TOKEN);
-    let mut child = Command::new(BIN)
-        .args(["--upstream", &up.url(), "--agent", AGENT, "--token-file", tf.to_str().unwrap()])
+    let mut cmd = Command::new(BIN);
+    cmd.args(["--upstream", &up.url(), "--agent", AGENT, "--token-file", tf.to_str().unwrap()])
         .args(["--listen", "0.0.0.0:0"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    let mut child = crate::support::proxy_process::spawn(&mut cmd).unwrap();
     let t0 = Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {

@@ -86,7 +86,7 @@ impl StdioProxy {
         for (k, v) in envs {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().expect("spawn proxy binary --stdio");
+        let mut child = crate::support::proxy_process::spawn(&mut cmd).expect("spawn proxy binary --stdio");
         let stderr = drain(child.stderr.take().expect("stderr piped"));
         let stdin = child.stdin.take();
         let out = child.stdout.take().expect("stdout piped");
