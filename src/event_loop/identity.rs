@@ -138,7 +138,7 @@ impl ControlStdin {
     /// whether stdin reached EOF.
     pub(super) fn read(&mut self) -> (Vec<Identity>, bool) {
         let mut out = Vec::new();
-        let eof = self.channel.read(&mut self.pending) == StdinRead::Eof;
+        let eof = self.channel.read(&mut self.pending, usize::MAX) == StdinRead::Eof;
         while let Some(nl) = self.pending.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = self.pending.drain(..=nl).collect();
             if std::mem::take(&mut self.discarding) {

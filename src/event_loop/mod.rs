@@ -118,6 +118,11 @@ pub struct Proxy {
     closed_pipes: Vec<(u64, crate::conn::client_sock::Pipe)>,
 }
 
+/// What one read of `--stdio`'s stdin may take: what the host writes beyond
+/// it waits in the pipe (the host's write blocks) until the front-end has
+/// sent what it read.
+const STDIN_READ: usize = 64 * 1024;
+
 /// `--stdio`'s stdin: read when the front-end has room (edge-triggered:
 /// `ready` remembers an event not yet read to its end).
 struct StdioInput {
@@ -241,7 +246,14 @@ impl Proxy {
                 })
                 .map_err(BindError::Setup)?;
                 let client_token = config.client_token.clone();
-                Some((crate::stdio::Bridge::new(&config.upstream.path, 0, client_token, out), stdin))
+                let bridge = crate::stdio::Bridge::new(
+                    &config.upstream.path,
+                    0,
+                    client_token,
+                    config.connect_timeout,
+                    out,
+                );
+                Some((bridge, stdin))
             }
             false => None,
         };
@@ -397,17 +409,19 @@ impl Proxy {
         input.ready |= stdin;
         if input.open && input.ready && bridge.wants_input() {
             let channel = &mut input.channel;
-            let mut eof = false;
+            let mut got = sys::StdinRead::Pending;
             bridge.input(
                 |buf| {
-                    eof = channel.read(buf) == sys::StdinRead::Eof;
-                    eof
+                    got = channel.read(buf, STDIN_READ);
+                    got == sys::StdinRead::Eof
                 },
                 now,
             );
-            // `read` drains to WouldBlock: wait for the next event.
-            input.ready = false;
-            if eof {
+            // `Pending`: read to WouldBlock, so the next event says when
+            // there is more; `More`: some is left unread (no new event will
+            // say so), read when the front-end has room again.
+            input.ready = got == sys::StdinRead::More;
+            if got == sys::StdinRead::Eof {
                 input.open = false;
                 input.channel.close(self.poll.registry());
             }
@@ -431,7 +445,9 @@ impl Proxy {
     /// file is polled) and the shutdown grace; not at all while some
     /// connection has work left; for ever when nothing is due.
     fn poll_timeout(&self, conn_deadline: Option<Instant>, now: Instant) -> Option<Duration> {
-        if !self.again.is_empty() {
+        if !self.again.is_empty()
+            || self.stdio.as_ref().is_some_and(|(b, i)| i.open && i.ready && b.wants_input())
+        {
             return Some(Duration::ZERO);
         }
         [

@@ -64,14 +64,16 @@ pub enum Id<'b> {
     Absent,
     /// A string or number: its JSON text exactly as sent, quotes included.
     Echo(&'b [u8]),
-    /// `null`, or a value no answer can carry as an id: an object, array or
-    /// boolean (JSON-RPC 2.0 §4 allows only a string, number or null), the
-    /// Python literals `NaN`/`Infinity` (not JSON), a number at or beyond
-    /// 1e300 (RFC 8259 §6 leaves the range to implementations, and JSON
-    /// readers refuse or round such numbers differently), or a string with a
-    /// lone surrogate escape (RFC 8259 §8.2: unpredictable). JSON-RPC 2.0 §5:
-    /// an answer whose request id cannot be determined carries null.
+    /// `null`.
     Null,
+    /// A value no answer can carry as an id: an object, array or boolean
+    /// (JSON-RPC 2.0 §4 allows only a string, number or null), the Python
+    /// literals `NaN`/`Infinity` (not JSON), a number at or beyond 1e300
+    /// (RFC 8259 §6 leaves the range to implementations, and JSON readers
+    /// refuse or round such numbers differently), or a string with a lone
+    /// surrogate escape (RFC 8259 §8.2: unpredictable). JSON-RPC 2.0 §5: an
+    /// answer whose request id cannot be determined carries null.
+    Refused,
 }
 
 impl<'b> Id<'b> {
@@ -80,7 +82,7 @@ impl<'b> Id<'b> {
     pub fn json(&self) -> &'b [u8] {
         match self {
             Id::Echo(text) => text,
-            Id::Absent | Id::Null => b"null",
+            Id::Absent | Id::Null | Id::Refused => b"null",
         }
     }
 }
@@ -244,8 +246,10 @@ fn echo_id(body: &[u8], v: Value) -> Id<'_> {
     };
     if usable {
         Id::Echo(text)
-    } else {
+    } else if v.kind == Kind::Null {
         Id::Null
+    } else {
+        Id::Refused
     }
 }
 
@@ -447,20 +451,20 @@ mod tests {
         ),
         (r#"{"id":null,"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Null)]),
         (r#"{"id":-12.5e3,"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Echo(b"-12.5e3"))]),
-        (r#"{"id":{"a":1},"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Null)]),
-        (r#"{"id":[1],"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Null)]),
-        (r#"{"id":true,"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Null)]),
-        (r#"{"id":NaN,"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Null)]),
-        (r#"{"id":-Infinity,"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Null)]),
-        (r#"{"id":1e300,"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Null)]),
-        (r#"{"id":1e400,"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Null)]),
+        (r#"{"id":{"a":1},"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Refused)]),
+        (r#"{"id":[1],"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Refused)]),
+        (r#"{"id":true,"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Refused)]),
+        (r#"{"id":NaN,"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Refused)]),
+        (r#"{"id":-Infinity,"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Refused)]),
+        (r#"{"id":1e300,"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Refused)]),
+        (r#"{"id":1e400,"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Refused)]),
         (r#"{"id":1e-400,"method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Echo(b"1e-400"))]),
         (
             r#"{"id":123456789012345678901234567890,"method":"x"}"#,
             false,
             &[(Role::Request, Some("x"), Id::Echo(b"123456789012345678901234567890"))],
         ),
-        (r#"{"id":"\ud800","method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Null)]),
+        (r#"{"id":"\ud800","method":"x"}"#, false, &[(Role::Request, Some("x"), Id::Refused)]),
         (
             r#"{"id":"\ud83d\ude00","method":"x"}"#,
             false,

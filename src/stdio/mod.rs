@@ -55,6 +55,10 @@ const FLUSH_WAIT: Duration = Duration::from_secs(2);
 /// A GET stream that ended, or failed, is opened again after this.
 const REOPEN: Duration = Duration::from_secs(1);
 const REOPEN_FAILED: Duration = Duration::from_secs(5);
+/// A `ping` that cannot be sent this long (the connections in flight are
+/// all busy) is answered by the front-end itself (MCP lets either side
+/// answer a ping).
+const PING_WAIT: Duration = Duration::from_secs(1);
 /// An idle connection older than this is closed instead of reused (the
 /// exchange closes idle ones after `--keepalive-timeout`, 75 s at least
 /// by default).
@@ -86,6 +90,10 @@ struct Outgoing {
     /// A replay of the host's `initialize` for a new legacy stream: its
     /// answer is not the host's.
     replay: bool,
+    /// It is one `ping`.
+    ping: bool,
+    /// When it was read (a replay: when it was made).
+    queued_at: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -159,7 +167,13 @@ pub struct Bridge {
     path: String,
     host: String,
     client_token: Option<String>,
+    /// Bytes read from stdin, not yet taken as lines: lines are taken only
+    /// while the queue has room, so what the host writes waits in its pipe.
     stdin_buf: Vec<u8>,
+    /// `stdin_buf` holds a whole line (one that did not fit the queue).
+    line_waiting: bool,
+    /// The session is ending: every line left is taken (and answered).
+    closing: bool,
     stdin_eof: bool,
     /// A line longer than `MAX_LINE` is being skipped.
     discarding: bool,
@@ -183,18 +197,30 @@ pub struct Bridge {
     legacy_owed: Vec<Vec<u8>>,
     /// Ids of replayed requests whose answers the host never sees.
     swallow: Vec<Vec<u8>>,
+    /// `--connect-timeout`: how long a request waits for a legacy stream
+    /// that has not named its endpoint.
+    connect_timeout: Duration,
 }
 
 impl Bridge {
     /// `path`: the upstream URL's path; `listen_port`: what the exchange
     /// checks `Host` against (0: there is no listener).
-    pub fn new(path: &str, listen_port: u16, client_token: Option<String>, out: Stdout) -> Bridge {
+    /// `connect_timeout`: how long a request may wait for the legacy stream.
+    pub fn new(
+        path: &str,
+        listen_port: u16,
+        client_token: Option<String>,
+        connect_timeout: Duration,
+        out: Stdout,
+    ) -> Bridge {
         let legacy = path.trim_end_matches('/').ends_with("/sse");
         Bridge {
             path: path.to_string(),
             host: format!("127.0.0.1:{listen_port}"),
             client_token,
             stdin_buf: Vec::new(),
+            line_waiting: false,
+            closing: false,
             stdin_eof: false,
             discarding: false,
             out,
@@ -214,23 +240,28 @@ impl Bridge {
             hurry: false,
             legacy_owed: Vec::new(),
             swallow: Vec::new(),
+            connect_timeout,
         }
     }
 
-    /// Whether stdin should be read now: not at its end, and not while
-    /// `MAX_QUEUED` lines wait to be sent (the host waits instead).
+    /// Whether stdin should be read now: not at its end, and only while
+    /// the queue (and the front-end's own answers) have room and no whole
+    /// line waits for it: the host's writes block instead.
     pub fn wants_input(&self) -> bool {
-        !self.stdin_eof && self.queue.len() < MAX_QUEUED
+        !self.stdin_eof && self.has_room() && !self.line_waiting
     }
 
-    /// Reads stdin: `read` appends what is available to the buffer it is
-    /// given and says whether stdin ended.
+    fn has_room(&self) -> bool {
+        self.closing || (self.queue.len() < MAX_QUEUED && self.local.len() < MAX_QUEUED)
+    }
+
+    /// Reads stdin: `read` appends some of what is available (a bounded
+    /// amount) to the buffer it is given and says whether stdin ended.
     pub fn input(&mut self, read: impl FnOnce(&mut Vec<u8>) -> bool, now: Instant) {
         if !self.wants_input() {
             return;
         }
         let eof = read(&mut self.stdin_buf);
-        self.take_lines(eof);
         if eof {
             info!("stdio: stdin closed");
             self.stdin_eof = true;
@@ -238,14 +269,22 @@ impl Bridge {
                 self.stop = Stop::Draining(now);
             }
         }
+        self.take_lines(now);
     }
 
-    /// One round: answers read and written, lines sent.
+    /// One round: answers read and written, lines taken and sent, waits
+    /// that ran out answered.
     pub fn turn(&mut self, core: &mut impl Core, now: Instant) {
         self.pump(core, now);
+        // Sending makes room in the queue for lines still buffered.
+        self.take_lines(now);
         self.send_queued(core, now);
+        self.take_lines(now);
+        self.send_queued(core, now);
+        self.expire_waits(now);
         self.open_streams(core, now);
         self.advance_stop(core, now);
+        self.flush_local();
         self.out.flush();
     }
 
@@ -283,23 +322,109 @@ impl Bridge {
             Transport::Legacy { retry_at, .. } => retry_at,
             _ => None,
         };
-        [stop, get, legacy].into_iter().flatten().min()
+        [stop, get, legacy, self.wait_ends()].into_iter().flatten().min()
+    }
+
+    /// When the first wait in the queue runs out (`expire_waits`).
+    fn wait_ends(&self) -> Option<Instant> {
+        let waiting = self.waiting_for_stream();
+        self.queue
+            .iter()
+            .filter_map(|o| {
+                let at = o.queued_at?;
+                match (o.ping, waiting && !o.replay && !o.owed.is_empty()) {
+                    (true, _) => Some(at + PING_WAIT),
+                    (false, true) => Some(at + self.connect_timeout),
+                    (false, false) => None,
+                }
+            })
+            .min()
+    }
+
+    /// Lines wait for a legacy stream that has not named its endpoint.
+    fn waiting_for_stream(&self) -> bool {
+        matches!(self.transport, Transport::Legacy { endpoint: None, .. })
+    }
+
+    /// Waits that ran out: a request that waited `connect_timeout` for a
+    /// legacy stream gets the outage error (and a stream that never named
+    /// its endpoint is given up: the next request opens another); a `ping`
+    /// that waited `PING_WAIT` behind calls in flight is answered here.
+    fn expire_waits(&mut self, now: Instant) {
+        let waiting = self.waiting_for_stream();
+        let timeout = self.connect_timeout;
+        let mut expired = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.queue.len());
+        for o in std::mem::take(&mut self.queue) {
+            let waited = o.queued_at.map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
+            if o.ping && waited >= PING_WAIT {
+                expired.push((o, true));
+            } else if waiting && !o.replay && !o.owed.is_empty() && waited >= timeout {
+                expired.push((o, false));
+            } else {
+                kept.push_back(o);
+            }
+        }
+        self.queue = kept;
+        let mut outage = false;
+        for (o, ping) in expired {
+            let Some(id) = o.owed.first() else { continue };
+            if ping {
+                debug!("stdio: a ping waited {PING_WAIT:?} behind calls in flight; answered here");
+                let mut line = b"{\"jsonrpc\":\"2.0\",\"id\":".to_vec();
+                line.extend_from_slice(id);
+                line.extend_from_slice(b",\"result\":{}}");
+                self.local.push_back(line);
+                continue;
+            }
+            outage = true;
+            for id in &o.owed {
+                let cause = format!("the upstream's legacy SSE stream did not start within {timeout:?}");
+                self.reply_local(id, rpc::INTERNAL_ERROR, &cause);
+            }
+        }
+        if outage {
+            warn!("stdio: the legacy SSE stream did not start within {timeout:?}; requests waiting for it answered");
+            // A stream that is open but never named its endpoint is of no
+            // use: closed, and the next request opens another.
+            for v in &mut self.vconns {
+                if matches!(v.job, Job::Stream) {
+                    v.job = Job::Idle;
+                    v.done = true;
+                }
+            }
+            if let Transport::Legacy { stream_open, retry_at, .. } = &mut self.transport {
+                *stream_open = false;
+                *retry_at = Some(now + REOPEN_FAILED);
+            }
+        }
     }
 
     // ------------------------------------------------------------------
     // stdin
 
-    fn take_lines(&mut self, eof: bool) {
+    /// Takes the whole lines of `stdin_buf` while the queue has room (the
+    /// rest wait there, and stdin is not read meanwhile); at stdin's end,
+    /// the last line even without its newline.
+    fn take_lines(&mut self, now: Instant) {
         let mut start = 0;
+        self.line_waiting = false;
         while let Some(nl) = memchr::memchr(b'\n', self.stdin_buf.get(start..).unwrap_or_default()) {
+            if !self.has_room() {
+                self.line_waiting = true;
+                break;
+            }
             let end = start + nl;
             if !std::mem::take(&mut self.discarding) {
                 let line = self.stdin_buf.get(start..end).unwrap_or_default().to_vec();
-                self.take_line(&line);
+                self.take_line(&line, now);
             }
             start = end + 1;
         }
         self.stdin_buf.drain(..start);
+        if self.line_waiting {
+            return;
+        }
         if self.stdin_buf.len() > MAX_LINE && !self.discarding {
             warn!("stdio: a line longer than {MAX_LINE} bytes; answered with a parse error");
             self.reply_local(b"null", rpc::PARSE_ERROR, "Parse error: line too long");
@@ -308,13 +433,17 @@ impl Bridge {
         } else if self.discarding {
             self.stdin_buf.clear();
         }
-        if eof && !self.stdin_buf.is_empty() {
+        if self.stdin_eof && !self.stdin_buf.is_empty() {
+            if !self.has_room() {
+                self.line_waiting = true;
+                return;
+            }
             let line = std::mem::take(&mut self.stdin_buf);
-            self.take_line(&line);
+            self.take_line(&line, now);
         }
     }
 
-    fn take_line(&mut self, line: &[u8]) {
+    fn take_line(&mut self, line: &[u8], now: Instant) {
         let line = trim_ws(line);
         if line.is_empty() {
             return;
@@ -335,6 +464,42 @@ impl Bridge {
             self.reply_local(b"null", rpc::INVALID_REQUEST, "Invalid Request: not a JSON-RPC message");
             return;
         }
+        let refused = |m: &rpc::Message| m.role() == rpc::Role::Request && m.id() == rpc::Id::Refused;
+        if body.messages().iter().any(refused) {
+            // An id no answer could carry (an object, an array, a boolean,
+            // a lone surrogate, 1e400): answered here once, never sent (the
+            // upstream's answer could not be matched to it).
+            warn!(
+                "stdio: a request whose id is not a string, a number or null; answered with Invalid Request"
+            );
+            let message = "Invalid Request: the id must be a string, a number or null";
+            if !body.is_batch() {
+                self.reply_local(b"null", rpc::INVALID_REQUEST, message);
+                return;
+            }
+            let mut rest = b"[".to_vec();
+            if let Ok(top) = json::parse_value(line) {
+                let _ = json::for_each_element(line, &top, |v| {
+                    let element = v.bytes(line);
+                    let keep =
+                        rpc::parse(element).map(|b| !b.messages().iter().any(&refused)).unwrap_or(true);
+                    if !keep {
+                        self.reply_local(b"null", rpc::INVALID_REQUEST, message);
+                    } else {
+                        if rest.len() > 1 {
+                            rest.push(b',');
+                        }
+                        rest.extend_from_slice(element);
+                    }
+                    Ok::<(), json::ScanError>(())
+                });
+            }
+            rest.push(b']');
+            if rest.len() > 2 {
+                self.take_line(&rest, now);
+            }
+            return;
+        }
         let requests = body.messages().iter().filter(|m| m.role() == rpc::Role::Request);
         let owed: Vec<Vec<u8>> = requests.map(|m| m.id().json().to_vec()).collect();
         let is = |name| body.messages().iter().any(|m| m.is_method(name));
@@ -346,12 +511,20 @@ impl Bridge {
             line: line.to_vec(),
             initialize: is("initialize") && single.is_some(),
             initialized: is("notifications/initialized"),
+            ping: is("ping") && single.is_some(),
             owed,
             single,
             replay: false,
+            queued_at: Some(now),
         };
         if o.initialize {
             self.init = Some(o.clone());
+        }
+        // A request is worth a new try at a legacy stream that failed.
+        if let Transport::Legacy { stream_open: false, retry_at, .. } = &mut self.transport {
+            if !o.owed.is_empty() && retry_at.take().is_some() {
+                debug!("stdio: a request; opening the legacy SSE stream again now");
+            }
         }
         self.queue.push_back(o);
     }
@@ -366,13 +539,18 @@ impl Bridge {
     // ------------------------------------------------------------------
     // Answers
 
-    fn pump(&mut self, core: &mut impl Core, now: Instant) {
+    /// The front-end's own answers, onto the stdout line while it is free.
+    fn flush_local(&mut self) {
         while let Some(line) = self.local.front() {
             if !self.out.try_line(line) {
                 break;
             }
             self.local.pop_front();
         }
+    }
+
+    fn pump(&mut self, core: &mut impl Core, now: Instant) {
+        self.flush_local();
         for i in 0..self.vconns.len() {
             self.pump_one(core, i, now);
         }
@@ -854,13 +1032,19 @@ impl Bridge {
             // still to come on the stream, an initialize whose transport
             // is being probed.
             let idle = self.queue.is_empty()
+                && self.stdin_buf.is_empty()
                 && self.in_flight() == 0
                 && self.local.is_empty()
                 && self.legacy_owed.is_empty()
                 && !matches!(self.transport, Transport::Probing { .. });
             if idle || self.hurry || now >= since + DRAIN {
                 if !idle {
-                    warn!("stdio: answers still in flight after {DRAIN:?}; ending");
+                    let cause = match self.hurry {
+                        true => "the proxy is ending (SIGTERM) before the upstream answered".to_string(),
+                        false => format!("stdin ended and the upstream did not answer within {DRAIN:?}"),
+                    };
+                    warn!("stdio: answers still owed after {DRAIN:?} or at SIGTERM; each gets an error");
+                    self.answer_owed(&cause, now);
                 }
                 self.stop = Stop::Done(now);
                 if self.session.is_some() && matches!(self.transport, Transport::Streamable) {
@@ -878,7 +1062,47 @@ impl Bridge {
             }
         }
         if let Stop::Done(_) = self.stop {
+            self.flush_local();
             self.out.close();
+        }
+    }
+
+    /// The session ends with answers owed: each request still owed one
+    /// (unread on stdin, queued, in flight, probing) gets an error with its
+    /// id, so no host waits for ever.
+    fn answer_owed(&mut self, cause: &str, now: Instant) {
+        self.closing = true;
+        let mut owed: Vec<Vec<u8>> = Vec::new();
+        loop {
+            self.take_lines(now);
+            if self.queue.is_empty() {
+                break;
+            }
+            for o in std::mem::take(&mut self.queue) {
+                if !o.replay {
+                    owed.extend(o.owed);
+                }
+            }
+        }
+        let legacy = matches!(self.transport, Transport::Legacy { .. });
+        for v in &mut self.vconns {
+            if let Job::Post(o) = &mut v.job {
+                if !o.replay && !legacy {
+                    owed.append(&mut o.owed);
+                }
+            }
+            // Whatever they would still say comes too late: closed.
+            if matches!(v.job, Job::Post(_) | Job::Stream) {
+                v.job = Job::Idle;
+                v.done = true;
+            }
+        }
+        owed.append(&mut self.legacy_owed);
+        if let Transport::Probing { line, .. } = &mut self.transport {
+            owed.extend(line.single.take());
+        }
+        for id in owed {
+            self.reply_local(&id, rpc::INTERNAL_ERROR, cause);
         }
     }
 

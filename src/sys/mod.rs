@@ -66,6 +66,8 @@ pub struct SignalsSeen {
 pub enum StdinRead {
     /// Everything available was appended; more may come later.
     Pending,
+    /// The budget was read; more may be available now.
+    More,
     /// The writer closed its end (or reading failed for good).
     Eof,
 }

@@ -153,13 +153,20 @@ impl StdinChannel {
         Ok(StdinChannel { file })
     }
 
-    /// Append what is available to `pending`.
-    pub fn read(&mut self, pending: &mut Vec<u8>) -> StdinRead {
+    /// Append what is available to `pending`, up to about `budget` bytes.
+    pub fn read(&mut self, pending: &mut Vec<u8>, budget: usize) -> StdinRead {
         let mut buf = [0u8; 4096];
+        let mut taken = 0;
         loop {
+            if taken >= budget {
+                return StdinRead::More;
+            }
             match self.file.read(&mut buf) {
                 Ok(0) => return StdinRead::Eof,
-                Ok(n) => pending.extend_from_slice(&buf[..n]),
+                Ok(n) => {
+                    pending.extend_from_slice(buf.get(..n).unwrap_or_default());
+                    taken += n;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return StdinRead::Pending,
                 Err(e) => {

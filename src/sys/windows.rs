@@ -149,11 +149,19 @@ impl StdinChannel {
         Ok(StdinChannel { chunks })
     }
 
-    /// Append what the reader thread has handed over to `pending`.
-    pub fn read(&mut self, pending: &mut Vec<u8>) -> StdinRead {
+    /// Append what the reader thread has handed over to `pending`, up to
+    /// about `budget` bytes.
+    pub fn read(&mut self, pending: &mut Vec<u8>, budget: usize) -> StdinRead {
+        let mut taken = 0;
         loop {
+            if taken >= budget {
+                return StdinRead::More;
+            }
             match self.chunks.try_recv() {
-                Ok(chunk) => pending.extend_from_slice(&chunk),
+                Ok(chunk) => {
+                    pending.extend_from_slice(&chunk);
+                    taken += chunk.len();
+                }
                 Err(TryRecvError::Empty) => return StdinRead::Pending,
                 Err(TryRecvError::Disconnected) => return StdinRead::Eof,
             }

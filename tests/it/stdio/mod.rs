@@ -11,6 +11,9 @@
 //!   forms, server-to-client requests, batches, concurrency, cancellation,
 //!   404s, an unreachable upstream, foreign error ids, legacy SSE and its
 //!   fallback).
+//! - `faults`: a host that floods stdin, ids JSON-RPC does not allow, an
+//!   upstream that stalls under each timeout, a legacy server that cannot
+//!   start, a `ping` behind held calls.
 //! - `backpressure`: a host that stops reading stdout while the upstream
 //!   streams 50 MB.
 //! - `real_hosts`: the Python and TypeScript SDKs' stdio clients against the
@@ -30,6 +33,7 @@ use crate::support::wire::{response, Next, Req, StubUpstream};
 #[cfg(target_os = "linux")]
 mod backpressure;
 mod contract;
+mod faults;
 mod guarantees;
 #[cfg(unix)]
 mod real_hosts;

@@ -157,6 +157,11 @@ impl StdioProxy {
         self.send(v.to_string().as_bytes());
     }
 
+    /// Takes stdin, for a writer of its own (a thread that floods it).
+    pub fn take_stdin(&mut self) -> ChildStdin {
+        self.stdin.take().expect("stdin already taken")
+    }
+
     /// Closes stdin: the host is done.
     pub fn close_stdin(&mut self) {
         self.stdin.take();
