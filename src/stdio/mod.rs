@@ -298,6 +298,12 @@ impl Bridge {
         }
     }
 
+    /// The stdout line, for a caller that waits for its writer
+    /// (`Stdout::join`).
+    pub fn into_stdout(self) -> Stdout {
+        self.out
+    }
+
     /// The front-end is over and stdout has left (or cannot).
     pub fn finished(&self, now: Instant) -> bool {
         match self.stop {

@@ -39,6 +39,7 @@ pub struct Stdout {
     buf: Vec<u8>,
     /// The id of the exchange whose streamed message holds the line.
     lock: Option<u64>,
+    writer: Option<thread::JoinHandle<()>>,
 }
 
 impl Stdout {
@@ -51,7 +52,7 @@ impl Stdout {
     {
         let shared = Arc::new(Shared { state: Mutex::new(State::default()), ready: Condvar::new() });
         let theirs = shared.clone();
-        thread::Builder::new().name("stdout".into()).spawn(move || loop {
+        let writer = thread::Builder::new().name("stdout".into()).spawn(move || loop {
             let chunk = {
                 let mut s = theirs.state.lock().unwrap_or_else(PoisonError::into_inner);
                 loop {
@@ -79,7 +80,7 @@ impl Stdout {
                 wake();
             }
         })?;
-        Ok(Stdout { shared, buf: Vec::new(), lock: None })
+        Ok(Stdout { shared, buf: Vec::new(), lock: None, writer: Some(writer) })
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -138,6 +139,16 @@ impl Stdout {
         self.flush();
         self.state().closed = true;
         self.shared.ready.notify_one();
+    }
+
+    /// Closes, and waits for the writer thread to end (after the last byte,
+    /// or a failed write): for a caller that starts many (a fuzz target).
+    /// The process does not wait (`finished` bounds the wait instead).
+    pub fn join(mut self) {
+        self.close();
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
     }
 
     /// What one exchange may write: its lines, and a streamed message.
