@@ -15,6 +15,7 @@
 //!
 //! `http` and `mcp` are pure (bytes in, values or offsets out) and never name
 //! mio, std::net or the clock; `event_loop` alone owns the `mio::Poll`.
+//! `credentials` (a token program's command line and output, renewal) is pure too.
 //! `probe` (`--probe URL`) is a mode of its own: one blocking std::net GET,
 //! no event loop.
 
@@ -23,6 +24,7 @@
 pub(crate) mod buf;
 pub mod config;
 pub mod conn;
+pub mod credentials;
 pub mod event_loop;
 pub mod http;
 pub(crate) mod io;
