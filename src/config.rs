@@ -93,6 +93,9 @@ pub struct Config {
     pub audit_log: Option<AuditLog>,
     /// `--metrics-listen ADDR:PORT`: `/metrics` and `/healthz`.
     pub metrics_listen: Option<SocketAddr>,
+    /// `--token-command`: the program (and its arguments) that prints the
+    /// token; the identity's token is then empty until its first run.
+    pub token_command: Option<Vec<String>>,
 }
 
 /// Where the audit log goes.
@@ -121,6 +124,7 @@ impl fmt::Debug for Config {
             .field("keepalive_timeout", &self.keepalive_timeout)
             .field("allow_origins", &self.allow_origins)
             .field("client_token", &self.client_token.as_ref().map(|_| "<redacted>"))
+            .field("token_command", &self.token_command)
             .finish()
     }
 }
@@ -145,6 +149,11 @@ pub enum ConfigError {
     MetricsExposedWithoutClientToken,
     EmptyToken,
     InvalidToken,
+    /// Two flags that cannot be given together.
+    Conflict {
+        flag: &'static str,
+        other: &'static str,
+    },
     /// `--agent` refused.
     InvalidAgent(IdentityError),
     /// The identity file at start: unreadable or invalid (never its contents).
@@ -183,6 +192,9 @@ impl fmt::Display for ConfigError {
                 "--metrics-listen on a non-loopback address needs --client-token-file, as --listen does",
             ),
             ConfigError::EmptyToken => f.write_str("the token is empty"),
+            ConfigError::Conflict { flag, other } => {
+                write!(f, "{flag} cannot be given with {other}: give one token source")
+            }
             ConfigError::InvalidToken => {
                 f.write_str("the token must be visible ASCII without spaces (it is sent in a header)")
             }
@@ -254,6 +266,20 @@ UPSTREAM AND IDENTITY:
                             trimmed; visible ASCII, at most 4096 bytes);
                             wins over MCP_PROXY_TOKEN. Never give the token
                             in argv.
+    --token-command CMDLINE a program (no shell; double quotes group words)
+                            that prints the token: a Kubernetes
+                            ExecCredential, an OAuth token response
+                            (access_token, expires_in) or one bare line.
+                            Run at start (the proxy starts once it has a
+                            token; a failure is exit 2), again when 20 % of
+                            the token's lifetime is left (expires_in, the
+                            expirationTimestamp or the JWT's exp), and again
+                            after a failure (10 s, doubling, at most 5 min;
+                            the token in force is kept). MCP_PROXY_EXEC_INFO
+                            tells it {"upstream", "agent", "reason"}; 30 s
+                            at most a run, 64 KiB of stdout, stderr logged.
+                            Its token goes in Authorization only. Not with
+                            --token-file, --identity-file, --control-stdin.
     --identity-file PATH    a JSON file {"agent": "NAME", "token": "TOKEN"},
                             re-read at once on a change (atomic rename,
                             in-place write, or the file created; inotify
@@ -420,6 +446,8 @@ pub struct Flags {
     pub upstream: Option<String>,
     pub agent: Option<String>,
     pub token_file: Option<PathBuf>,
+    /// `--token-command CMDLINE`, split (`credentials::cmdline`).
+    pub token_command: Option<Vec<String>>,
     pub listen: SocketAddr,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
@@ -460,6 +488,7 @@ impl Default for Flags {
             upstream: None,
             agent: None,
             token_file: None,
+            token_command: None,
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             connect_timeout: limits::CONNECT_TIMEOUT,
             response_timeout: limits::RESPONSE_TIMEOUT,
@@ -521,6 +550,16 @@ impl Flags {
                 "--upstream" => f.upstream = Some(value("--upstream")?),
                 "--agent" => f.agent = Some(value("--agent")?),
                 "--token-file" => f.token_file = Some(PathBuf::from(value("--token-file")?)),
+                "--token-command" => {
+                    let argv =
+                        crate::credentials::cmdline::split(&value("--token-command")?).map_err(|_| {
+                            ConfigError::Invalid {
+                            flag: "--token-command",
+                            why: "expected a program and its arguments (double quotes group words; no shell)",
+                        }
+                        })?;
+                    f.token_command = Some(argv);
+                }
                 "--listen" => {
                     f.listen = parse_listen(&value("--listen")?)?;
                     f.listen_given = true;
@@ -674,6 +713,7 @@ impl Config {
             upstream,
             agent,
             token_file,
+            token_command,
             listen,
             connect_timeout,
             response_timeout,
@@ -702,7 +742,24 @@ impl Config {
         } = flags;
         tls.env_ca_file = std::env::var_os("SSL_CERT_FILE").filter(|v| !v.is_empty()).map(PathBuf::from);
         let upstream = parse_upstream(&upstream.ok_or(ConfigError::Missing("--upstream"))?, &tls)?;
-        let identity = start_identity(agent, token_file, env_token, identity_file.as_deref())?;
+        let identity = match &token_command {
+            // One token source: the command's replaces the others.
+            Some(_) => {
+                let beside = match (&token_file, &identity_file, control_stdin) {
+                    (Some(_), _, _) => Some("--token-file"),
+                    (_, Some(_), _) => Some("--identity-file"),
+                    (_, _, true) => Some("--control-stdin"),
+                    _ => None,
+                };
+                if let Some(other) = beside {
+                    return Err(ConfigError::Conflict { flag: "--token-command", other });
+                }
+                let agent = agent.ok_or(ConfigError::Missing("--agent"))?;
+                identity::validate_agent(&agent).map_err(ConfigError::InvalidAgent)?;
+                Identity::new(agent, String::new())
+            }
+            None => start_identity(agent, token_file, env_token, identity_file.as_deref())?,
+        };
         let mut stamps = if default_stamps { StampMap::agentchattr() } else { StampMap::empty() };
         for (tool, param) in &extra_stamps {
             stamps.set(tool, param);
@@ -761,6 +818,7 @@ impl Config {
             client_token,
             audit_log,
             metrics_listen,
+            token_command,
         })
     }
 }

@@ -20,7 +20,8 @@ pub struct Credentials<'a> {
     pub agent: &'a str,
     /// `Bearer <token>`, set as `authorization`.
     pub bearer: &'a [u8],
-    /// The token alone, set as `x-agent-token`.
+    /// The token alone, set as `x-agent-token` (empty: none is set, and
+    /// the client's is removed).
     pub token: &'a [u8],
 }
 
@@ -108,9 +109,16 @@ pub fn apply_credentials(headers: &mut HeaderList, who: &Credentials, authority:
     // Identity coding only: SSE lines must stay readable for the endpoint
     // rewrite and for the client.
     headers.remove_name(name::ACCEPT_ENCODING);
-    if headers.set_name(name::AUTHORIZATION, who.bearer).is_err()
-        || headers.set_name(name::X_AGENT_TOKEN, who.token).is_err()
-    {
+    // An empty `token`: the token goes in Authorization only (a
+    // `--token-command` token); the client's `X-Agent-Token` goes too.
+    let agent_header = match who.token.is_empty() {
+        true => {
+            headers.remove_name(name::X_AGENT_TOKEN);
+            Ok(())
+        }
+        false => headers.set_name(name::X_AGENT_TOKEN, who.token),
+    };
+    if headers.set_name(name::AUTHORIZATION, who.bearer).is_err() || agent_header.is_err() {
         // Tokens are checked at load time, so this cannot happen; but a
         // request must never go out with the client's credentials.
         headers.remove_name(name::AUTHORIZATION);

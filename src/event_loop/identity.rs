@@ -32,6 +32,12 @@ impl Live {
         Live { identity, bearer, policy }
     }
 
+    /// A new token for the same agent (a credential source's renewal).
+    pub(super) fn set_token(&mut self, token: &str) {
+        self.identity.token = token.to_string();
+        self.bearer = [b"Bearer ".as_slice(), token.as_bytes()].concat();
+    }
+
     /// Applies a new identity; the name it replaces when it changed.
     pub(super) fn update(&mut self, identity: Identity, source: &str, tools: &ToolFlags) -> Option<String> {
         if identity == self.identity {

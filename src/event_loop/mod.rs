@@ -5,6 +5,7 @@
 //! steps; the state they share lives in `Proxy`.
 
 mod audit_file;
+mod credential;
 mod identity;
 mod metrics;
 mod pool;
@@ -113,6 +114,8 @@ pub struct Proxy {
     shutdown_at: Option<Instant>,
     /// `--stdio`: the front-end on stdin and stdout (no listener then).
     stdio: Option<(crate::stdio::Bridge, StdioInput)>,
+    /// `--token-command`: its runs, and when the next is due.
+    credential: Option<credential::TokenCommand>,
     /// Pipes of `--stdio` connections closed this round, with their last
     /// bytes, until the front-end reads them.
     closed_pipes: Vec<(u64, crate::conn::client_sock::Pipe)>,
@@ -186,6 +189,8 @@ pub enum BindError {
     AuditLog(io::Error),
     /// `--metrics-listen` cannot be bound.
     Metrics(io::Error),
+    /// `--token-command`'s first run gave no token (why; never its output).
+    TokenCommand(String),
 }
 
 impl std::fmt::Display for BindError {
@@ -199,6 +204,7 @@ impl std::fmt::Display for BindError {
             BindError::Setup(e) => write!(f, "cannot set up the event loop: {e}"),
             BindError::AuditLog(e) => write!(f, "cannot open --audit-log: {e}"),
             BindError::Metrics(e) => write!(f, "cannot listen on --metrics-listen: {e}"),
+            BindError::TokenCommand(why) => write!(f, "--token-command gave no token at start: {why}"),
         }
     }
 }
@@ -213,13 +219,30 @@ impl From<BindError> for io::Error {
             | BindError::Setup(e)
             | BindError::AuditLog(e)
             | BindError::Metrics(e) => e,
+            e @ BindError::TokenCommand(_) => io::Error::other(e.to_string()),
         }
     }
 }
 
 impl Proxy {
     /// Bind the listener and install signal handlers.
-    pub fn bind(config: Config) -> Result<Proxy, BindError> {
+    pub fn bind(mut config: Config) -> Result<Proxy, BindError> {
+        // The command's first token, before anything serves: with none,
+        // there is nothing to serve with.
+        let mut credential = None;
+        let mut first_token = None;
+        if let Some(argv) = config.token_command.clone() {
+            let url = upstream_url(&config);
+            let mut c = credential::TokenCommand::new(argv, &url, &config.identity.agent);
+            let token = c.first().map_err(BindError::TokenCommand)?;
+            credential::log_outcome(&credential::Outcome::Renewed {
+                token: token.clone(),
+                reason: credential::Reason::Start,
+            });
+            config.identity.token = token.secret.expose().to_string();
+            credential = Some(c);
+            first_token = Some(token);
+        }
         let poll = Poll::new().map_err(BindError::Setup)?;
         let (listener, local_addr) = match config.stdio {
             true => (None, SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0))),
@@ -277,6 +300,15 @@ impl Proxy {
             None => None,
         };
         let obs = RefCell::new(Observer::new(audit.is_some()));
+        if let (Some(c), Some(token)) = (credential.as_mut(), first_token) {
+            c.set_waker(waker.clone());
+            let record = Record::CredentialRenewed {
+                source: "token-command",
+                reason: credential::Reason::Start.as_str(),
+                expires_at: token.expires_at,
+            };
+            obs.borrow_mut().record(epoch_now(), &config.identity.agent, &record);
+        }
         #[cfg(feature = "dns-refresh")]
         let resolver = match resolve::is_remote(&config.upstream.host) {
             true => {
@@ -330,6 +362,7 @@ impl Proxy {
             accept_paused_until: None,
             shutdown_at: None,
             stdio,
+            credential,
             closed_pipes: Vec::new(),
         })
     }
@@ -372,6 +405,7 @@ impl Proxy {
                 }
             }
             self.check_identity_file(now);
+            self.credential_turn(now);
             self.stdio_turn(woken.stdin, now, false);
             self.accept(woken.accept, now);
             self.timers.expired(now, &mut self.touched);
@@ -458,6 +492,7 @@ impl Proxy {
             self.watch.as_ref().and_then(IdentityWatch::wake_at),
             self.shutdown_at.map(|t| t + SHUTDOWN_GRACE),
             self.stdio.as_ref().and_then(|(b, _)| b.deadline()),
+            self.credential.as_ref().and_then(credential::TokenCommand::deadline),
             #[cfg(feature = "dns-refresh")]
             self.resolver.as_ref().and_then(resolve::Resolver::due_at),
         ]
@@ -559,6 +594,27 @@ impl Proxy {
             self.set_identity(identity, "identity file (SIGHUP)");
         }
         seen.terminate
+    }
+
+    /// `--token-command`'s turn: a run that is due starts, a finished one's
+    /// token is in force for the next request (open streams keep theirs).
+    fn credential_turn(&mut self, now: Instant) {
+        let Some(outcome) = self.credential.as_mut().and_then(|c| c.turn(now)) else { return };
+        credential::log_outcome(&outcome);
+        let record = match outcome {
+            credential::Outcome::Renewed { token, reason } => {
+                self.live.set_token(token.secret.expose());
+                Record::CredentialRenewed {
+                    source: "token-command",
+                    reason: reason.as_str(),
+                    expires_at: token.expires_at,
+                }
+            }
+            credential::Outcome::Failed { why, reason, .. } => {
+                Record::CredentialFailed { source: "token-command", reason: reason.as_str(), why: why.into() }
+            }
+        };
+        self.obs.borrow_mut().record(epoch_now(), &self.live.identity.agent, &record);
     }
 
     /// A new identity: in force for the next request, and in the audit log.
@@ -703,7 +759,11 @@ impl Proxy {
         let ctx = Ctx {
             config: &self.config,
             bearer: &self.live.bearer,
-            token: self.live.identity.token.as_bytes(),
+            // A `--token-command` token goes in Authorization only.
+            token: match self.credential {
+                Some(_) => b"",
+                None => self.live.identity.token.as_bytes(),
+            },
             agent: &self.live.identity.agent,
             now,
             listen_port: self.local_addr.port(),
@@ -866,4 +926,10 @@ fn drive_slot(
 /// use `Instant`).
 fn epoch_now() -> Duration {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default()
+}
+
+/// The upstream URL as `MCP_PROXY_EXEC_INFO` names it.
+fn upstream_url(config: &Config) -> String {
+    let u = &config.upstream;
+    format!("{}://{}{}", if u.https { "https" } else { "http" }, u.authority, u.path)
 }

@@ -146,6 +146,20 @@ pub enum Record {
     IdentityChanged {
         previous: Box<str>,
     },
+    /// A credential source gave a new token (never written: the token).
+    CredentialRenewed {
+        source: &'static str,
+        reason: &'static str,
+        /// Seconds since the epoch; `None`: the token does not expire.
+        expires_at: Option<u64>,
+    },
+    /// A credential source failed; the token in force was kept.
+    CredentialFailed {
+        source: &'static str,
+        reason: &'static str,
+        /// What failed (never the source's output).
+        why: Box<str>,
+    },
 }
 
 /// `text`'s first `max` bytes, cut at a character boundary.
@@ -294,6 +308,8 @@ impl Writer {
             Record::SessionReinitialised { .. } => kw!("event", "session.reinitialised"),
             Record::SessionDeleted { .. } => kw!("event", "session.deleted"),
             Record::IdentityChanged { .. } => kw!("event", "identity.changed"),
+            Record::CredentialRenewed { .. } => kw!("event", "credential.renewed"),
+            Record::CredentialFailed { .. } => kw!("event", "credential.failed"),
         };
         out.extend_from_slice(event.as_bytes());
         self.agent.write(agent.as_bytes(), out, |w| string(w, k!("agent"), agent));
@@ -307,6 +323,20 @@ impl Writer {
                 string(out, k!("result"), if *ok { "ok" } else { "failed" });
             }
             Record::IdentityChanged { previous } => string(out, k!("previous_agent"), previous),
+            Record::CredentialRenewed { source, reason, expires_at } => {
+                string(out, k!("source"), source);
+                string(out, k!("reason"), reason);
+                key(out, k!("expires_at"));
+                match expires_at {
+                    Some(at) => out.extend_from_slice(at.to_string().as_bytes()),
+                    None => out.extend_from_slice(b"null"),
+                }
+            }
+            Record::CredentialFailed { source, reason, why } => {
+                string(out, k!("source"), source);
+                string(out, k!("reason"), reason);
+                string(out, k!("error"), why);
+            }
         }
         out.extend_from_slice(b"}\n");
     }

@@ -90,6 +90,10 @@ pub struct Metrics {
     refusals: Vec<(&'static str, u64)>,
     failures: [u64; 5],
     reinit: [u64; 2],
+    /// Credential renewals, ok and failed; rendered once there was one.
+    renewals: Option<[u64; 2]>,
+    /// When the token in force expires (seconds since the epoch).
+    credential_expiry: Option<u64>,
     bytes_in: u64,
     bytes_out: u64,
     dropped: u64,
@@ -116,6 +120,11 @@ impl Metrics {
                 }
             }
             Record::SessionReinitialised { ok, .. } => self.reinit[usize::from(!ok)] += 1,
+            Record::CredentialRenewed { expires_at, .. } => {
+                self.renewals.get_or_insert([0; 2])[0] += 1;
+                self.credential_expiry = *expires_at;
+            }
+            Record::CredentialFailed { .. } => self.renewals.get_or_insert([0; 2])[1] += 1,
             _ => {}
         }
     }
@@ -174,6 +183,26 @@ impl Metrics {
         );
         for (result, n) in ["ok", "failed"].iter().zip(self.reinit) {
             let _ = writeln!(out, "mcp_proxy_session_reinitialisations_total{{result=\"{result}\"}} {n}");
+        }
+        if let Some(renewals) = self.renewals {
+            head(
+                out,
+                "mcp_proxy_credential_renewals_total",
+                "counter",
+                "Tokens obtained from the credential source (at start, before expiry, after a 401), by result.",
+            );
+            for (result, n) in ["ok", "failed"].iter().zip(renewals) {
+                let _ = writeln!(out, "mcp_proxy_credential_renewals_total{{result=\"{result}\"}} {n}");
+            }
+        }
+        if let Some(at) = self.credential_expiry {
+            head(
+                out,
+                "mcp_proxy_credential_expiry_seconds",
+                "gauge",
+                "When the token in force expires, in seconds since the epoch.",
+            );
+            let _ = writeln!(out, "mcp_proxy_credential_expiry_seconds {at}");
         }
         head(out, "mcp_proxy_sessions", "gauge", "MCP sessions recorded for re-initialisation.");
         let _ = writeln!(out, "mcp_proxy_sessions {}", g.sessions);

@@ -239,6 +239,8 @@ fn help_exits_0_and_mentions_every_flag() {
         "--upstream",
         "--agent",
         "--token-file",
+        "--token-command",
+        "MCP_PROXY_EXEC_INFO",
         "MCP_PROXY_TOKEN",
         "--listen",
         "--connect-timeout",

@@ -35,6 +35,10 @@ mod codex;
 /// mode, against the Python SDK's conformance server and client. Unix only: the py2 venv, process groups.
 #[cfg(unix)]
 mod conformance;
+/// `--token-command`: the token a program prints, renewed before it expires, failures that keep the token in
+/// force. Unix only: the programs are shell scripts.
+#[cfg(unix)]
+mod credentials;
 /// Slow clients cut off by the request and keep-alive deadlines.
 mod deadlines;
 /// The quickstart demo's session, in-process through the library.

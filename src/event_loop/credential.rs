@@ -1,0 +1,363 @@
+//! `--token-command`: the program that prints the agent's token, run at
+//! start, again before the token expires (`credentials::renew`), and again
+//! after a failure (with backoff). Each run is a child process (no shell)
+//! whose stdout and stderr are read by a thread of its own, so the loop
+//! never waits on it: the loop only looks for the run's result, which the
+//! thread hands over a channel and announces with the `Waker`. At most one
+//! run at a time; a run is killed after `RUN_LIMIT`; stdout is capped at
+//! `OUTPUT_CAP`; stderr goes to the log at `warn`, nowhere else. A failed
+//! run keeps the token in force.
+
+use crate::credentials::{output, renew, Scheme, Token};
+use crate::mcp::json;
+use log::{debug, info, warn};
+use mio::Waker;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The environment variable that tells the program why it runs.
+pub const EXEC_INFO: &str = "MCP_PROXY_EXEC_INFO";
+/// A run that has not ended by then is killed and counts as failed.
+pub const RUN_LIMIT: Duration = Duration::from_secs(30);
+/// More stdout than this fails the run (a token response is a few KiB).
+pub const OUTPUT_CAP: usize = 64 * 1024;
+/// Lines of a run's stderr logged (each cut to `STDERR_LINE`).
+const STDERR_LINES: usize = 20;
+const STDERR_LINE: usize = 300;
+
+/// Why the program runs (`MCP_PROXY_EXEC_INFO`'s `reason`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    Start,
+    /// Ahead of the token's expiry, or again after a failed run.
+    Expiring,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Start => "start",
+            Reason::Expiring => "expiring",
+        }
+    }
+}
+
+/// What a finished run gave the loop.
+#[derive(Debug)]
+pub enum Outcome {
+    Renewed {
+        token: Token,
+        reason: Reason,
+    },
+    /// Why it failed (never its output).
+    Failed {
+        why: String,
+        reason: Reason,
+        retry_in: Duration,
+    },
+}
+
+/// A run in progress: the child (killed by whoever sees `RUN_LIMIT` pass)
+/// and the slot its thread fills with stdout, or why it failed.
+#[derive(Default)]
+struct Running {
+    child: Option<std::process::Child>,
+    result: Option<Result<Vec<u8>, String>>,
+}
+
+type Shared = Arc<Mutex<Running>>;
+
+fn lock(run: &Shared) -> std::sync::MutexGuard<'_, Running> {
+    run.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The program, its runs and when the next one is due.
+pub struct TokenCommand {
+    argv: Vec<String>,
+    info_upstream: String,
+    agent: String,
+    waker: Option<Arc<Waker>>,
+    run: Option<(Shared, Reason, Instant)>,
+    due: Option<(Instant, Reason)>,
+    failures: u32,
+}
+
+impl TokenCommand {
+    /// `argv`: the program and its arguments (`credentials::cmdline::split`).
+    pub fn new(argv: Vec<String>, upstream: &str, agent: &str) -> TokenCommand {
+        TokenCommand {
+            argv,
+            info_upstream: upstream.to_string(),
+            agent: agent.to_string(),
+            waker: None,
+            run: None,
+            due: None,
+            failures: 0,
+        }
+    }
+
+    /// The first run, before the loop starts: waited for (at most
+    /// `RUN_LIMIT`), since there is no token to serve with until it ends.
+    pub fn first(&mut self) -> Result<Token, String> {
+        let run = start(self.argv.clone(), self.info(Reason::Start), None);
+        let started = Instant::now();
+        let bytes = loop {
+            if let Some(result) = finished(&run, started, Instant::now()) {
+                break result?;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let token = parse(&bytes)?;
+        self.schedule(&token);
+        Ok(token)
+    }
+
+    /// From now on, a finished run wakes the loop.
+    pub fn set_waker(&mut self, waker: Arc<Waker>) {
+        self.waker = Some(waker);
+    }
+
+    /// When the loop must turn: the next run, or the end of a run's time.
+    pub fn deadline(&self) -> Option<Instant> {
+        match &self.run {
+            Some((_, _, started)) => Some(*started + RUN_LIMIT),
+            None => self.due.map(|(at, _)| at),
+        }
+    }
+
+    /// The loop's turn: starts a run that is due, and gives what a
+    /// finished one produced.
+    pub fn turn(&mut self, now: Instant) -> Option<Outcome> {
+        if let Some((run, reason, started)) = &self.run {
+            let reason = *reason;
+            let result = finished(run, *started, now)?;
+            self.run = None;
+            return Some(match result.and_then(|bytes| parse(&bytes)) {
+                Ok(token) => {
+                    self.failures = 0;
+                    self.schedule(&token);
+                    Outcome::Renewed { token, reason }
+                }
+                Err(why) => {
+                    self.failures = self.failures.saturating_add(1);
+                    let retry_in = Duration::from_secs(renew::retry_after(self.failures));
+                    self.due = Some((now + retry_in, reason));
+                    Outcome::Failed { why, reason, retry_in }
+                }
+            });
+        }
+        match self.due {
+            Some((at, reason)) if now >= at => {
+                debug!("token command: running ({})", reason.as_str());
+                self.due = None;
+                let run = start(self.argv.clone(), self.info(reason), self.waker.clone());
+                self.run = Some((run, reason, now));
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// The next run before `token` expires (none when it does not).
+    fn schedule(&mut self, token: &Token) {
+        let Some(expires_at) = token.expires_at else {
+            self.due = None;
+            return;
+        };
+        let now = unix_now();
+        let at = renew::renew_at(now, expires_at);
+        self.due = Some((Instant::now() + Duration::from_secs(at.saturating_sub(now)), Reason::Expiring));
+    }
+
+    /// `MCP_PROXY_EXEC_INFO`: `{"upstream": URL, "agent": NAME, "reason": R}`.
+    fn info(&self, reason: Reason) -> String {
+        let mut out = Vec::new();
+        out.extend_from_slice(b"{\"upstream\":");
+        json::write_json_string(&self.info_upstream, &mut out);
+        out.extend_from_slice(b",\"agent\":");
+        json::write_json_string(&self.agent, &mut out);
+        out.extend_from_slice(b",\"reason\":\"");
+        out.extend_from_slice(reason.as_str().as_bytes());
+        out.extend_from_slice(b"\"}");
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+/// Seconds since the epoch (0 before it).
+pub fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// A run's stdout as a token this proxy can send.
+fn parse(bytes: &[u8]) -> Result<Token, String> {
+    let token = output::parse(bytes, unix_now()).map_err(|e| format!("its output: {e}"))?;
+    if token.scheme != Scheme::Bearer {
+        return Err(
+            "its output has token_type DPoP, which needs a DPoP proof the proxy does not make yet".into()
+        );
+    }
+    if token.expires_at.is_some_and(|at| !renew::usable(unix_now(), Some(at))) {
+        return Err("its output holds a token that has already expired".into());
+    }
+    Ok(token)
+}
+
+/// A run's result once it has one; at `RUN_LIMIT` the child is killed and
+/// the run has failed (a thread still reading a pipe that a child of the
+/// program holds open ends when that closes; nobody waits for it).
+fn finished(run: &Shared, started: Instant, now: Instant) -> Option<Result<Vec<u8>, String>> {
+    let mut r = lock(run);
+    if let Some(result) = r.result.take() {
+        return Some(result);
+    }
+    if now.saturating_duration_since(started) < RUN_LIMIT {
+        return None;
+    }
+    if let Some(child) = r.child.as_mut() {
+        let _ = child.kill();
+    }
+    Some(Err(format!("it did not finish within {RUN_LIMIT:?} and was killed")))
+}
+
+/// Starts a run: the child, and a thread that reads its stdout to the end,
+/// reaps it and fills the slot (then wakes the loop).
+fn start(argv: Vec<String>, info: String, waker: Option<Arc<Waker>>) -> Shared {
+    let run: Shared = Arc::default();
+    let failed = |why: String| {
+        lock(&run).result = Some(Err(why));
+        run.clone()
+    };
+    let Some((program, args)) = argv.split_first() else {
+        return failed("the command is empty".into());
+    };
+    let spawned = Command::new(program)
+        .args(args)
+        .env(EXEC_INFO, info)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => return failed(format!("cannot start {program:?}: {}", e.kind())),
+    };
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    lock(&run).child = Some(child);
+    let theirs = run.clone();
+    let reader = std::thread::Builder::new().name("token-command".into()).spawn(move || {
+        if let Some(stderr) = stderr {
+            let _ = std::thread::Builder::new()
+                .name("token-command-err".into())
+                .spawn(move || log_stderr(stderr));
+        }
+        let out = match stdout {
+            Some(mut stdout) => read_capped(&mut stdout),
+            None => Err("its stdout was not piped"),
+        };
+        // Reaped without holding the lock while it waits (the loop takes
+        // it to look, or to kill at `RUN_LIMIT`).
+        let status = loop {
+            let polled = lock(&theirs).child.as_mut().map(std::process::Child::try_wait);
+            match polled {
+                Some(Ok(None)) => std::thread::sleep(Duration::from_millis(10)),
+                other => break other,
+            }
+        };
+        let result = match status {
+            Some(Ok(Some(status))) if !status.success() => Err(format!("it exited with {status}")),
+            Some(Err(e)) => Err(format!("waiting for it failed: {}", e.kind())),
+            _ => out.map_err(str::to_string),
+        };
+        lock(&theirs).result.get_or_insert(result);
+        if let Some(w) = waker {
+            let _ = w.wake();
+        }
+    });
+    match reader {
+        Ok(_) => run,
+        Err(e) => {
+            if let Some(child) = lock(&run).child.as_mut() {
+                let _ = child.kill();
+            }
+            failed(format!("cannot start a thread for it: {}", e.kind()))
+        }
+    }
+}
+
+/// stdout up to `OUTPUT_CAP` (read to its end, so the program never
+/// blocks on a full pipe; more than the cap is an error).
+fn read_capped(stdout: &mut impl Read) -> Result<Vec<u8>, &'static str> {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    let mut over = false;
+    loop {
+        match stdout.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let piece = buf.get(..n).unwrap_or_default();
+                if kept.len() + piece.len() > OUTPUT_CAP {
+                    over = true;
+                } else {
+                    kept.extend_from_slice(piece);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return Err("reading its stdout failed"),
+        }
+    }
+    match over {
+        true => Err("it printed more than 64 KiB"),
+        false => Ok(kept),
+    }
+}
+
+/// The program's stderr, line by line at `warn` (the first lines, each
+/// cut), the rest read and dropped.
+fn log_stderr(stderr: impl Read) {
+    let mut lines = BufReader::new(stderr);
+    let mut line = Vec::new();
+    let mut logged = 0;
+    loop {
+        line.clear();
+        match lines.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if logged < STDERR_LINES {
+            logged += 1;
+            let text = String::from_utf8_lossy(&line);
+            let text: String =
+                text.trim_end().chars().filter(|c| !c.is_control()).take(STDERR_LINE).collect();
+            warn!("token command: stderr: {text}");
+        } else if logged == STDERR_LINES {
+            logged += 1;
+            warn!("token command: more on stderr, not logged");
+        }
+    }
+}
+
+/// What a renewal did, for the log (never the token).
+pub fn describe(token: &Token) -> String {
+    match token.expires_at {
+        Some(at) => format!("expires in {} s", at.saturating_sub(unix_now())),
+        None => "no expiry".to_string(),
+    }
+}
+
+/// Logs a run's outcome.
+pub fn log_outcome(outcome: &Outcome) {
+    match outcome {
+        Outcome::Renewed { token, reason } => {
+            info!("token command ({}): new token, {}", reason.as_str(), describe(token))
+        }
+        Outcome::Failed { why, reason, retry_in } => {
+            warn!(
+                "token command ({}) failed: {why}; the token in force is kept; again in {retry_in:?}",
+                reason.as_str()
+            )
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! `--token-command`: the program that prints the agent's token, against a
+//! recording upstream. Each program is a shell script in a scratch
+//! directory (Unix: `/bin/sh`), which counts its runs in a file, so each
+//! test can say what each run printed and when it ran.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::exchange::{host, json_post};
+use crate::support::proxy_process::{scratch_dir, spawn, ProxyProcess, BIN};
+use crate::support::wire::{response, Next, Req, StubUpstream};
+
+const AGENT: &str = "claude-prime";
+
+/// Writes an executable script `body` (after `#!/bin/sh` and `set -e`); its
+/// runs are counted in `runs` beside it (`$N` is this run's number, from 1).
+fn script(name: &str, body: &str) -> (PathBuf, PathBuf) {
+    let dir = scratch_dir(name);
+    let runs = dir.join("runs");
+    let path = dir.join("token.sh");
+    let text = format!(
+        "#!/bin/sh\nset -e\nN=$(( $(cat '{runs}' 2>/dev/null || echo 0) + 1 ))\necho $N > '{runs}'\n{body}\n",
+        runs = runs.display()
+    );
+    std::fs::write(&path, text).expect("write the script");
+    let _ = Command::new("chmod").arg("+x").arg(&path).status();
+    (path, runs)
+}
+
+fn runs(path: &Path) -> usize {
+    std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+}
+
+/// An upstream answering every POST with an OK JSON-RPC result.
+fn upstream() -> StubUpstream {
+    StubUpstream::start(|_req: &Req, s: &mut TcpStream| {
+        let body = br#"{"jsonrpc":"2.0","id":3,"result":{}}"#;
+        let _ = s.write_all(&response("200 OK", &[("Content-Type", "application/json")], body));
+        Next::KeepAlive
+    })
+}
+
+fn start(up: &StubUpstream, command: &Path, extra: &[&str]) -> ProxyProcess {
+    ProxyProcess::builder(up.url())
+        .agent(AGENT)
+        .arg("--token-command", command)
+        .args(extra)
+        .env("RUST_LOG", "trace")
+        .start()
+}
+
+/// One `tools/call` through the proxy; the upstream's copy of it.
+#[track_caller]
+fn call(p: &ProxyProcess, up: &StubUpstream) -> Req {
+    let n = up.request_count();
+    let body =
+        br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"chat_send","arguments":{}}}"#;
+    let mut s = TcpStream::connect(host(p)).expect("connect");
+    s.write_all(&json_post(&host(p), &[("Authorization", "Bearer the-clients-own")], body)).expect("send");
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("\"result\"") {
+        match std::io::Read::read(&mut s, &mut buf) {
+            Ok(0) | Err(_) => {
+                panic!("no answer: {:?}; stderr {}", String::from_utf8_lossy(&got), p.stderr_text())
+            }
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+        }
+    }
+    assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"), "{}", String::from_utf8_lossy(&got));
+    up.wait_requests(n + 1, Duration::from_secs(5)).pop().expect("the upstream's request")
+}
+
+fn bearer(req: &Req) -> String {
+    let all = req.head.all("authorization");
+    assert_eq!(all.len(), 1, "one Authorization: {all:?}");
+    all[0].to_string()
+}
+
+/// Runs the binary to its end (60 s bound).
+fn run_to_exit(args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).env_remove("MCP_PROXY_TOKEN").env("RUST_LOG", "trace");
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = spawn(&mut cmd).expect("spawn proxy");
+    let t0 = Instant::now();
+    while child.try_wait().ok().flatten().is_none() {
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+#[test]
+fn a_bare_token_goes_in_authorization_only_and_the_program_is_told_why_it_runs() {
+    let up = upstream();
+    let dir = scratch_dir("token-command-info");
+    let info = dir.join("info");
+    let (cmd, runs_file) = script(
+        "token-command-bare",
+        &format!("printf '%s' \"$MCP_PROXY_EXEC_INFO\" > '{}'\necho tok-bare-SECRET", info.display()),
+    );
+    let p = start(&up, &cmd, &[]);
+    let req = call(&p, &up);
+    assert_eq!(bearer(&req), "Bearer tok-bare-SECRET");
+    assert!(req.head.all("x-agent-token").is_empty(), "a command's token goes in Authorization only");
+    assert_eq!(runs(&runs_file), 1);
+    let info: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&info).unwrap()).unwrap();
+    assert_eq!(info["reason"], "start", "{info}");
+    assert_eq!(info["agent"], AGENT, "{info}");
+    assert_eq!(info["upstream"], up.url(), "{info}");
+    assert!(!p.stderr_text().contains("tok-bare-SECRET"), "the token reached the log");
+}
+
+#[test]
+fn each_output_form_is_read_and_a_json_object_of_neither_form_is_refused() {
+    let up = upstream();
+    let forms = [
+        (
+            "exec-credential",
+            r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"tok-k8s","expirationTimestamp":"2099-01-01T00:00:00Z"}}"#,
+            "tok-k8s",
+        ),
+        (
+            "token-response",
+            r#"{"access_token":"tok-oauth","expires_in":3600,"token_type":"Bearer"}"#,
+            "tok-oauth",
+        ),
+    ];
+    for (name, output, token) in forms {
+        let (cmd, _) = script(&format!("token-command-{name}"), &format!("echo '{output}'"));
+        let p = start(&up, &cmd, &[]);
+        assert_eq!(bearer(&call(&p, &up)), format!("Bearer {token}"), "{name}");
+    }
+    let (cmd, _) = script("token-command-other-json", r#"echo '{"token":"tok-not-a-form"}'"#);
+    let out =
+        run_to_exit(&["--upstream", &up.url(), "--agent", AGENT, "--token-command", cmd.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--token-command gave no token at start"), "{stderr}");
+    assert!(!stderr.contains("tok-not-a-form"), "the output reached the log: {stderr}");
+}
+
+#[test]
+fn a_program_that_fails_at_start_is_exit_2_saying_why_never_what_it_printed() {
+    let up = upstream();
+    let cases = [
+        ("exit-1", "echo tok-SECRET-exit; exit 1", "exited with"),
+        ("garbage", "printf 'two words\\n'", "its output"),
+        ("two-lines", "printf 'tok-SECRET-a\\ntok-SECRET-b\\n'", "its output"),
+        ("ten-mib", "head -c 10485760 /dev/zero | tr '\\0' 'x'", "more than 64 KiB"),
+        ("empty", "true", "its output"),
+        ("expired", r#"echo '{"access_token":"tok-SECRET-old","expires_in":0}'"#, "expired"),
+    ];
+    for (name, body, why) in cases {
+        let (cmd, _) = script(&format!("token-command-fail-{name}"), body);
+        let out = run_to_exit(&[
+            "--upstream",
+            &up.url(),
+            "--agent",
+            AGENT,
+            "--token-command",
+            cmd.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(out.stdout.is_empty(), "{name}: no port line");
+        assert!(stderr.contains(why), "{name}: want {why:?} in {stderr}");
+        assert!(!stderr.contains("tok-SECRET"), "{name}: the output reached the log: {stderr}");
+    }
+    let (cmd, _) = script("token-command-missing", "true");
+    let missing = cmd.with_file_name("no-such-program");
+    let out = run_to_exit(&[
+        "--upstream",
+        &up.url(),
+        "--agent",
+        AGENT,
+        "--token-command",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot start"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_program_that_hangs_is_killed_after_30_s() {
+    let up = upstream();
+    let (cmd, _) = script("token-command-hang", "sleep 300");
+    let t0 = Instant::now();
+    let out =
+        run_to_exit(&["--upstream", &up.url(), "--agent", AGENT, "--token-command", cmd.to_str().unwrap()]);
+    let took = t0.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("did not finish within 30s"), "{stderr}");
+    assert!(took >= Duration::from_secs(29) && took < Duration::from_secs(45), "took {took:?}");
+}
+
+#[test]
+fn a_token_that_expires_every_3_s_is_renewed_ahead_under_a_stream_of_calls() {
+    let up = upstream();
+    // Each run's token lives 3 s; runs take 0.2 s (one at a time: a second
+    // run while one is going would be seen in `overlap`).
+    let dir = scratch_dir("token-command-renew");
+    let lock = dir.join("running");
+    let body = format!(
+        "if [ -e '{lock}' ]; then echo overlap >> '{lock}.seen'; fi\ntouch '{lock}'\nsleep 0.2\nrm -f '{lock}'\necho \"{{\\\"access_token\\\":\\\"tok-$N\\\",\\\"expires_in\\\":3}}\"",
+        lock = lock.display()
+    );
+    let (cmd, runs_file) = script("token-command-renew-script", &body);
+    let audit = dir.join("audit.jsonl");
+    let p = start(&up, &cmd, &["--audit-log", audit.to_str().unwrap()]);
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    while t0.elapsed() < Duration::from_secs(12) {
+        let token = bearer(&call(&p, &up));
+        if seen.last() != Some(&token) {
+            seen.push(token);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let n = runs(&runs_file);
+    eprintln!("token renewals: {n} runs in 12 s; the calls saw {seen:?}");
+    // Renewed at 2 s of its 3 s life: about 6 runs in 12 s, never back to back.
+    assert!((4..=12).contains(&n), "{n} runs in 12 s");
+    assert!(seen.len() >= 4, "the calls saw {} tokens: {seen:?}", seen.len());
+    for pair in seen.windows(2) {
+        let num = |t: &str| t.trim_start_matches("Bearer tok-").parse::<usize>().unwrap_or(0);
+        assert!(num(&pair[1]) > num(&pair[0]), "tokens went back: {seen:?}");
+    }
+    assert!(!dir.join("running.seen").exists(), "two runs at once");
+    let text = std::fs::read_to_string(&audit).unwrap_or_default();
+    let renewed = text.lines().filter(|l| l.contains("\"credential.renewed\"")).count();
+    assert!(renewed >= n - 1, "{renewed} credential.renewed records for {n} runs: {text}");
+    assert!(!text.contains("tok-"), "a token in the audit log");
+    assert!(!p.stderr_text().contains("tok-1"), "a token in the log");
+}
+
+#[test]
+fn a_renewal_that_fails_keeps_the_token_in_force_and_is_tried_again_later() {
+    let up = upstream();
+    let dir = scratch_dir("token-command-renew-fail");
+    let audit = dir.join("audit.jsonl");
+    // The first run gives a token of 5 s (renewed at 2.5 s); every later
+    // run fails.
+    let (cmd, runs_file) = script(
+        "token-command-renew-fail-script",
+        "if [ $N -gt 1 ]; then echo 'the issuer is down' >&2; exit 3; fi\necho '{\"access_token\":\"tok-first\",\"expires_in\":5}'",
+    );
+    let p = start(&up, &cmd, &["--audit-log", audit.to_str().unwrap(), "--metrics-listen", "127.0.0.1:0"]);
+    std::thread::sleep(Duration::from_millis(3500));
+    assert_eq!(bearer(&call(&p, &up)), "Bearer tok-first");
+    // One failed run at about 2.5 s; the next not before 10 s later.
+    assert_eq!(runs(&runs_file), 2, "runs after 3 s");
+    let stderr = p.stderr_text();
+    assert!(stderr.contains("the issuer is down"), "the program's stderr is logged: {stderr}");
+    assert!(stderr.contains("exited with"), "{stderr}");
+    let text = std::fs::read_to_string(&audit).unwrap_or_default();
+    assert!(text.contains("\"credential.failed\""), "{text}");
+    assert!(text.contains("\"credential.renewed\""), "{text}");
+    let (_, metrics) = p.metrics_get("/metrics");
+    assert!(metrics.contains("mcp_proxy_credential_renewals_total{result=\"ok\"} 1"), "{metrics}");
+    assert!(metrics.contains("mcp_proxy_credential_renewals_total{result=\"failed\"} 1"), "{metrics}");
+    assert!(metrics.contains("mcp_proxy_credential_expiry_seconds "), "{metrics}");
+    assert!(!metrics.contains("tok-first") && !text.contains("tok-first"), "a token in the metrics or audit");
+}
+
+#[test]
+fn token_command_refuses_a_second_token_source() {
+    let up = upstream();
+    let (cmd, _) = script("token-command-conflict", "echo tok");
+    let token = crate::support::proxy_process::token_file("tok-file");
+    for (flag, value) in
+        [("--token-file", token.to_str().unwrap()), ("--identity-file", "/nonexistent/id.json")]
+    {
+        let out = run_to_exit(&[
+            "--upstream",
+            &up.url(),
+            "--agent",
+            AGENT,
+            "--token-command",
+            cmd.to_str().unwrap(),
+            flag,
+            value,
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(stderr.contains("give one token source"), "{flag}: {stderr}");
+    }
+    let out = run_to_exit(&["--upstream", &up.url(), "--agent", AGENT, "--token-command", "\"unterminated"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--token-command"));
+}
