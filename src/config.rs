@@ -275,7 +275,8 @@ UPSTREAM AND IDENTITY:
                             the token's lifetime is left (expires_in, the
                             expirationTimestamp or the JWT's exp), and again
                             after a failure (10 s, doubling, at most 5 min;
-                            the token in force is kept). MCP_PROXY_EXEC_INFO
+                            the token in force is kept) and after a 401 (at
+                            most once per 10 s). MCP_PROXY_EXEC_INFO
                             tells it {"upstream", "agent", "reason"}; 30 s
                             at most a run, 64 KiB of stdout, stderr logged.
                             Its token goes in Authorization only. Not with

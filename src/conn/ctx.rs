@@ -47,6 +47,9 @@ pub struct Ctx<'a> {
     /// Set when a connect to the upstream fails: the loop looks its host
     /// up again (a remote host, off the loop).
     pub connect_failed: &'a std::cell::Cell<bool>,
+    /// Set when the upstream answers 401: a credential source that can
+    /// renew (`--token-command`) runs again.
+    pub unauthorized: &'a std::cell::Cell<bool>,
     /// The wall-clock time (since the epoch) of this round's audit records:
     /// read once a round, when its first record is handed over.
     pub record_time: std::cell::Cell<Option<std::time::Duration>>,

@@ -224,6 +224,9 @@ impl Conn {
             self.close_after,
         );
         self.ex.meter.status = resp.status;
+        if resp.status == 401 {
+            ctx.unauthorized.set(true);
+        }
         if let Some(a) = self.ex.audit.current.as_mut() {
             a.relayed(resp.status);
         }

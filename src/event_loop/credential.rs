@@ -23,6 +23,8 @@ pub const EXEC_INFO: &str = "MCP_PROXY_EXEC_INFO";
 pub const RUN_LIMIT: Duration = Duration::from_secs(30);
 /// More stdout than this fails the run (a token response is a few KiB).
 pub const OUTPUT_CAP: usize = 64 * 1024;
+/// A 401 makes a run at most this often.
+const REFUSED_EVERY: Duration = Duration::from_secs(10);
 /// Lines of a run's stderr logged (each cut to `STDERR_LINE`).
 const STDERR_LINES: usize = 20;
 const STDERR_LINE: usize = 300;
@@ -33,6 +35,8 @@ pub enum Reason {
     Start,
     /// Ahead of the token's expiry, or again after a failed run.
     Expiring,
+    /// The upstream answered 401 to the token in force.
+    Unauthorized,
 }
 
 impl Reason {
@@ -40,6 +44,7 @@ impl Reason {
         match self {
             Reason::Start => "start",
             Reason::Expiring => "expiring",
+            Reason::Unauthorized => "unauthorized",
         }
     }
 }
@@ -82,6 +87,8 @@ pub struct TokenCommand {
     run: Option<(Shared, Reason, Instant)>,
     due: Option<(Instant, Reason)>,
     failures: u32,
+    /// When a 401 last made a run: at most one per `REFUSED_EVERY`.
+    refused_at: Option<Instant>,
 }
 
 impl TokenCommand {
@@ -95,6 +102,7 @@ impl TokenCommand {
             run: None,
             due: None,
             failures: 0,
+            refused_at: None,
         }
     }
 
@@ -112,6 +120,20 @@ impl TokenCommand {
         let token = parse(&bytes)?;
         self.schedule(&token);
         Ok(token)
+    }
+
+    /// The upstream refused the token in force (401): a run now, unless one
+    /// is running, one failed and waits its backoff, or a 401 made one less
+    /// than `REFUSED_EVERY` ago (a server that refuses every token is not
+    /// asked to mint one per request).
+    pub fn refused(&mut self, now: Instant) {
+        let recent = self.refused_at.is_some_and(|at| now.saturating_duration_since(at) < REFUSED_EVERY);
+        if self.run.is_some() || self.failures > 0 || recent {
+            return;
+        }
+        info!("token command: the upstream refused the token (401); running it again");
+        self.refused_at = Some(now);
+        self.due = Some((now, Reason::Unauthorized));
     }
 
     /// From now on, a finished run wakes the loop.

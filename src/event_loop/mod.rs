@@ -103,6 +103,8 @@ pub struct Proxy {
     resolver: Option<resolve::Resolver>,
     /// A connect to the upstream failed this round (`Ctx::connect_failed`).
     connect_failed: std::cell::Cell<bool>,
+    /// The upstream answered 401 this round (`Ctx::unauthorized`).
+    unauthorized: std::cell::Cell<bool>,
     /// Slots to drive in this round (events, deadlines, shutdown).
     touched: Vec<usize>,
     /// Per slot: already in `touched` this round (all false between rounds).
@@ -354,6 +356,7 @@ impl Proxy {
             #[cfg(feature = "dns-refresh")]
             resolver,
             connect_failed: Default::default(),
+            unauthorized: Default::default(),
             touched: Vec::new(),
             touched_marks: Vec::new(),
             timers: Timers::default(),
@@ -411,6 +414,10 @@ impl Proxy {
             self.timers.expired(now, &mut self.touched);
             self.drive_touched(now);
             self.stdio_turn(false, now, true);
+            // A 401 seen this round starts its run now, not at the next event.
+            if self.unauthorized.get() {
+                self.credential_turn(now);
+            }
             if self.metrics.is_some() {
                 self.serve_metrics(&mut woken, now);
             }
@@ -599,6 +606,11 @@ impl Proxy {
     /// `--token-command`'s turn: a run that is due starts, a finished one's
     /// token is in force for the next request (open streams keep theirs).
     fn credential_turn(&mut self, now: Instant) {
+        if self.unauthorized.replace(false) {
+            if let Some(c) = self.credential.as_mut() {
+                c.refused(now);
+            }
+        }
         let Some(outcome) = self.credential.as_mut().and_then(|c| c.turn(now)) else { return };
         credential::log_outcome(&outcome);
         let record = match outcome {
@@ -777,6 +789,7 @@ impl Proxy {
             observing: self.audit.is_some() || self.metrics.is_some(),
             obs: &self.obs,
             connect_failed: &self.connect_failed,
+            unauthorized: &self.unauthorized,
             record_time: std::cell::Cell::new(None),
         };
         for &slot in &self.touched {

@@ -302,3 +302,78 @@ fn token_command_refuses_a_second_token_source() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--token-command"));
 }
+
+#[test]
+fn a_401_runs_the_program_again_once_and_the_next_request_carries_the_new_token() {
+    // The upstream takes only the token named in `valid` (a server that
+    // revoked the first one, as agentchattr does when its registry is
+    // wiped); each run prints tok-N and records why it ran.
+    let dir = scratch_dir("token-command-401");
+    let valid = dir.join("valid");
+    std::fs::write(&valid, "tok-1").unwrap();
+    let reasons = dir.join("reasons");
+    let (cmd, runs_file) = script(
+        "token-command-401-script",
+        &format!("printf '%s\\n' \"$MCP_PROXY_EXEC_INFO\" >> '{}'\necho tok-$N", reasons.display()),
+    );
+    let check = valid.clone();
+    let up = StubUpstream::start(move |req: &Req, s: &mut TcpStream| {
+        let want = format!("Bearer {}", std::fs::read_to_string(&check).unwrap_or_default().trim());
+        if req.head.all("authorization") != [want.as_str()] {
+            let _ = s.write_all(&response(
+                "401 Unauthorized",
+                &[
+                    ("WWW-Authenticate", "Bearer error=\"invalid_token\""),
+                    ("Content-Type", "application/json"),
+                ],
+                br#"{"error":"invalid_token"}"#,
+            ));
+            return Next::KeepAlive;
+        }
+        let body = br#"{"jsonrpc":"2.0","id":3,"result":{}}"#;
+        let _ = s.write_all(&response("200 OK", &[("Content-Type", "application/json")], body));
+        Next::KeepAlive
+    });
+    let p = start(&up, &cmd, &[]);
+    assert_eq!(bearer(&call(&p, &up)), "Bearer tok-1");
+    std::fs::write(&valid, "tok-2").unwrap();
+    // This one is refused (the client sees the 401: not yet replayed)...
+    let status = raw_status(&p);
+    assert_eq!(status, 401);
+    // ...and the program runs again at once, told why.
+    let t0 = Instant::now();
+    while runs(&runs_file) < 2 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "no run after the 401: {}", p.stderr_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(bearer(&call(&p, &up)), "Bearer tok-2");
+    let text = std::fs::read_to_string(&reasons).unwrap();
+    let why: Vec<String> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["reason"].as_str().unwrap_or("").to_string()
+        })
+        .collect();
+    assert_eq!(why, ["start", "unauthorized"], "{text}");
+    // A server that refuses every token is not asked for one per request:
+    // no run for 401s within 10 s of the last one a 401 made.
+    std::fs::write(&valid, "tok-never").unwrap();
+    for _ in 0..5 {
+        assert_eq!(raw_status(&p), 401);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(runs(&runs_file), 2, "a run for 401s within 10 s of the last");
+}
+
+/// The status of one `tools/call` through the proxy.
+fn raw_status(p: &ProxyProcess) -> u16 {
+    let body =
+        br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"chat_send","arguments":{}}}"#;
+    let mut s = TcpStream::connect(host(p)).expect("connect");
+    s.write_all(&json_post(&host(p), &[], body)).expect("send");
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let mut got = [0u8; 12];
+    std::io::Read::read_exact(&mut s, &mut got).expect("a status line");
+    String::from_utf8_lossy(&got[9..12]).parse().unwrap_or(0)
+}

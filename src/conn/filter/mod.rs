@@ -37,6 +37,7 @@ pub(super) struct Fixture {
     learned: std::cell::RefCell<Vec<crate::mcp::tools::Learned>>,
     obs: std::cell::RefCell<crate::obs::Observer>,
     connect_failed: std::cell::Cell<bool>,
+    unauthorized: std::cell::Cell<bool>,
 }
 
 #[cfg(test)]
@@ -54,6 +55,7 @@ impl Fixture {
             learned: Default::default(),
             obs: Default::default(),
             connect_failed: Default::default(),
+            unauthorized: Default::default(),
         }
     }
 
@@ -75,6 +77,7 @@ impl Fixture {
             obs: &self.obs,
             legacy: &self.legacy,
             connect_failed: &self.connect_failed,
+            unauthorized: &self.unauthorized,
             record_time: std::cell::Cell::new(None),
         }
     }
