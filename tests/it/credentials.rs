@@ -377,3 +377,38 @@ fn raw_status(p: &ProxyProcess) -> u16 {
     std::io::Read::read_exact(&mut s, &mut got).expect("a status line");
     String::from_utf8_lossy(&got[9..12]).parse().unwrap_or(0)
 }
+
+#[test]
+fn over_stdio_the_token_is_the_programs_and_is_renewed_ahead_of_expiry() {
+    let up = upstream();
+    let (cmd, runs_file) = script(
+        "token-command-stdio",
+        "echo \"{\\\"access_token\\\":\\\"tok-stdio-$N\\\",\\\"expires_in\\\":2}\"",
+    );
+    let mut p = ProxyProcess::builder(up.url())
+        .agent(AGENT)
+        .arg("--token-command", &cmd)
+        .env("RUST_LOG", "trace")
+        .start_stdio();
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "chat_send", "arguments": {}}});
+    let mut seen = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(4) {
+        let n = up.request_count();
+        let answer = p.call(&call);
+        assert!(answer["result"].is_object(), "{answer}");
+        let req = up.wait_requests(n + 1, Duration::from_secs(5)).pop().expect("the upstream's request");
+        let token = bearer(&req);
+        assert!(req.head.all("x-agent-token").is_empty(), "a command's token goes in Authorization only");
+        if seen.last() != Some(&token) {
+            seen.push(token);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(seen.first().map(String::as_str), Some("Bearer tok-stdio-1"), "{seen:?}");
+    assert!(seen.len() >= 3, "renewed every second of a 2 s life: {seen:?}");
+    assert!(runs(&runs_file) >= 3);
+    p.assert_stdout_clean();
+    p.end_session(Duration::from_secs(5));
+}
