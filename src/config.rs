@@ -276,7 +276,9 @@ UPSTREAM AND IDENTITY:
                             expirationTimestamp or the JWT's exp), and again
                             after a failure (10 s, doubling, at most 5 min;
                             the token in force is kept) and after a 401 (at
-                            most once per 10 s). MCP_PROXY_EXEC_INFO
+                            most once per 10 s; the refused request waits
+                            for the new token, up to --connect-timeout, and
+                            is sent again under it once). MCP_PROXY_EXEC_INFO
                             tells it {"upstream", "agent", "reason"}; 30 s
                             at most a run, 64 KiB of stdout, stderr logged.
                             Its token goes in Authorization only. Not with

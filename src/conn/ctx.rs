@@ -50,6 +50,13 @@ pub struct Ctx<'a> {
     /// Set when the upstream answers 401: a credential source that can
     /// renew (`--token-command`) runs again.
     pub unauthorized: &'a std::cell::Cell<bool>,
+    /// A credential source that renews is in force and would renew on a
+    /// 401 now (a run under way, or one it may start): a request answered
+    /// 401 waits for the new token and is sent again once.
+    pub renewable: bool,
+    /// Counts the tokens the credential source gave: a request sent under
+    /// an older one is sent again under the new one.
+    pub token_generation: u64,
     /// The wall-clock time (since the epoch) of this round's audit records:
     /// read once a round, when its first record is handed over.
     pub record_time: std::cell::Cell<Option<std::time::Duration>>,

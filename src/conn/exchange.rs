@@ -88,6 +88,9 @@ pub(super) struct Meter {
 pub(super) struct Recovery {
     /// A stale pooled connection was already replaced once.
     pub(super) retried: bool,
+    /// The credential source's token generation the request was planned
+    /// under (`Ctx::token_generation`).
+    pub(super) token_generation: u64,
     /// The re-initialisation of this exchange's session, once its upstream
     /// answered 404.
     pub(super) reopen: Option<Box<Reopen>>,

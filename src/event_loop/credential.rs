@@ -136,6 +136,13 @@ impl TokenCommand {
         self.due = Some((now, Reason::Unauthorized));
     }
 
+    /// Whether a 401 now would bring a new token: a run is under way, or
+    /// `refused` would start one.
+    pub fn would_renew(&self, now: Instant) -> bool {
+        let recent = self.refused_at.is_some_and(|at| now.saturating_duration_since(at) < REFUSED_EVERY);
+        self.run.is_some() || (self.failures == 0 && !recent)
+    }
+
     /// From now on, a finished run wakes the loop.
     pub fn set_waker(&mut self, waker: Arc<Waker>) {
         self.waker = Some(waker);

@@ -23,19 +23,22 @@ pub(super) struct Live {
     pub(super) bearer: Vec<u8>,
     /// The tool policy of the flags with this identity's lists.
     pub(super) policy: Policy,
+    /// Tokens set by `set_token` (a credential source's renewals).
+    pub(super) generation: u64,
 }
 
 impl Live {
     pub(super) fn new(identity: Identity, tools: &ToolFlags) -> Live {
         let bearer = [b"Bearer ".as_slice(), identity.token.as_bytes()].concat();
         let policy = Policy::for_identity(tools, &identity);
-        Live { identity, bearer, policy }
+        Live { identity, bearer, policy, generation: 0 }
     }
 
     /// A new token for the same agent (a credential source's renewal).
     pub(super) fn set_token(&mut self, token: &str) {
         self.identity.token = token.to_string();
         self.bearer = [b"Bearer ".as_slice(), token.as_bytes()].concat();
+        self.generation += 1;
     }
 
     /// Applies a new identity; the name it replaces when it changed.
@@ -53,7 +56,9 @@ impl Live {
             if token_changed { ", new token" } else { "" },
             if lists_changed { ", new tool lists" } else { "" }
         );
+        let generation = self.generation;
         let previous = std::mem::replace(self, Live::new(identity, tools));
+        self.generation = generation;
         Some(previous.identity.agent)
     }
 }

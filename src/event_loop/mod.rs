@@ -790,6 +790,8 @@ impl Proxy {
             obs: &self.obs,
             connect_failed: &self.connect_failed,
             unauthorized: &self.unauthorized,
+            renewable: self.credential.as_ref().is_some_and(|c| c.would_renew(now)),
+            token_generation: self.live.generation,
             record_time: std::cell::Cell::new(None),
         };
         for &slot in &self.touched {

@@ -303,22 +303,12 @@ fn token_command_refuses_a_second_token_source() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--token-command"));
 }
 
-#[test]
-fn a_401_runs_the_program_again_once_and_the_next_request_carries_the_new_token() {
-    // The upstream takes only the token named in `valid` (a server that
-    // revoked the first one, as agentchattr does when its registry is
-    // wiped); each run prints tok-N and records why it ran.
-    let dir = scratch_dir("token-command-401");
-    let valid = dir.join("valid");
-    std::fs::write(&valid, "tok-1").unwrap();
-    let reasons = dir.join("reasons");
-    let (cmd, runs_file) = script(
-        "token-command-401-script",
-        &format!("printf '%s\\n' \"$MCP_PROXY_EXEC_INFO\" >> '{}'\necho tok-$N", reasons.display()),
-    );
-    let check = valid.clone();
-    let up = StubUpstream::start(move |req: &Req, s: &mut TcpStream| {
-        let want = format!("Bearer {}", std::fs::read_to_string(&check).unwrap_or_default().trim());
+/// An upstream that takes only the token named in the file `valid` (a
+/// server that revoked the others, as agentchattr does when its registry is
+/// wiped), over POST and over a GET stream.
+fn revoking_upstream(valid: PathBuf) -> StubUpstream {
+    StubUpstream::start(move |req: &Req, s: &mut TcpStream| {
+        let want = format!("Bearer {}", std::fs::read_to_string(&valid).unwrap_or_default().trim());
         if req.head.all("authorization") != [want.as_str()] {
             let _ = s.write_all(&response(
                 "401 Unauthorized",
@@ -330,39 +320,94 @@ fn a_401_runs_the_program_again_once_and_the_next_request_carries_the_new_token(
             ));
             return Next::KeepAlive;
         }
+        if req.method == "GET" {
+            let event = b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/ping\"}\n\n";
+            let mut head =
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    .to_vec();
+            head.extend_from_slice(format!("{:x}\r\n", event.len()).as_bytes());
+            head.extend_from_slice(event);
+            head.extend_from_slice(b"\r\n0\r\n\r\n");
+            let _ = s.write_all(&head);
+            return Next::Close;
+        }
         let body = br#"{"jsonrpc":"2.0","id":3,"result":{}}"#;
         let _ = s.write_all(&response("200 OK", &[("Content-Type", "application/json")], body));
         Next::KeepAlive
-    });
+    })
+}
+
+#[test]
+fn a_401_is_never_seen_by_the_client_the_request_goes_again_under_the_new_token() {
+    let dir = scratch_dir("token-command-401");
+    let valid = dir.join("valid");
+    std::fs::write(&valid, "tok-1").unwrap();
+    let reasons = dir.join("reasons");
+    let (cmd, runs_file) = script(
+        "token-command-401-script",
+        &format!("printf '%s\\n' \"$MCP_PROXY_EXEC_INFO\" >> '{}'\necho tok-$N", reasons.display()),
+    );
+    let up = revoking_upstream(valid.clone());
     let p = start(&up, &cmd, &[]);
     assert_eq!(bearer(&call(&p, &up)), "Bearer tok-1");
+    // The server revokes tok-1: the next call is refused upstream, the
+    // program runs again (told why), and the call goes again under tok-2;
+    // the client sees only that answer.
     std::fs::write(&valid, "tok-2").unwrap();
-    // This one is refused (the client sees the 401: not yet replayed)...
-    let status = raw_status(&p);
-    assert_eq!(status, 401);
-    // ...and the program runs again at once, told why.
-    let t0 = Instant::now();
-    while runs(&runs_file) < 2 {
-        assert!(t0.elapsed() < Duration::from_secs(5), "no run after the 401: {}", p.stderr_text());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(bearer(&call(&p, &up)), "Bearer tok-2");
-    let text = std::fs::read_to_string(&reasons).unwrap();
-    let why: Vec<String> = text
+    let n = up.request_count();
+    let req = call(&p, &up);
+    assert_eq!(bearer(&req), "Bearer tok-2");
+    let sent: Vec<String> = up.requests()[n..].iter().map(bearer).collect();
+    assert_eq!(sent, ["Bearer tok-1", "Bearer tok-2"], "one refused, one replayed");
+    assert_eq!(runs(&runs_file), 2);
+    // A GET stream refused with 401 opens under the new token too.
+    std::fs::write(&valid, "tok-3").unwrap();
+    std::thread::sleep(Duration::from_secs(10));
+    let mut s = TcpStream::connect(host(&p)).expect("connect");
+    let get = format!(
+        "GET /mcp HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n",
+        host(&p)
+    );
+    s.write_all(get.as_bytes()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let mut got = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut s, &mut got);
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("notifications/ping"), "{text}");
+    assert_eq!(runs(&runs_file), 3);
+    let why: Vec<String> = std::fs::read_to_string(&reasons)
+        .unwrap()
         .lines()
         .map(|l| {
             serde_json::from_str::<serde_json::Value>(l).unwrap()["reason"].as_str().unwrap_or("").to_string()
         })
         .collect();
-    assert_eq!(why, ["start", "unauthorized"], "{text}");
-    // A server that refuses every token is not asked for one per request:
-    // no run for 401s within 10 s of the last one a 401 made.
+    assert_eq!(why, ["start", "unauthorized", "unauthorized"]);
+}
+
+#[test]
+fn a_server_that_refuses_every_token_gets_one_run_and_its_401_relayed_at_once_after() {
+    let dir = scratch_dir("token-command-401-always");
+    let valid = dir.join("valid");
+    std::fs::write(&valid, "tok-1").unwrap();
+    let (cmd, runs_file) = script("token-command-401-always-script", "echo tok-$N");
+    let up = revoking_upstream(valid.clone());
+    let p = start(&up, &cmd, &[]);
+    assert_eq!(bearer(&call(&p, &up)), "Bearer tok-1");
     std::fs::write(&valid, "tok-never").unwrap();
+    // The first 401: one run, the request sent again under tok-2, refused
+    // again: that second 401 is the answer.
+    let t0 = Instant::now();
+    assert_eq!(raw_status(&p), 401);
+    assert_eq!(runs(&runs_file), 2);
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    // Within 10 s of that run, a 401 is relayed at once: no run per request.
     for _ in 0..5 {
+        let t0 = Instant::now();
         assert_eq!(raw_status(&p), 401);
+        assert!(t0.elapsed() < Duration::from_secs(1), "a 401 waited {:?}", t0.elapsed());
     }
-    std::thread::sleep(Duration::from_millis(500));
     assert_eq!(runs(&runs_file), 2, "a run for 401s within 10 s of the last");
 }
 

@@ -78,6 +78,8 @@ impl Fixture {
             legacy: &self.legacy,
             connect_failed: &self.connect_failed,
             unauthorized: &self.unauthorized,
+            renewable: false,
+            token_generation: 0,
             record_time: std::cell::Cell::new(None),
         }
     }

@@ -22,6 +22,7 @@ impl Exchange {
             framed: ex.req.framing != Framing::None,
         };
         let (who, route) = (ctx.credentials(), ctx.route());
+        ex.recovery.token_generation = ctx.token_generation;
         editor::plan_request(
             &req,
             &mut ex.req.headers,

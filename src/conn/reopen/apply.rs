@@ -19,7 +19,7 @@ impl Conn {
     /// A final response head has arrived (still in `upstream_buf`): true
     /// when the reopen takes it over instead of relaying it.
     pub(in crate::conn) fn reopen_takes(&mut self, resp: &ResponseHead, ctx: &Ctx) -> bool {
-        if self.ex.recovery.reopen.is_none() && resp.status != 404 {
+        if self.ex.recovery.reopen.is_none() && resp.status != 404 && resp.status != 401 {
             // Nearly every response: no reopen under way, no session lost.
             return false;
         }
@@ -33,8 +33,22 @@ impl Conn {
             && resp.status == 404
             && self.ex.may_reopen(resp)
             && self.ex.reopen_seen(ctx).known;
+        let refused = self.ex.recovery.reopen.is_none()
+            && resp.status == 401
+            && self.ex.may_replay(resp)
+            && (ctx.renewable || self.ex.recovery.token_generation != ctx.token_generation);
         let decision = match self.ex.recovery.reopen.as_deref_mut() {
             Some(r) => r.on_head(&head),
+            None if refused => {
+                ctx.unauthorized.set(true);
+                info!(
+                    "conn {}: the upstream refused the token (401): the request waits for a new one",
+                    self.id
+                );
+                let sent_under = self.ex.recovery.token_generation;
+                self.ex.recovery.reopen = Some(Box::new(Reopen::for_token(sent_under, resp.keep_alive)));
+                OnHead::Collect
+            }
             None if lost => {
                 let sent_with = self.ex.req.headers.get_name(name::MCP_SESSION_ID).unwrap_or_default();
                 self.ex.recovery.reopen = Some(Box::new(Reopen::new(sent_with, resp.keep_alive)));
@@ -71,8 +85,11 @@ impl Conn {
             return false;
         };
         let seen = self.ex.reopen_seen(ctx);
-        let Some(action) = self.ex.recovery.reopen.as_deref_mut().map(|r| r.on_check(seen, ctx.now >= until))
-        else {
+        let deadline_passed = ctx.now >= until;
+        let Some(action) = self.ex.recovery.reopen.as_deref_mut().map(|r| match r.token {
+            Some(_) => r.on_token_check(ctx.token_generation, ctx.renewable, deadline_passed),
+            None => r.on_check(seen, deadline_passed),
+        }) else {
             return false;
         };
         let waiting = action == Action::KeepWaiting;
@@ -207,6 +224,14 @@ impl Conn {
                     self.ex.recovery.reopen.as_deref_mut().map(|r| r.on_finished(outcome))
                 }
                 Action::Retry => self.retry(ctx),
+                Action::RetryToken => self.retry_token(ctx),
+                Action::AwaitToken => {
+                    self.set_phase(Phase::AwaitReopen {
+                        until: ctx.now + ctx.config.connect_timeout,
+                        next_check: ctx.now + REOPEN_POLL,
+                    });
+                    None
+                }
                 Action::Wait => {
                     self.set_phase(Phase::AwaitReopen {
                         until: ctx.now + REOPEN_WAIT,
@@ -260,6 +285,21 @@ impl Conn {
             return;
         }
         self.set_phase(Phase::ReadResponseHead { since: ctx.now });
+    }
+
+    /// Sends the parked request again as it was, under the token in force
+    /// now (a 401 replay).
+    fn retry_token(&mut self, ctx: &Ctx) -> Option<Action> {
+        debug!("conn {}: a new token: the request refused with 401 is sent again", self.id);
+        if self.ex.plan_upstream(ctx).is_err() {
+            // Cannot happen: the same body was planned before.
+            return Some(Action::relay_original());
+        }
+        if let Some(r) = self.ex.recovery.reopen.as_deref_mut() {
+            r.step = Step::Retry;
+        }
+        self.set_phase(Phase::Connect { attempt: 0, retry_at: None, since: ctx.now });
+        None
     }
 
     /// Sends the parked request again, on the session's upstream id now and
@@ -375,6 +415,13 @@ impl Exchange {
     fn may_reopen(&self, resp: &ResponseHead) -> bool {
         self.session.known
             && matches!(self.req.method.as_slice(), b"POST" | b"GET")
+            && matches!(resp.framing, Framing::Length(_) | Framing::Chunked)
+    }
+
+    /// A 401 the proxy may replay under a new token: a POST or GET (whose
+    /// body is whole in memory) and an answer it can read whole.
+    fn may_replay(&self, resp: &ResponseHead) -> bool {
+        matches!(self.req.method.as_slice(), b"POST" | b"GET")
             && matches!(resp.framing, Framing::Length(_) | Framing::Chunked)
     }
 

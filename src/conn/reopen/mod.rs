@@ -24,6 +24,13 @@
 //! reopened at most once, a session at most once a second. Until a session's
 //! first reopen nothing is rewritten: the relay stays byte-exact.
 //!
+//! The same machinery replays a request the upstream answered 401 while a
+//! credential source that renews is in force (`--token-command`): the 401
+//! is held whole, the request waits (at most `--connect-timeout`) for the
+//! source's next token (`Ctx::token_generation` moving past the one it was
+//! sent under), and goes out once more under it; whatever answers that is
+//! relayed. With no new token in time, the held 401 is relayed.
+//!
 //! The shape: `Reopen` is the decision. It takes events (a response head,
 //! an answer read whole or not, a request of its own failing, a look at the
 //! session table, the outcome of a table change) with the facts they need,
@@ -116,6 +123,11 @@ pub(super) enum Action {
     Retry,
     /// Wait for another exchange's reopen (`Phase::AwaitReopen`).
     Wait,
+    /// Wait for the credential source's next token (`Phase::AwaitReopen`,
+    /// bounded by `--connect-timeout`).
+    AwaitToken,
+    /// Send the parked request again, as it was, under the token now.
+    RetryToken,
     /// Keep waiting; look again later.
     KeepWaiting,
     /// Forget the session; the head in hand is relayed as usual (a second
@@ -163,9 +175,16 @@ pub(super) struct Reopen {
     /// get back.
     init_id: Vec<u8>,
     version: Box<str>,
+    /// A 401 replay: the token generation the request was sent under.
+    token: Option<u64>,
 }
 
 impl Reopen {
+    /// A 401 to a request sent under token generation `sent_under`.
+    pub(super) fn for_token(sent_under: u64, keep_alive: bool) -> Reopen {
+        Reopen { token: Some(sent_under), ..Reopen::new(b"", keep_alive) }
+    }
+
     /// A 404 to a request in a recorded session, sent with `sent_with`.
     pub(super) fn new(sent_with: &[u8], keep_alive: bool) -> Reopen {
         Reopen {
@@ -179,6 +198,7 @@ impl Reopen {
             keep_alive,
             init_id: Vec::new(),
             version: "".into(),
+            token: None,
         }
     }
 
@@ -233,7 +253,7 @@ impl Reopen {
                 self.keep_alive = head.keep_alive;
                 OnHead::Collect
             }
-            Step::Retry if head.status == 404 => OnHead::ForgetAndRelay,
+            Step::Retry if head.status == 404 && self.token.is_none() => OnHead::ForgetAndRelay,
             _ => OnHead::Relay,
         }
     }
@@ -242,6 +262,11 @@ impl Reopen {
     /// 404, head and body).
     pub(super) fn on_collected(&mut self, held: &[u8], seen: Seen) -> Action {
         match self.step {
+            Step::Original if self.token.is_some() => {
+                self.original.extend_from_slice(held);
+                self.step = Step::Wait;
+                Action::AwaitToken
+            }
             Step::Original => {
                 self.original.extend_from_slice(held);
                 if !seen.known {
@@ -317,6 +342,17 @@ impl Reopen {
             Seen { known: true, reopening: true, .. } if !deadline_passed => Action::KeepWaiting,
             // Forgotten (the reopen failed, or the client deleted it), or
             // waited long enough.
+            _ => Action::relay_original(),
+        }
+    }
+
+    /// A look at the token while waiting for the next one (`now`: the
+    /// generation in force; `deadline_passed`: waited `--connect-timeout`;
+    /// `renewing`: a new token may still come).
+    pub(super) fn on_token_check(&mut self, now: u64, renewing: bool, deadline_passed: bool) -> Action {
+        match self.token {
+            Some(sent) if now != sent => Action::RetryToken,
+            Some(_) if renewing && !deadline_passed => Action::KeepWaiting,
             _ => Action::relay_original(),
         }
     }

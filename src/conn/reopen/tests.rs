@@ -211,3 +211,42 @@ fn every_failure_relays_the_original_404_byte_for_byte() {
     assert_eq!(r.on_collect_failed(), Action::RelayAsItComes);
     assert_eq!(r.step, Step::Done);
 }
+
+#[test]
+fn a_401_waits_for_a_new_token_and_is_sent_again_once_under_it() {
+    const REFUSED: &[u8] = b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 2\r\n\r\n{}";
+    let held = |r: &mut Reopen| {
+        assert_eq!(r.on_collected(REFUSED, seen(false, false, false, false)), Action::AwaitToken);
+        assert_eq!(r.step, Step::Wait);
+    };
+    // (token generation now, a new one may still come, waited long enough) -> action.
+    let cases = [
+        (5, true, false, Action::KeepWaiting),
+        (5, false, false, Action::relay_original()),
+        (5, true, true, Action::relay_original()),
+        (6, true, false, Action::RetryToken),
+        (6, false, true, Action::RetryToken),
+    ];
+    for (now, renewing, passed, want) in cases {
+        let mut r = Reopen::for_token(5, true);
+        held(&mut r);
+        assert_eq!(
+            r.on_token_check(now, renewing, passed),
+            want,
+            "now {now}, renewing {renewing}, passed {passed}"
+        );
+    }
+    // Sent again: whatever answers is relayed, a 404 or a second 401 alike
+    // (never a session's forgetting: no session was lost).
+    let mut r = Reopen::for_token(5, true);
+    held(&mut r);
+    r.step = Step::Retry;
+    for status in [200, 401, 404] {
+        let head = Head { status, session_id: None, format: None, keep_alive: true };
+        assert_eq!(r.on_head(&head), OnHead::Relay, "{status}");
+    }
+    // The held 401 is what a give-up relays.
+    let mut r = Reopen::for_token(5, true);
+    held(&mut r);
+    assert_eq!(r.take_original(), REFUSED);
+}
