@@ -86,6 +86,10 @@ pub enum Answer {
     /// session, through the restart grace (502 for GET and DELETE; a POST
     /// gets 200 or 202 from `Conn::answer_outage`).
     UpstreamUnavailable,
+    /// The credential source's token has expired and no renewal replaced
+    /// it: the request is not sent with it (502; a POST gets 200 or 202
+    /// from `Conn::answer_outage`).
+    CredentialExpired,
     /// A `tools/call` of a tool the policy hides (200 with JSON-RPC error
     /// -32602 and the request's id, as MCP answers an unknown tool); never
     /// forwarded.
@@ -113,7 +117,8 @@ impl Answer {
             | Answer::UpstreamTls
             | Answer::UpstreamClosed
             | Answer::BadUpstream
-            | Answer::UpstreamUnavailable => 502,
+            | Answer::UpstreamUnavailable
+            | Answer::CredentialExpired => 502,
             Answer::ConnectTimeout | Answer::UpstreamTimeout => 504,
             Answer::HiddenTool => 200,
             Answer::HiddenToolLegacy | Answer::ListUnfiltered => 403,
@@ -134,7 +139,8 @@ impl Answer {
             | Answer::UpstreamClosed
             | Answer::BadUpstream
             | Answer::UpstreamTimeout
-            | Answer::UpstreamUnavailable => SERVER_ERROR,
+            | Answer::UpstreamUnavailable
+            | Answer::CredentialExpired => SERVER_ERROR,
             Answer::HiddenTool | Answer::HiddenToolLegacy => rpc::INVALID_PARAMS,
             Answer::ListUnfiltered => rpc::INTERNAL_ERROR,
         }
@@ -193,6 +199,9 @@ impl Answer {
             Answer::BadUpstream => "invalid upstream response",
             Answer::UpstreamTimeout => "upstream did not answer in time",
             Answer::UpstreamUnavailable => "upstream unavailable",
+            Answer::CredentialExpired => {
+                "the agent's token expired and was not renewed: the request was not sent"
+            }
             Answer::HiddenTool | Answer::HiddenToolLegacy => "Unknown tool",
             Answer::ListUnfiltered => {
                 "the tool list cannot be filtered: this session's SSE stream is not relayed by this proxy"
@@ -348,6 +357,7 @@ mod tests {
             Answer::UpstreamClosed,
             Answer::BadUpstream,
             Answer::UpstreamTimeout,
+            Answer::CredentialExpired,
             Answer::UpstreamUnavailable,
             Answer::HiddenTool,
             Answer::HiddenToolLegacy,
@@ -416,6 +426,7 @@ mod tests {
             (Answer::UpstreamTimeout, 504, -32000, false, CloseReason::UpstreamTimeout),
             (Answer::ConnectTimeout, 504, -32000, false, CloseReason::UpstreamTimeout),
             (Answer::UpstreamUnavailable, 502, -32000, false, CloseReason::UpstreamFailed),
+            (Answer::CredentialExpired, 502, -32000, false, CloseReason::UpstreamFailed),
             // A hidden tool is the client's call: MCP's unknown-tool error,
             // and the connection goes on.
             (Answer::HiddenTool, 200, -32602, false, CloseReason::BadRequest),

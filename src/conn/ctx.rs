@@ -57,6 +57,8 @@ pub struct Ctx<'a> {
     /// Counts the tokens the credential source gave: a request sent under
     /// an older one is sent again under the new one.
     pub token_generation: u64,
+    /// The credential source's token is past its expiry: nothing is sent.
+    pub token_expired: bool,
     /// The wall-clock time (since the epoch) of this round's audit records:
     /// read once a round, when its first record is handed over.
     pub record_time: std::cell::Cell<Option<std::time::Duration>>,

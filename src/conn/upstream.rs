@@ -240,6 +240,13 @@ impl Conn {
             }
         }
         self.last_activity = ctx.now;
+        if ctx.token_expired && !self.ex.recovery.reopen.as_deref().is_some_and(|r| r.replaying()) {
+            // Never sent under a token past its expiry.
+            warn!("conn {}: the token has expired and was not renewed: the request is not sent", self.id);
+            self.upstream.spend();
+            self.answer_outage(ctx, Answer::CredentialExpired);
+            return true;
+        }
         self.set_phase(Phase::SendRequest { written: 0 });
         true
     }

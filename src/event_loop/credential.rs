@@ -89,6 +89,8 @@ pub struct TokenCommand {
     failures: u32,
     /// When a 401 last made a run: at most one per `REFUSED_EVERY`.
     refused_at: Option<Instant>,
+    /// When the token in force expires (seconds since the epoch).
+    expires_at: Option<u64>,
 }
 
 impl TokenCommand {
@@ -103,6 +105,7 @@ impl TokenCommand {
             due: None,
             failures: 0,
             refused_at: None,
+            expires_at: None,
         }
     }
 
@@ -141,6 +144,11 @@ impl TokenCommand {
     pub fn would_renew(&self, now: Instant) -> bool {
         let recent = self.refused_at.is_some_and(|at| now.saturating_duration_since(at) < REFUSED_EVERY);
         self.run.is_some() || (self.failures == 0 && !recent)
+    }
+
+    /// The token in force is past its expiry.
+    pub fn expired(&self) -> bool {
+        self.expires_at.is_some_and(|at| !renew::usable(unix_now(), Some(at)))
     }
 
     /// From now on, a finished run wakes the loop.
@@ -191,6 +199,7 @@ impl TokenCommand {
 
     /// The next run before `token` expires (none when it does not).
     fn schedule(&mut self, token: &Token) {
+        self.expires_at = token.expires_at;
         let Some(expires_at) = token.expires_at else {
             self.due = None;
             return;

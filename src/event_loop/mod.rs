@@ -792,6 +792,7 @@ impl Proxy {
             unauthorized: &self.unauthorized,
             renewable: self.credential.as_ref().is_some_and(|c| c.would_renew(now)),
             token_generation: self.live.generation,
+            token_expired: self.credential.as_ref().is_some_and(credential::TokenCommand::expired),
             record_time: std::cell::Cell::new(None),
         };
         for &slot in &self.touched {

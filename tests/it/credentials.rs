@@ -457,3 +457,36 @@ fn over_stdio_the_token_is_the_programs_and_is_renewed_ahead_of_expiry() {
     p.assert_stdout_clean();
     p.end_session(Duration::from_secs(5));
 }
+
+#[test]
+fn a_token_past_its_expiry_is_never_sent_the_request_gets_the_outage_answer_with_its_id() {
+    let up = upstream();
+    // A token of 2 s (renewed at 1 s); every later run fails.
+    let (cmd, _) = script(
+        "token-command-expired",
+        "if [ $N -gt 1 ]; then exit 3; fi\necho '{\"access_token\":\"tok-short\",\"expires_in\":2}'",
+    );
+    let p = start(&up, &cmd, &[]);
+    assert_eq!(bearer(&call(&p, &up)), "Bearer tok-short");
+    std::thread::sleep(Duration::from_millis(3200));
+    let n = up.request_count();
+    let body = br#"{"jsonrpc":"2.0","id":"late-7","method":"tools/call","params":{"name":"chat_send","arguments":{}}}"#;
+    let mut s = TcpStream::connect(host(&p)).expect("connect");
+    s.write_all(&json_post(&host(&p), &[], body)).expect("send");
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("}}") {
+        match std::io::Read::read(&mut s, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    let json = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(v["id"], "late-7", "{text}");
+    assert!(v["error"]["message"].as_str().unwrap_or("").contains("expired"), "{text}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(up.request_count(), n, "a request went out under an expired token");
+}

@@ -80,6 +80,7 @@ impl Fixture {
             unauthorized: &self.unauthorized,
             renewable: false,
             token_generation: 0,
+            token_expired: false,
             record_time: std::cell::Cell::new(None),
         }
     }
