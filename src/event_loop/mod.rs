@@ -650,6 +650,7 @@ impl Proxy {
             client_token: config.client_token.as_deref(),
             restart_grace: config.restart_grace,
             agent: &self.live.identity.agent,
+            token_valid: self.credential.as_ref().map(|c| !c.expired()),
             gauges,
             now,
         };

@@ -24,6 +24,9 @@ pub struct View<'a> {
     pub client_token: Option<&'a str>,
     pub restart_grace: Duration,
     pub agent: &'a str,
+    /// Whether the credential source's token is valid (`None`: a static
+    /// token, which does not expire).
+    pub token_valid: Option<bool>,
     pub gauges: Gauges,
     pub now: Instant,
 }
@@ -207,9 +210,11 @@ fn response(status: u16, content_type: &str, body: &[u8]) -> Vec<u8> {
 }
 
 /// `/healthz`: 200 while the upstream answers, 503 once it has been
-/// unreachable for longer than the restart grace.
+/// unreachable for longer than the restart grace, or while no valid token
+/// is held (`View::token_valid`).
 fn health(obs: &Observer, view: &View) -> Vec<u8> {
-    let r = obs.health.report(view.now, view.restart_grace);
+    let mut r = obs.health.report(view.now, view.restart_grace);
+    r.healthy &= view.token_valid != Some(false);
     let mut body = Vec::new();
     body.extend_from_slice(b"{\"status\":");
     body.extend_from_slice(if r.healthy { b"\"ok\"" } else { b"\"unavailable\"" });
@@ -221,6 +226,11 @@ fn health(obs: &Observer, view: &View) -> Vec<u8> {
         Some(false) => b"false",
         None => b"null",
     });
+    match view.token_valid {
+        Some(true) => body.extend_from_slice(b",\"token_valid\":true"),
+        Some(false) => body.extend_from_slice(b",\"token_valid\":false"),
+        None => {}
+    }
     let _ = write!(body, ",\"sessions\":{}", view.gauges.sessions);
     body.extend_from_slice(b",\"seconds_since_last_answer\":");
     match r.since_answer {
@@ -336,6 +346,7 @@ mod tests {
             client_token: None,
             restart_grace: Duration::from_secs(1),
             agent: "a\"gent",
+            token_valid: None,
             gauges: Gauges::default(),
             now,
         }

@@ -466,9 +466,16 @@ fn a_token_past_its_expiry_is_never_sent_the_request_gets_the_outage_answer_with
         "token-command-expired",
         "if [ $N -gt 1 ]; then exit 3; fi\necho '{\"access_token\":\"tok-short\",\"expires_in\":2}'",
     );
-    let p = start(&up, &cmd, &[]);
+    let p = start(&up, &cmd, &["--metrics-listen", "127.0.0.1:0"]);
     assert_eq!(bearer(&call(&p, &up)), "Bearer tok-short");
+    let (status, health) = p.metrics_get("/healthz");
+    assert_eq!(status, 200, "{health}");
+    assert!(health.contains("\"token_valid\":true"), "{health}");
     std::thread::sleep(Duration::from_millis(3200));
+    let (status, health) = p.metrics_get("/healthz");
+    assert_eq!(status, 503, "no valid token: unhealthy: {health}");
+    assert!(health.contains("\"token_valid\":false"), "{health}");
+    assert!(!health.contains("tok-short"), "{health}");
     let n = up.request_count();
     let body = br#"{"jsonrpc":"2.0","id":"late-7","method":"tools/call","params":{"name":"chat_send","arguments":{}}}"#;
     let mut s = TcpStream::connect(host(&p)).expect("connect");
