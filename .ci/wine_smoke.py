@@ -12,7 +12,8 @@ in use); an https:// upstream (tests/support/tls_upstream.py with certificates
 made by tests/support/make_tls_certs.sh): answers over one TLS handshake, and
 an unknown issuer answered 502; and --stdio, where stdin and stdout are the
 host's pipes: initialize, tools/list and a stamped tools/call as JSON-RPC
-lines, nothing else on stdout, exit 0 at stdin's end. Standard library only (and the openssl
+lines, nothing else on stdout, exit 0 at stdin's end; --token-command with a
+Windows program (cmd.exe) as the child. Standard library only (and the openssl
 command); exits non-zero on the first failure.
 """
 
@@ -289,8 +290,29 @@ def main():
           f"port in use: exit status {r.returncode}, stdout {r.stdout.decode(errors='replace').strip()!r}", None)
 
     stdio_smoke(up)
+    token_command_smoke(up)
     tls_smoke()
     print(f"wine smoke run passed in {time.monotonic() - t0:.1f} s")
+
+
+def token_command_smoke(up):
+    """--token-command under wine: a Windows program (cmd.exe) run as a child, its stdout read through the pipe."""
+    proc, port = start(up, ["--token-command", "cmd /c echo tok-wine-7f3a"])
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    call = {"jsonrpc": "2.0", "id": 60, "method": "tools/call", "params": {"name": "chat_send", "arguments": {}}}
+    status, body = post_json(conn, port, call)
+    headers, _ = last_tools_call()
+    check(status == 200 and headers.get("authorization") == "Bearer tok-wine-7f3a" and "x-agent-token" not in headers,
+          "--token-command: cmd.exe's token in Authorization only", proc)
+    conn.close()
+    proc.send_signal(signal.SIGINT)
+    code = wait_exit(proc, 15, "Ctrl-C (SIGINT to wine)")
+    err = proc.stderr.read().decode(errors="replace")
+    check(code == 0 and "tok-wine-7f3a" not in err, "--token-command: exit 0 at Ctrl-C, no token in the log", None)
+    r = subprocess.run([WINE, EXE, "--upstream", f"http://127.0.0.1:{up}/mcp", "--agent", "win-agent",
+                        "--token-command", "cmd /c exit 1"], capture_output=True, env=env(), timeout=60)
+    check(r.returncode == 2 and b"--token-command gave no token at start" in r.stderr,
+          f"--token-command that exits 1: exit status {r.returncode}", None)
 
 
 def stdio_smoke(up):

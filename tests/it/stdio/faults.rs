@@ -5,11 +5,9 @@
 //! asserts the promise it breaks today: bounded memory, exactly one answer
 //! per request, and every wait ended by an answer carrying the request's id.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -41,6 +39,7 @@ fn drain_all(p: &mut StdioProxy, quiet: Duration) -> Vec<Value> {
 // 1. A flood on stdin
 
 /// Requests in each flood.
+#[cfg(target_os = "linux")]
 const FLOOD: usize = 20_000;
 /// The bound on the proxy's peak resident memory under a flood.
 #[cfg(target_os = "linux")]
@@ -53,6 +52,9 @@ const FLOOD_PEAK_KIB: u64 = 16 * 1024;
 /// pipe holds, one read and the queue); returns the peak RSS in KiB.
 #[cfg(target_os = "linux")]
 fn flood(write_size: usize, line_len: usize) -> u64 {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = calls.clone();
     let up = mcp_upstream(move |_, v, s| {
