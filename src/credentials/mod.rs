@@ -6,6 +6,7 @@
 
 use std::fmt;
 
+pub mod b64;
 pub mod cmdline;
 pub mod output;
 pub mod renew;

@@ -20,6 +20,7 @@ use std::fmt;
 
 use super::{Scheme, Secret, Token};
 use crate::http::framing::parse_digits;
+use crate::credentials::b64;
 use crate::mcp::json::{self, Kind, ScanError, Value};
 
 /// Longest token accepted, in any of the forms. Large JWTs run to a few
@@ -259,10 +260,10 @@ fn string(body: &[u8], v: &Value, field: &'static str) -> Result<String, OutputE
 fn jwt_exp(token: &str) -> Option<u64> {
     let mut parts = token.split('.');
     let (header, payload, signature) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() || header.is_empty() || !is_base64url(header) || !is_base64url(signature) {
+    if parts.next().is_some() || header.is_empty() || !b64::is_url(header) || !b64::is_url(signature) {
         return None;
     }
-    let claims = base64url(payload.as_bytes())?;
+    let claims = b64::decode_url(payload.as_bytes())?;
     let top = json::parse_value(&claims).ok()?;
     if !matches!(top.kind, Kind::Object { .. }) {
         return None;
@@ -278,41 +279,6 @@ fn jwt_exp(token: &str) -> Option<u64> {
         return None;
     }
     parse_digits(whole)
-}
-
-fn base64url_sextet(c: u8) -> Option<u8> {
-    match c {
-        b'A'..=b'Z' => Some(c - b'A'),
-        b'a'..=b'z' => Some(c - b'a' + 26),
-        b'0'..=b'9' => Some(c - b'0' + 52),
-        b'-' => Some(62),
-        b'_' => Some(63),
-        _ => None,
-    }
-}
-
-/// Unpadded base64url (a JWS's parts; RFC 7515 §2), `=` allowed at the end.
-fn is_base64url(s: &str) -> bool {
-    s.trim_end_matches('=').bytes().all(|c| base64url_sextet(c).is_some())
-}
-
-/// Decodes base64url (RFC 4648 §5), padding optional. Bits left over in
-/// the last character are ignored.
-fn base64url(s: &[u8]) -> Option<Vec<u8>> {
-    let s = s.strip_suffix(b"==").or_else(|| s.strip_suffix(b"=")).unwrap_or(s);
-    if s.len() % 4 == 1 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(s.len() / 4 * 3 + 2);
-    for group in s.chunks(4) {
-        let mut acc = 0u32;
-        for (i, &c) in group.iter().enumerate() {
-            acc |= u32::from(base64url_sextet(c)?) << (18 - 6 * i);
-        }
-        // 2, 3 or 4 characters carry 1, 2 or 3 bytes.
-        out.extend_from_slice(acc.to_be_bytes().get(1..group.len())?);
-    }
-    Some(out)
 }
 
 /// An RFC 3339 §5.6 `date-time` as unix seconds: `2026-12-07T03:04:05Z`,
@@ -782,12 +748,12 @@ mod tests {
             ("YW=I", None),
         ];
         for (s, want) in cases {
-            assert_eq!(base64url(s.as_bytes()).as_deref(), *want, "{s}");
+            assert_eq!(b64::decode_url(s.as_bytes()).as_deref(), *want, "{s}");
         }
         // The test encoder's output of every length decodes back.
         let bytes: Vec<u8> = (0..=255).collect();
         for n in 0..bytes.len() {
-            assert_eq!(base64url(b64(&bytes[..n]).as_bytes()).as_deref(), Some(&bytes[..n]));
+            assert_eq!(b64::decode_url(b64(&bytes[..n]).as_bytes()).as_deref(), Some(&bytes[..n]));
         }
     }
 
