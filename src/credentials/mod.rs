@@ -7,7 +7,10 @@
 use std::fmt;
 
 pub mod b64;
+pub mod challenge;
 pub mod cmdline;
+pub mod form;
+pub mod metadata;
 pub mod output;
 pub mod renew;
 
