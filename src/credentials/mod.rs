@@ -11,6 +11,7 @@ pub mod challenge;
 pub mod cmdline;
 pub mod form;
 pub mod metadata;
+pub mod oauth;
 pub mod output;
 pub mod renew;
 

@@ -19,8 +19,8 @@
 use std::fmt;
 
 use super::{Scheme, Secret, Token};
-use crate::http::framing::parse_digits;
 use crate::credentials::b64;
+use crate::http::framing::parse_digits;
 use crate::mcp::json::{self, Kind, ScanError, Value};
 
 /// Longest token accepted, in any of the forms. Large JWTs run to a few
