@@ -10,6 +10,8 @@ pub mod b64;
 pub mod challenge;
 pub mod cmdline;
 pub mod form;
+#[cfg(feature = "tls")]
+pub mod jws;
 pub mod metadata;
 pub mod oauth;
 pub mod output;
