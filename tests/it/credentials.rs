@@ -208,14 +208,18 @@ fn a_program_that_hangs_is_killed_after_30_s() {
 }
 
 #[test]
-fn a_token_that_expires_every_3_s_is_renewed_ahead_under_a_stream_of_calls() {
+fn a_token_that_expires_every_4_s_is_renewed_ahead_under_a_stream_of_calls() {
     let up = upstream();
-    // Each run's token lives 3 s; runs take 0.2 s (one at a time: a second
-    // run while one is going would be seen in `overlap`).
+    // Each run's token lives 4 s; runs take 0.2 s (one at a time: a second
+    // run while one is going would be seen in `overlap`). Not 3 s: expiry is
+    // kept in whole unix seconds, so a 3 s token renewed at half its life
+    // has as little as 0.8 s for the run, which a loaded 2-core CI machine
+    // once overran; an expired token is answered at once today, not held
+    // for the renewal in flight (issue 40, still to build).
     let dir = scratch_dir("token-command-renew");
     let lock = dir.join("running");
     let body = format!(
-        "if [ -e '{lock}' ]; then echo overlap >> '{lock}.seen'; fi\ntouch '{lock}'\nsleep 0.2\nrm -f '{lock}'\necho \"{{\\\"access_token\\\":\\\"tok-$N\\\",\\\"expires_in\\\":3}}\"",
+        "if [ -e '{lock}' ]; then echo overlap >> '{lock}.seen'; fi\ntouch '{lock}'\nsleep 0.2\nrm -f '{lock}'\necho \"{{\\\"access_token\\\":\\\"tok-$N\\\",\\\"expires_in\\\":4}}\"",
         lock = lock.display()
     );
     let (cmd, runs_file) = script("token-command-renew-script", &body);
@@ -232,7 +236,7 @@ fn a_token_that_expires_every_3_s_is_renewed_ahead_under_a_stream_of_calls() {
     }
     let n = runs(&runs_file);
     eprintln!("token renewals: {n} runs in 12 s; the calls saw {seen:?}");
-    // Renewed at 2 s of its 3 s life: about 6 runs in 12 s, never back to back.
+    // Renewed at 2 s of its 4 s life: about 6 runs in 12 s, never back to back.
     assert!((4..=12).contains(&n), "{n} runs in 12 s");
     assert!(seen.len() >= 4, "the calls saw {} tokens: {seen:?}", seen.len());
     for pair in seen.windows(2) {
