@@ -96,6 +96,46 @@ pub struct Config {
     /// `--token-command`: the program (and its arguments) that prints the
     /// token; the identity's token is then empty until its first run.
     pub token_command: Option<Vec<String>>,
+    /// The OAuth token source (`--oauth-*`), checked; the identity's token
+    /// is then empty until the first token request.
+    pub oauth: Option<OAuthSource>,
+}
+
+/// The OAuth client the `--oauth-*` flags make (TLS builds only: it
+/// signs with ring and talks to https authorization servers).
+#[cfg(feature = "tls")]
+pub type OAuthSource = std::sync::Arc<crate::oauth::Client>;
+/// Never made: a build without TLS refuses the `--oauth-*` flags.
+#[cfg(not(feature = "tls"))]
+pub type OAuthSource = std::convert::Infallible;
+
+/// The `--oauth-*` flags as given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OAuthFlags {
+    pub client_id: Option<String>,
+    pub client_secret_file: Option<PathBuf>,
+    pub client_key_file: Option<PathBuf>,
+    pub assertion_file: Option<PathBuf>,
+    pub token_endpoint: Option<String>,
+    pub scope: Option<String>,
+    pub no_resource: bool,
+}
+
+impl OAuthFlags {
+    /// The first `--oauth-*` flag given, by name; `None` when none was.
+    pub fn first_given(&self) -> Option<&'static str> {
+        [
+            (self.client_id.is_some(), "--oauth-client-id"),
+            (self.client_secret_file.is_some(), "--oauth-client-secret-file"),
+            (self.client_key_file.is_some(), "--oauth-client-key-file"),
+            (self.assertion_file.is_some(), "--oauth-assertion-file"),
+            (self.token_endpoint.is_some(), "--oauth-token-endpoint"),
+            (self.scope.is_some(), "--oauth-scope"),
+            (self.no_resource, "--oauth-no-resource"),
+        ]
+        .into_iter()
+        .find_map(|(given, name)| given.then_some(name))
+    }
 }
 
 /// Where the audit log goes.
@@ -125,6 +165,7 @@ impl fmt::Debug for Config {
             .field("allow_origins", &self.allow_origins)
             .field("client_token", &self.client_token.as_ref().map(|_| "<redacted>"))
             .field("token_command", &self.token_command)
+            .field("oauth", &self.oauth.is_some())
             .finish()
     }
 }
@@ -171,6 +212,11 @@ pub enum ConfigError {
     Resolve(String),
     /// `--probe` with another argument (named, never its value).
     ProbeNotAlone(String),
+    /// An `--oauth-*` flag in a binary built without the `tls` feature.
+    OAuthWithoutTls(&'static str),
+    /// The OAuth token source cannot be set up (a flag or file named,
+    /// never a secret).
+    OAuth(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -211,6 +257,12 @@ impl fmt::Display for ConfigError {
                  until the file exists (or give --identity-file alone)"
             ),
             ConfigError::Resolve(host) => write!(f, "--upstream: cannot resolve host '{host}'"),
+            ConfigError::OAuthWithoutTls(flag) => write!(
+                f,
+                "{flag}: this binary was built without TLS (the `tls` feature), which OAuth needs \
+                 (signing, https authorization servers); use the default build"
+            ),
+            ConfigError::OAuth(why) => write!(f, "OAuth: {why}"),
             ConfigError::ProbeNotAlone(flag) => write!(
                 f,
                 "--probe URL takes no other argument (got {flag}): it probes the URL and exits"
@@ -283,6 +335,30 @@ UPSTREAM AND IDENTITY:
                             at most a run, 64 KiB of stdout, stderr logged.
                             Its token goes in Authorization only. Not with
                             --token-file, --identity-file, --control-stdin.
+    --oauth-client-id ID    OAuth 2.0 client credentials (RFC 6749 4.4):
+    --oauth-client-secret-file PATH
+                            with the client's secret (client_secret_basic
+                            or _post, as the server's metadata says), or
+    --oauth-client-key-file PATH
+                            with its private key (PEM, EC P-256 or RSA:
+                            private_key_jwt, ES256/RS256)
+    --oauth-assertion-file PATH
+                            a workload's JWT (a Kubernetes projected token,
+                            a SPIFFE JWT-SVID), re-read at every token
+                            request: the RFC 7523 jwt-bearer grant
+    --oauth-token-endpoint URL
+                            skip discovery [default: found from the 401's
+                            WWW-Authenticate, the protected-resource and
+                            the authorization-server metadata]
+    --oauth-scope "A B"     [default: the 401's scope, else
+                            scopes_supported, else none]
+    --oauth-no-resource     no RFC 8707 resource in token requests (for
+                            servers that refuse it)
+                            The token is fetched at start, renewed and
+                            replayed after a 401 as --token-command's; it
+                            goes in Authorization only; token endpoints
+                            must be https (or loopback); redirects are not
+                            followed. Not with the other token sources.
     --identity-file PATH    a JSON file {"agent": "NAME", "token": "TOKEN"},
                             re-read at once on a change (atomic rename,
                             in-place write, or the file created; inotify
@@ -451,6 +527,8 @@ pub struct Flags {
     pub token_file: Option<PathBuf>,
     /// `--token-command CMDLINE`, split (`credentials::cmdline`).
     pub token_command: Option<Vec<String>>,
+    /// The `--oauth-*` flags.
+    pub oauth: OAuthFlags,
     pub listen: SocketAddr,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
@@ -492,6 +570,7 @@ impl Default for Flags {
             agent: None,
             token_file: None,
             token_command: None,
+            oauth: OAuthFlags::default(),
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             connect_timeout: limits::CONNECT_TIMEOUT,
             response_timeout: limits::RESPONSE_TIMEOUT,
@@ -563,6 +642,19 @@ impl Flags {
                         })?;
                     f.token_command = Some(argv);
                 }
+                "--oauth-client-id" => f.oauth.client_id = Some(value("--oauth-client-id")?),
+                "--oauth-client-secret-file" => {
+                    f.oauth.client_secret_file = Some(PathBuf::from(value("--oauth-client-secret-file")?))
+                }
+                "--oauth-client-key-file" => {
+                    f.oauth.client_key_file = Some(PathBuf::from(value("--oauth-client-key-file")?))
+                }
+                "--oauth-assertion-file" => {
+                    f.oauth.assertion_file = Some(PathBuf::from(value("--oauth-assertion-file")?))
+                }
+                "--oauth-token-endpoint" => f.oauth.token_endpoint = Some(value("--oauth-token-endpoint")?),
+                "--oauth-scope" => f.oauth.scope = Some(value("--oauth-scope")?),
+                "--oauth-no-resource" => f.oauth.no_resource = true,
                 "--listen" => {
                     f.listen = parse_listen(&value("--listen")?)?;
                     f.listen_given = true;
@@ -717,6 +809,7 @@ impl Config {
             agent,
             token_file,
             token_command,
+            oauth,
             listen,
             connect_timeout,
             response_timeout,
@@ -745,9 +838,14 @@ impl Config {
         } = flags;
         tls.env_ca_file = std::env::var_os("SSL_CERT_FILE").filter(|v| !v.is_empty()).map(PathBuf::from);
         let upstream = parse_upstream(&upstream.ok_or(ConfigError::Missing("--upstream"))?, &tls)?;
-        let identity = match &token_command {
-            // One token source: the command's replaces the others.
-            Some(_) => {
+        let renewed = match (&token_command, oauth.first_given()) {
+            (Some(_), Some(other)) => return Err(ConfigError::Conflict { flag: "--token-command", other }),
+            (Some(_), None) => Some("--token-command"),
+            (None, oauth) => oauth,
+        };
+        let identity = match renewed {
+            // One token source: a renewed one replaces the others.
+            Some(flag) => {
                 let beside = match (&token_file, &identity_file, control_stdin) {
                     (Some(_), _, _) => Some("--token-file"),
                     (_, Some(_), _) => Some("--identity-file"),
@@ -755,7 +853,7 @@ impl Config {
                     _ => None,
                 };
                 if let Some(other) = beside {
-                    return Err(ConfigError::Conflict { flag: "--token-command", other });
+                    return Err(ConfigError::Conflict { flag, other });
                 }
                 let agent = agent.ok_or(ConfigError::Missing("--agent"))?;
                 identity::validate_agent(&agent).map_err(ConfigError::InvalidAgent)?;
@@ -763,6 +861,7 @@ impl Config {
             }
             None => start_identity(agent, token_file, env_token, identity_file.as_deref())?,
         };
+        let oauth = oauth_source(oauth, &upstream, &tls, connect_timeout)?;
         let mut stamps = if default_stamps { StampMap::agentchattr() } else { StampMap::empty() };
         for (tool, param) in &extra_stamps {
             stamps.set(tool, param);
@@ -822,7 +921,96 @@ impl Config {
             audit_log,
             metrics_listen,
             token_command,
+            oauth,
         })
+    }
+}
+
+/// The OAuth client the `--oauth-*` flags describe, checked now so that a
+/// wrong flag or an unreadable file is exit 2 at start: which client
+/// authentication (a secret or a key, not both; a client id beside
+/// either), the key parsed, the files readable, the token endpoint https
+/// or loopback. `None` when no `--oauth-*` flag was given.
+#[cfg(feature = "tls")]
+fn oauth_source(
+    flags: OAuthFlags,
+    upstream: &Upstream,
+    tls: &TlsFlags,
+    connect_timeout: Duration,
+) -> Result<Option<OAuthSource>, ConfigError> {
+    use crate::oauth::{read_secret, ClientAuth, Settings};
+    if flags.first_given().is_none() {
+        return Ok(None);
+    }
+    let err = |why: String| ConfigError::OAuth(why);
+    let auth = match (&flags.client_secret_file, &flags.client_key_file) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::Conflict {
+                flag: "--oauth-client-secret-file",
+                other: "--oauth-client-key-file",
+            })
+        }
+        (Some(path), None) => {
+            read_secret(path, "--oauth-client-secret-file").map_err(err)?;
+            ClientAuth::Secret(path.clone())
+        }
+        (None, Some(path)) => {
+            let pem = std::fs::read(path)
+                .map_err(|e| err(format!("--oauth-client-key-file {}: {}", path.display(), e.kind())))?;
+            let key = crate::credentials::jws::SigningKey::from_pem(&pem)
+                .map_err(|e| err(format!("--oauth-client-key-file {}: {e}", path.display())))?;
+            ClientAuth::Key(Box::new(key))
+        }
+        (None, None) => ClientAuth::Nothing,
+    };
+    match (&auth, &flags.assertion_file, &flags.client_id) {
+        (ClientAuth::Nothing, None, _) => {
+            return Err(err("give --oauth-client-secret-file, --oauth-client-key-file or \
+                            --oauth-assertion-file: the OAuth flags need a credential"
+                .into()))
+        }
+        (ClientAuth::Secret(_) | ClientAuth::Key(_), _, None) => {
+            return Err(ConfigError::Missing(
+                "--oauth-client-id (a client secret or key belongs to a client)",
+            ))
+        }
+        _ => {}
+    }
+    if let Some(path) = &flags.assertion_file {
+        read_secret(path, "--oauth-assertion-file").map_err(err)?;
+    }
+    if let Some(endpoint) = &flags.token_endpoint {
+        crate::credentials::oauth::check_endpoint(endpoint)
+            .map_err(|e| err(format!("--oauth-token-endpoint: {e}")))?;
+    }
+    let scheme = if upstream.https { "https" } else { "http" };
+    let parsed = crate::url::parse(&format!("{scheme}://{}{}", upstream.authority, upstream.path))
+        .map_err(|why| err(format!("--upstream: {why}")))?;
+    let settings = Settings {
+        upstream: parsed,
+        client_id: flags.client_id,
+        auth,
+        assertion_file: flags.assertion_file,
+        token_endpoint: flags.token_endpoint,
+        scope: flags.scope,
+        send_resource: !flags.no_resource,
+        tls: crate::tls::client_config(tls).map_err(ConfigError::Tls)?,
+        connect_timeout,
+    };
+    Ok(Some(std::sync::Arc::new(crate::oauth::Client::new(settings))))
+}
+
+/// A build without TLS has no OAuth client: any `--oauth-*` flag is exit 2.
+#[cfg(not(feature = "tls"))]
+fn oauth_source(
+    flags: OAuthFlags,
+    _upstream: &Upstream,
+    _tls: &TlsFlags,
+    _connect_timeout: Duration,
+) -> Result<Option<OAuthSource>, ConfigError> {
+    match flags.first_given() {
+        Some(flag) => Err(ConfigError::OAuthWithoutTls(flag)),
+        None => Ok(None),
     }
 }
 
@@ -1429,5 +1617,88 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.response_timeout, Duration::from_millis(500));
+    }
+
+    /// The `--oauth-*` flags: one token source, a credential that belongs to
+    /// a client, files readable and keys parsed at start, token endpoints
+    /// https or loopback; none of it ever echoes a file's bytes.
+    #[test]
+    fn oauth_flags_are_checked_at_start() {
+        let dir = std::env::temp_dir().join(format!("mcp-config-oauth-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let secret = dir.join("secret");
+        std::fs::write(&secret, "s3cr3t-value\n").unwrap();
+        let not_a_key = dir.join("key.pem");
+        std::fs::write(&not_a_key, "s3cr3t-value").unwrap();
+        let (secret, not_a_key) = (secret.display().to_string(), not_a_key.display().to_string());
+        let base = "--upstream http://127.0.0.1:9/mcp --agent a";
+        let run = |extra: &str| parse(args(&format!("{base} {extra}")), None);
+        #[cfg(feature = "tls")]
+        {
+            let ok = run(&format!("--oauth-client-id c --oauth-client-secret-file {secret}")).unwrap();
+            assert!(ok.oauth.is_some() && ok.identity.token.is_empty());
+            assert!(!format!("{ok:?}").contains("s3cr3t"));
+            let ok = run(&format!("--oauth-assertion-file {secret} --oauth-no-resource")).unwrap();
+            assert!(ok.oauth.is_some());
+            let cases: Vec<(String, ConfigError)> = vec![
+                (
+                    "--oauth-client-id c".into(),
+                    ConfigError::OAuth(
+                        "give --oauth-client-secret-file, --oauth-client-key-file or \
+                         --oauth-assertion-file: the OAuth flags need a credential"
+                            .into(),
+                    ),
+                ),
+                (
+                    format!("--oauth-client-secret-file {secret}"),
+                    ConfigError::Missing("--oauth-client-id (a client secret or key belongs to a client)"),
+                ),
+                (
+                    format!("--oauth-client-id c --oauth-client-secret-file {secret} --oauth-client-key-file {secret}"),
+                    ConfigError::Conflict {
+                        flag: "--oauth-client-secret-file",
+                        other: "--oauth-client-key-file",
+                    },
+                ),
+                (
+                    format!("--oauth-assertion-file {secret} --token-command x"),
+                    ConfigError::Conflict { flag: "--token-command", other: "--oauth-assertion-file" },
+                ),
+                (
+                    format!("--oauth-assertion-file {secret} --token-file {secret}"),
+                    ConfigError::Conflict { flag: "--oauth-assertion-file", other: "--token-file" },
+                ),
+                (
+                    format!("--oauth-scope x --oauth-assertion-file {secret} --control-stdin"),
+                    ConfigError::Conflict { flag: "--oauth-assertion-file", other: "--control-stdin" },
+                ),
+            ];
+            for (extra, want) in cases {
+                assert_eq!(run(&extra).unwrap_err(), want, "{extra}");
+            }
+            for extra in [
+                format!("--oauth-assertion-file {secret} --oauth-token-endpoint http://as.example/token"),
+                format!("--oauth-assertion-file {secret} --oauth-token-endpoint not-a-url"),
+                format!("--oauth-client-id c --oauth-client-key-file {not_a_key}"),
+                format!("--oauth-assertion-file {}/missing", dir.display()),
+            ] {
+                let e = run(&extra).unwrap_err();
+                assert!(matches!(e, ConfigError::OAuth(_)), "{extra}: {e:?}");
+                assert!(!e.to_string().contains("s3cr3t"), "{e}");
+            }
+            // Loopback token endpoints may be plain http.
+            let ok = run(&format!(
+                "--oauth-assertion-file {secret} --oauth-token-endpoint http://127.0.0.1:8/token"
+            ));
+            assert!(ok.is_ok(), "{ok:?}");
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            let e = run(&format!("--oauth-client-id c --oauth-client-secret-file {secret}")).unwrap_err();
+            assert_eq!(e, ConfigError::OAuthWithoutTls("--oauth-client-id"));
+            assert!(e.to_string().contains("built without TLS"), "{e}");
+            let _ = not_a_key;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

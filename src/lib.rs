@@ -30,6 +30,8 @@ pub mod http;
 pub(crate) mod io;
 pub(crate) mod limits;
 pub mod mcp;
+#[cfg(feature = "tls")]
+pub mod oauth;
 pub mod obs;
 pub mod probe;
 pub mod stdio;

@@ -57,7 +57,7 @@ fn main() -> ExitCode {
             eprintln!("mcp-identity-proxy: {e}");
             return ExitCode::from(3);
         }
-        Err(e @ (BindError::ControlStdin(_) | BindError::AuditLog(_) | BindError::TokenCommand(_))) => {
+        Err(e @ (BindError::ControlStdin(_) | BindError::AuditLog(_) | BindError::FirstToken(..))) => {
             eprintln!("mcp-identity-proxy: {e}");
             return ExitCode::from(2);
         }

@@ -65,43 +65,57 @@ fn pem_error(e: &rustls::pki_types::pem::Error) -> String {
     }
 }
 
+/// The client configuration every TLS connection of this proxy is made
+/// with (the upstream's, and the OAuth client's to an authorization
+/// server): the roots, the client certificate, ALPN `http/1.1`. The error
+/// says which file is wrong.
+pub fn client_config(flags: &TlsFlags) -> Result<Arc<ClientConfig>, String> {
+    let mut roots = RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for path in &flags.ca_files {
+        for cert in certificates(path, "--ca-file")? {
+            roots.add(cert).map_err(|e| format!("--ca-file {}: {e}", path.display()))?;
+        }
+    }
+    if let Some(path) = &flags.env_ca_file {
+        let (added, _skipped) = roots.add_parsable_certificates(certificates(path, "SSL_CERT_FILE")?);
+        if added == 0 {
+            return Err(format!("SSL_CERT_FILE {}: no usable CA certificate in it", path.display()));
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots);
+    let mut config = match (&flags.client_cert, &flags.client_key) {
+        (Some(cert), Some(key)) => {
+            let chain = certificates(cert, "--tls-client-cert")?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| format!("--tls-client-key {}: {}", key.display(), pem_error(&e)))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("--tls-client-cert/--tls-client-key: {e}"))?
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// `host` (a DNS name or an IP address, brackets of an IPv6 address
+/// removed) as the name a certificate is checked against.
+pub fn server_name(host: &str) -> Result<ServerName<'static>, String> {
+    ServerName::try_from(host.to_string())
+        .map_err(|_| format!("'{host}' is neither a DNS name nor an IP address"))
+}
+
 impl TlsSetup {
     /// The client configuration for `host` (as in `--upstream`, brackets
     /// of an IPv6 address removed); the error says which file is wrong.
     pub fn new(host: &str, flags: &TlsFlags) -> Result<TlsSetup, String> {
-        let name = ServerName::try_from(host.to_string())
-            .map_err(|_| format!("'{host}' is neither a DNS name nor an IP address"))?;
-        let mut roots = RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        for path in &flags.ca_files {
-            for cert in certificates(path, "--ca-file")? {
-                roots.add(cert).map_err(|e| format!("--ca-file {}: {e}", path.display()))?;
-            }
-        }
-        if let Some(path) = &flags.env_ca_file {
-            let (added, _skipped) = roots.add_parsable_certificates(certificates(path, "SSL_CERT_FILE")?);
-            if added == 0 {
-                return Err(format!("SSL_CERT_FILE {}: no usable CA certificate in it", path.display()));
-            }
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS: {e}"))?
-            .with_root_certificates(roots);
-        let mut config = match (&flags.client_cert, &flags.client_key) {
-            (Some(cert), Some(key)) => {
-                let chain = certificates(cert, "--tls-client-cert")?;
-                let key = PrivateKeyDer::from_pem_file(key)
-                    .map_err(|e| format!("--tls-client-key {}: {}", key.display(), pem_error(&e)))?;
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|e| format!("--tls-client-cert/--tls-client-key: {e}"))?
-            }
-            _ => builder.with_no_client_auth(),
-        };
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(TlsSetup { host: host.to_string(), name, config: Arc::new(config) })
+        let name = server_name(host)?;
+        Ok(TlsSetup { host: host.to_string(), name, config: client_config(flags)? })
     }
 }
 

@@ -1,12 +1,16 @@
-//! `--token-command`: the program that prints the agent's token, run at
-//! start, again before the token expires (`credentials::renew`), and again
-//! after a failure (with backoff). Each run is a child process (no shell)
-//! whose stdout and stderr are read by a thread of its own, so the loop
-//! never waits on it: the loop only looks for the run's result, which the
-//! thread hands over a channel and announces with the `Waker`. At most one
-//! run at a time; a run is killed after `RUN_LIMIT`; stdout is capped at
-//! `OUTPUT_CAP`; stderr goes to the log at `warn`, nowhere else. A failed
-//! run keeps the token in force.
+//! The renewed token sources: `--token-command` (the program that prints
+//! the agent's token) and the OAuth client (`--oauth-*`, `crate::oauth`).
+//! A source runs at start, again before the token expires
+//! (`credentials::renew`), again after a failure (with backoff) and after
+//! a 401. Each run is off the loop: the command is a child process (no
+//! shell) whose stdout and stderr are read by a thread of its own; the
+//! OAuth client's discovery and token request run on a thread of their
+//! own. The loop only looks for the run's result, which the thread leaves
+//! in a shared slot and announces with the `Waker`. At most one run at a
+//! time; a run that has not ended after `RUN_LIMIT` fails (a child is
+//! killed); stdout and answers are capped at `OUTPUT_CAP`; the command's
+//! stderr goes to the log at `warn`, nowhere else. A failed run keeps the
+//! token in force.
 
 use crate::credentials::{output, renew, Scheme, Token};
 use crate::mcp::json;
@@ -78,9 +82,40 @@ fn lock(run: &Shared) -> std::sync::MutexGuard<'_, Running> {
     run.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The program, its runs and when the next one is due.
-pub struct TokenCommand {
-    argv: Vec<String>,
+/// Where a run gets the token.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// `--token-command`: the program and its arguments
+    /// (`credentials::cmdline::split`).
+    Command(Vec<String>),
+    /// `--oauth-*`.
+    #[cfg(feature = "tls")]
+    OAuth(Arc<crate::oauth::Client>),
+}
+
+impl Source {
+    /// The source's name in the log and in audit records.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Source::Command(_) => "token-command",
+            #[cfg(feature = "tls")]
+            Source::OAuth(c) => c.source(),
+        }
+    }
+
+    /// How log lines name it.
+    fn label(&self) -> &'static str {
+        match self {
+            Source::Command(_) => "token command",
+            #[cfg(feature = "tls")]
+            Source::OAuth(_) => "oauth",
+        }
+    }
+}
+
+/// The source, its runs and when the next one is due.
+pub struct Renewer {
+    source: Source,
     info_upstream: String,
     agent: String,
     waker: Option<Arc<Waker>>,
@@ -93,11 +128,10 @@ pub struct TokenCommand {
     expires_at: Option<u64>,
 }
 
-impl TokenCommand {
-    /// `argv`: the program and its arguments (`credentials::cmdline::split`).
-    pub fn new(argv: Vec<String>, upstream: &str, agent: &str) -> TokenCommand {
-        TokenCommand {
-            argv,
+impl Renewer {
+    pub fn new(source: Source, upstream: &str, agent: &str) -> Renewer {
+        Renewer {
+            source,
             info_upstream: upstream.to_string(),
             agent: agent.to_string(),
             waker: None,
@@ -112,7 +146,7 @@ impl TokenCommand {
     /// The first run, before the loop starts: waited for (at most
     /// `RUN_LIMIT`), since there is no token to serve with until it ends.
     pub fn first(&mut self) -> Result<Token, String> {
-        let run = start(self.argv.clone(), self.info(Reason::Start), None);
+        let run = self.start(Reason::Start, None);
         let started = Instant::now();
         let bytes = loop {
             if let Some(result) = finished(&run, started, Instant::now()) {
@@ -134,7 +168,7 @@ impl TokenCommand {
         if self.run.is_some() || self.failures > 0 || recent {
             return;
         }
-        info!("token command: the upstream refused the token (401); running it again");
+        info!("{}: the upstream refused the token (401); renewing it", self.source.label());
         self.refused_at = Some(now);
         self.due = Some((now, Reason::Unauthorized));
     }
@@ -187,13 +221,44 @@ impl TokenCommand {
         }
         match self.due {
             Some((at, reason)) if now >= at => {
-                debug!("token command: running ({})", reason.as_str());
+                debug!("{}: running ({})", self.source.label(), reason.as_str());
                 self.due = None;
-                let run = start(self.argv.clone(), self.info(reason), self.waker.clone());
+                let run = self.start(reason, self.waker.clone());
                 self.run = Some((run, reason, now));
                 None
             }
             _ => None,
+        }
+    }
+
+    /// The source's name in the log and in audit records.
+    pub fn source(&self) -> &'static str {
+        self.source.name()
+    }
+
+    /// A run of the source: the command as a child process, or the OAuth
+    /// client on a thread.
+    fn start(&self, reason: Reason, waker: Option<Arc<Waker>>) -> Shared {
+        match &self.source {
+            Source::Command(argv) => start(argv.clone(), self.info(reason), waker),
+            #[cfg(feature = "tls")]
+            Source::OAuth(client) => start_oauth(client.clone(), waker),
+        }
+    }
+
+    /// Logs a run's outcome.
+    pub fn log_outcome(&self, outcome: &Outcome) {
+        let label = self.source.label();
+        match outcome {
+            Outcome::Renewed { token, reason } => {
+                info!("{label} ({}): new token, {}", reason.as_str(), describe(token))
+            }
+            Outcome::Failed { why, reason, retry_in } => {
+                warn!(
+                    "{label} ({}) failed: {why}; the token in force is kept; again in {retry_in:?}",
+                    reason.as_str()
+                )
+            }
         }
     }
 
@@ -257,6 +322,25 @@ fn finished(run: &Shared, started: Instant, now: Instant) -> Option<Result<Vec<u
         let _ = child.kill();
     }
     Some(Err(format!("it did not finish within {RUN_LIMIT:?} and was killed")))
+}
+
+/// Starts an OAuth run: discovery when nothing is known yet, then a token
+/// request, on a thread of its own that fills the slot and wakes the loop.
+#[cfg(feature = "tls")]
+fn start_oauth(client: Arc<crate::oauth::Client>, waker: Option<Arc<Waker>>) -> Shared {
+    let run: Shared = Arc::default();
+    let theirs = run.clone();
+    let spawned = std::thread::Builder::new().name("oauth".into()).spawn(move || {
+        let result = client.fetch();
+        lock(&theirs).result.get_or_insert(result);
+        if let Some(w) = waker {
+            let _ = w.wake();
+        }
+    });
+    if let Err(e) = spawned {
+        lock(&run).result = Some(Err(format!("cannot start a thread for it: {}", e.kind())));
+    }
+    run
 }
 
 /// Starts a run: the child, and a thread that reads its stdout to the end,
@@ -382,20 +466,5 @@ pub fn describe(token: &Token) -> String {
     match token.expires_at {
         Some(at) => format!("expires in {} s", at.saturating_sub(unix_now())),
         None => "no expiry".to_string(),
-    }
-}
-
-/// Logs a run's outcome.
-pub fn log_outcome(outcome: &Outcome) {
-    match outcome {
-        Outcome::Renewed { token, reason } => {
-            info!("token command ({}): new token, {}", reason.as_str(), describe(token))
-        }
-        Outcome::Failed { why, reason, retry_in } => {
-            warn!(
-                "token command ({}) failed: {why}; the token in force is kept; again in {retry_in:?}",
-                reason.as_str()
-            )
-        }
     }
 }

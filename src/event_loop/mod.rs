@@ -117,7 +117,7 @@ pub struct Proxy {
     /// `--stdio`: the front-end on stdin and stdout (no listener then).
     stdio: Option<(crate::stdio::Bridge, StdioInput)>,
     /// `--token-command`: its runs, and when the next is due.
-    credential: Option<credential::TokenCommand>,
+    credential: Option<credential::Renewer>,
     /// Pipes of `--stdio` connections closed this round, with their last
     /// bytes, until the front-end reads them.
     closed_pipes: Vec<(u64, crate::conn::client_sock::Pipe)>,
@@ -191,8 +191,9 @@ pub enum BindError {
     AuditLog(io::Error),
     /// `--metrics-listen` cannot be bound.
     Metrics(io::Error),
-    /// `--token-command`'s first run gave no token (why; never its output).
-    TokenCommand(String),
+    /// The renewed source (`--token-command`, OAuth; named) gave no token
+    /// at its first run (why; never its output).
+    FirstToken(&'static str, String),
 }
 
 impl std::fmt::Display for BindError {
@@ -206,7 +207,12 @@ impl std::fmt::Display for BindError {
             BindError::Setup(e) => write!(f, "cannot set up the event loop: {e}"),
             BindError::AuditLog(e) => write!(f, "cannot open --audit-log: {e}"),
             BindError::Metrics(e) => write!(f, "cannot listen on --metrics-listen: {e}"),
-            BindError::TokenCommand(why) => write!(f, "--token-command gave no token at start: {why}"),
+            BindError::FirstToken("token-command", why) => {
+                write!(f, "--token-command gave no token at start: {why}")
+            }
+            BindError::FirstToken(source, why) => {
+                write!(f, "the OAuth client ({source}) got no token at start: {why}")
+            }
         }
     }
 }
@@ -221,7 +227,7 @@ impl From<BindError> for io::Error {
             | BindError::Setup(e)
             | BindError::AuditLog(e)
             | BindError::Metrics(e) => e,
-            e @ BindError::TokenCommand(_) => io::Error::other(e.to_string()),
+            e @ BindError::FirstToken(..) => io::Error::other(e.to_string()),
         }
     }
 }
@@ -233,11 +239,17 @@ impl Proxy {
         // there is nothing to serve with.
         let mut credential = None;
         let mut first_token = None;
-        if let Some(argv) = config.token_command.clone() {
+        let source = match (&config.token_command, &config.oauth) {
+            (Some(argv), _) => Some(credential::Source::Command(argv.clone())),
+            #[cfg(feature = "tls")]
+            (None, Some(client)) => Some(credential::Source::OAuth(client.clone())),
+            _ => None,
+        };
+        if let Some(source) = source {
             let url = upstream_url(&config);
-            let mut c = credential::TokenCommand::new(argv, &url, &config.identity.agent);
-            let token = c.first().map_err(BindError::TokenCommand)?;
-            credential::log_outcome(&credential::Outcome::Renewed {
+            let mut c = credential::Renewer::new(source, &url, &config.identity.agent);
+            let token = c.first().map_err(|why| BindError::FirstToken(c.source(), why))?;
+            c.log_outcome(&credential::Outcome::Renewed {
                 token: token.clone(),
                 reason: credential::Reason::Start,
             });
@@ -305,7 +317,7 @@ impl Proxy {
         if let (Some(c), Some(token)) = (credential.as_mut(), first_token) {
             c.set_waker(waker.clone());
             let record = Record::CredentialRenewed {
-                source: "token-command",
+                source: c.source(),
                 reason: credential::Reason::Start.as_str(),
                 expires_at: token.expires_at,
             };
@@ -499,7 +511,7 @@ impl Proxy {
             self.watch.as_ref().and_then(IdentityWatch::wake_at),
             self.shutdown_at.map(|t| t + SHUTDOWN_GRACE),
             self.stdio.as_ref().and_then(|(b, _)| b.deadline()),
-            self.credential.as_ref().and_then(credential::TokenCommand::deadline),
+            self.credential.as_ref().and_then(credential::Renewer::deadline),
             #[cfg(feature = "dns-refresh")]
             self.resolver.as_ref().and_then(resolve::Resolver::due_at),
         ]
@@ -611,19 +623,17 @@ impl Proxy {
                 c.refused(now);
             }
         }
-        let Some(outcome) = self.credential.as_mut().and_then(|c| c.turn(now)) else { return };
-        credential::log_outcome(&outcome);
+        let Some(c) = self.credential.as_mut() else { return };
+        let Some(outcome) = c.turn(now) else { return };
+        c.log_outcome(&outcome);
+        let source = c.source();
         let record = match outcome {
             credential::Outcome::Renewed { token, reason } => {
                 self.live.set_token(token.secret.expose());
-                Record::CredentialRenewed {
-                    source: "token-command",
-                    reason: reason.as_str(),
-                    expires_at: token.expires_at,
-                }
+                Record::CredentialRenewed { source, reason: reason.as_str(), expires_at: token.expires_at }
             }
             credential::Outcome::Failed { why, reason, .. } => {
-                Record::CredentialFailed { source: "token-command", reason: reason.as_str(), why: why.into() }
+                Record::CredentialFailed { source, reason: reason.as_str(), why: why.into() }
             }
         };
         self.obs.borrow_mut().record(epoch_now(), &self.live.identity.agent, &record);
@@ -793,7 +803,7 @@ impl Proxy {
             unauthorized: &self.unauthorized,
             renewable: self.credential.as_ref().is_some_and(|c| c.would_renew(now)),
             token_generation: self.live.generation,
-            token_expired: self.credential.as_ref().is_some_and(credential::TokenCommand::expired),
+            token_expired: self.credential.as_ref().is_some_and(credential::Renewer::expired),
             record_time: std::cell::Cell::new(None),
         };
         for &slot in &self.touched {

@@ -261,6 +261,13 @@ fn help_exits_0_and_mentions_every_flag() {
         "SSL_CERT_FILE",
         "--tls-client-cert",
         "--tls-client-key",
+        "--oauth-client-id",
+        "--oauth-client-secret-file",
+        "--oauth-client-key-file",
+        "--oauth-assertion-file",
+        "--oauth-token-endpoint",
+        "--oauth-scope",
+        "--oauth-no-resource",
     ] {
         assert!(text.contains(flag), "--help does not mention {flag}: {text}");
     }
