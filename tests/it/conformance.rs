@@ -736,6 +736,9 @@ struct ClientJob<'a> {
     scenario: String,
     leg: Leg,
     dir: PathBuf,
+    /// Proxied: the proxy holds the scenario's OAuth credentials and the client none
+    /// (`MCP_CONFORMANCE_PROXY_OAUTH=1`, see the wrapper), its log at trace level.
+    oauth: bool,
 }
 
 fn client_job(job: &ClientJob, python: &Path, token: &Path) -> (ScenarioResult, Duration) {
@@ -756,7 +759,8 @@ fn client_job(job: &ClientJob, python: &Path, token: &Path) -> (ScenarioResult, 
         .args(["--timeout", SCENARIO_TIMEOUT_MS])
         .arg("-o")
         .arg(job.dir.join("results"))
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", if job.oauth { "trace" } else { "info" })
+        .env("MCP_CONFORMANCE_PROXY_OAUTH", if job.oauth { "1" } else { "0" })
         .env(
             "MCP_CONFORMANCE_PROXY_ARGS",
             serde_json::to_string(job.leg.proxy_args().unwrap_or_default()).expect("JSON array"),
@@ -797,7 +801,7 @@ fn client_mode_every_scenario_and_check_passing_direct_passes_through_the_proxy(
             }
             for leg in LEGS {
                 let dir = scratch.join(format!("{i}-{}-{}", scenario, slug(leg.name())));
-                jobs.push(ClientJob { set, scenario: scenario.clone(), leg, dir });
+                jobs.push(ClientJob { set, scenario: scenario.clone(), leg, dir, oauth: false });
             }
         }
     }
@@ -834,7 +838,8 @@ fn client_mode_every_scenario_and_check_passing_direct_passes_through_the_proxy(
         let mut rerun = |leg: Leg, name: &str| {
             reruns += 1;
             let dir = scratch.join(format!("{i}-{name}-{}-alone-{reruns}", slug(leg.name())));
-            Some(client_job(&ClientJob { set, scenario: name.to_string(), leg, dir }, python, &token).0)
+            let job = ClientJob { set, scenario: name.to_string(), leg, dir, oauth: false };
+            Some(client_job(&job, python, &token).0)
         };
         let suspects = direct_suspects(legs, &known);
         let mut notes = rerun_alone(legs, suspects, &mut rerun);
@@ -867,4 +872,90 @@ fn client_mode_every_scenario_and_check_passing_direct_passes_through_the_proxy(
         scratch.display()
     );
     checks.finish("client mode", &[("summary", summary.join("\n"))]);
+}
+
+/// The OAuth extension scenarios of issue 40 (0.2.0-alpha.12, client mode), run through the proxy holding
+/// the credentials: the suite plays the MCP server and its authorization server and hands the scenario's
+/// credentials over `MCP_CONFORMANCE_CONTEXT`; the wrapper gives them to the proxy as `--oauth-*` files,
+/// and the client (client.py's `initialize`: connect, initialize, list tools) runs at the proxy with no
+/// credential at all. Beside each, the reference client's own result direct (client.py with the context).
+const OAUTH_SCENARIOS: [&str; 3] =
+    ["auth/client-credentials-basic", "auth/client-credentials-jwt", "auth/wif-jwt-bearer"];
+
+/// What the scenarios' credentials and tokens look like, none of which may reach the proxy's log (at trace
+/// level) or the client: the basic scenario's secret, the tokens the suite mints (`cc-token-<ms>`,
+/// `test-token-<ms>`), JWTs (the workload's, the client assertions) and PEM keys.
+const OAUTH_SECRETS: [&str; 5] =
+    ["conformance-test-secret", "cc-token-", "test-token-", "eyJ", "PRIVATE KEY"];
+
+#[test]
+fn client_mode_oauth_scenarios_pass_through_the_proxy_holding_the_credentials() {
+    let python = realenv::py2();
+    let _ = (realenv::conformance_modules(), refs());
+    let token = token_file(TOKEN);
+    let scratch = scratch_dir("conformance-oauth");
+    let set = &SETS[1];
+    let known = known_failures("client");
+    let mut checks = Checks::default();
+    let mut table =
+        vec!["| scenario | direct (client.py with the credentials) | through the proxy (client: none) |"
+            .to_string()];
+    for scenario in OAUTH_SCENARIOS {
+        let run = |leg: Leg| {
+            let dir = scratch.join(format!("{}-{}", slug(scenario), slug(leg.name())));
+            let job = ClientJob { set, scenario: scenario.to_string(), leg, dir, oauth: leg != Leg::Direct };
+            client_job(&job, python, &token).0
+        };
+        let (direct, proxied) = (run(Leg::Direct), run(Leg::Plain));
+        let verdict = |r: &ScenarioResult| {
+            let passing = r.checks.values().filter(|c| c.passed).count();
+            let failing: Vec<&str> =
+                r.checks.iter().filter(|(_, c)| !c.passed).map(|(id, _)| id.as_str()).collect();
+            match (r.passed, failing.is_empty()) {
+                (true, true) => format!("passed, {passing}/{} checks", r.checks.len()),
+                _ => format!("FAILED, {passing}/{} checks; failing: {}", r.checks.len(), failing.join(" ")),
+            }
+        };
+        table.push(format!("| {scenario} | {} | {} |", verdict(&direct), verdict(&proxied)));
+        checks.check(
+            proxied.passed && proxied.checks.values().all(|c| c.passed) && !proxied.checks.is_empty(),
+            format!(
+                "{scenario} through the proxy: {} (results in {})",
+                verdict(&proxied),
+                proxied.dir.display()
+            ),
+        );
+        // The token request and the bearer token at the MCP server are what the scenario is about.
+        for id in ["token-request", "valid-bearer-token"] {
+            checks.check(
+                proxied.checks.get(id).is_some_and(|c| c.passed),
+                format!("{scenario} through the proxy: no passing `{id}` check"),
+            );
+        }
+        checks.check(
+            direct.passed || known.contains(scenario),
+            format!("{scenario} direct: {} and not a known failure", verdict(&direct)),
+        );
+        let stderr = fs::read_to_string(proxied.dir.join("stderr.txt")).unwrap_or_default();
+        checks.check(
+            stderr.contains("oauth (start): new token"),
+            format!(
+                "{scenario}: the proxy's log (trace) does not say it got a token:\n{}",
+                tail(&proxied.dir.join("stderr.txt"), 4000)
+            ),
+        );
+        for secret in OAUTH_SECRETS {
+            checks.check(
+                !stderr.contains(secret),
+                format!(
+                    "{scenario}: `{secret}` in the proxy's or the client's log ({})",
+                    proxied.dir.display()
+                ),
+            );
+        }
+    }
+    for line in &table {
+        eprintln!("{line}");
+    }
+    checks.finish("OAuth scenarios", &[("table", table.join("\n"))]);
 }

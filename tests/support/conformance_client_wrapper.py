@@ -14,6 +14,14 @@ client.py reads. This script:
   query on the proxy's port, so the client and this wrapper are one process;
 - stops the proxy when the client ends, and exits with the client's status.
 
+With MCP_CONFORMANCE_PROXY_OAUTH=1 (the suite's OAuth extension scenarios), the proxy holds the credentials
+and the client none: the credentials in MCP_CONFORMANCE_CONTEXT (client_id, client_secret, private_key_pem,
+valid_jwt) are written to files in a private temporary directory and given to the proxy as --oauth-client-id,
+--oauth-client-secret-file, --oauth-client-key-file, --oauth-assertion-file (never in argv); TOKEN_FILE and
+--control-stdin are then not used (a renewed token source is the only one). The client then runs the
+`initialize` scenario (connect, initialize, list tools) with MCP_CONFORMANCE_CONTEXT removed from its
+environment: it has nothing to authenticate with, and the suite's authorization server sees only the proxy.
+
 The proxy never outlives this process: on SIGTERM (what the suite sends on a timeout, to the shell that ran
 this) it is stopped first; if this process dies any other way, even by SIGKILL, the proxy's stdin (a pipe only
 this process holds) reaches EOF and `--control-stdin` shuts it down. If the shell that ran this is killed
@@ -29,6 +37,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from urllib.parse import urlsplit
@@ -37,9 +46,35 @@ AGENT = "conformance-agent"
 PORT_LINE = "  MCP proxy: port "
 
 
-def start_proxy(binary: str, token_file: str, upstream: str) -> tuple[subprocess.Popen, int]:
+def oauth_args(context: dict, into: str) -> list[str]:
+    """The proxy's --oauth-* arguments for the scenario's credentials, each secret in a 0600 file."""
+
+    def secret_file(name: str, text: str) -> str:
+        path = os.path.join(into, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return path
+
+    args: list[str] = []
+    if "client_id" in context:
+        args += ["--oauth-client-id", context["client_id"]]
+    if "client_secret" in context:
+        args += ["--oauth-client-secret-file", secret_file("client_secret", context["client_secret"])]
+    if "private_key_pem" in context:
+        args += ["--oauth-client-key-file", secret_file("client_key.pem", context["private_key_pem"])]
+    if "valid_jwt" in context:
+        args += ["--oauth-assertion-file", secret_file("workload.jwt", context["valid_jwt"])]
+    return args
+
+
+def start_proxy(binary: str, token_file: str, upstream: str, oauth: list[str] | None) -> tuple[subprocess.Popen, int]:
     extra = json.loads(os.environ.get("MCP_CONFORMANCE_PROXY_ARGS", "[]"))
-    argv = [binary, "--upstream", upstream, "--agent", AGENT, "--token-file", token_file, "--control-stdin"]
+    argv = [binary, "--upstream", upstream, "--agent", AGENT]
+    if oauth is None:
+        argv += ["--token-file", token_file, "--control-stdin"]
+    else:
+        argv += oauth
     proxy = subprocess.Popen(argv + extra, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: lines.put(proxy.stdout.readline()), daemon=True).start()
@@ -75,7 +110,12 @@ def main() -> None:
     if len(sys.argv) != 5:
         sys.exit("usage: conformance_client_wrapper.py PROXY_BIN TOKEN_FILE CLIENT_PY SERVER_URL")
     binary, token_file, client, server_url = sys.argv[1:]
-    proxy, port = start_proxy(binary, token_file, server_url)
+    oauth = None
+    if os.environ.get("MCP_CONFORMANCE_PROXY_OAUTH") == "1":
+        context = json.loads(os.environ.pop("MCP_CONFORMANCE_CONTEXT", "{}"))
+        oauth = oauth_args(context, tempfile.mkdtemp(prefix="conformance-oauth-"))
+        os.environ["MCP_CONFORMANCE_SCENARIO"] = "initialize"
+    proxy, port = start_proxy(binary, token_file, server_url, oauth)
 
     def on_term(signum, _frame):
         stop_proxy(proxy)
