@@ -570,7 +570,7 @@ fn read_some(
 
 fn io_words(phase: &str, e: &std::io::Error) -> String {
     match timed_out(e.kind()) {
-        true => format!("timed out {phase}"),
+        true => format!("timed out {phase} ({EXCHANGE_LIMIT:?} for the whole exchange)"),
         // rustls's errors (a certificate refused) come as `InvalidData`
         // with rustls's own words, which name no secret.
         false => format!("{phase}: {e}"),

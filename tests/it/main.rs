@@ -59,6 +59,10 @@ mod health;
 mod hostile;
 /// Identity stamping, fail-closed refusals and live identity changes.
 mod identity;
+/// The OAuth token sources (`--oauth-*`) against a stand-in MCP and authorization server: discovery, the
+/// token request, the 401 replay, and an authorization server that fails at start.
+#[cfg(feature = "tls")]
+mod oauth;
 /// Real clients through a FastMCP restart on the same port: the proxy re-initialises their sessions. Unix only.
 #[cfg(unix)]
 mod reopen;
