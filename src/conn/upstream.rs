@@ -241,7 +241,13 @@ impl Conn {
         }
         self.last_activity = ctx.now;
         if ctx.token_expired && !self.ex.recovery.reopen.as_deref().is_some_and(|r| r.replaying()) {
-            // Never sent under a token past its expiry.
+            // Never sent under a token past its expiry: it waits for the
+            // renewal in flight (up to --connect-timeout), the connection
+            // back in the pool meanwhile.
+            if ctx.renewable && self.ex.recovery.reopen.is_none() {
+                self.await_renewal(ctx);
+                return true;
+            }
             warn!("conn {}: the token has expired and was not renewed: the request is not sent", self.id);
             self.upstream.spend();
             self.answer_outage(ctx, Answer::CredentialExpired);

@@ -208,18 +208,17 @@ fn a_program_that_hangs_is_killed_after_30_s() {
 }
 
 #[test]
-fn a_token_that_expires_every_4_s_is_renewed_ahead_under_a_stream_of_calls() {
+fn a_token_that_expires_every_3_s_is_renewed_ahead_under_a_stream_of_calls() {
     let up = upstream();
-    // Each run's token lives 4 s; runs take 0.2 s (one at a time: a second
-    // run while one is going would be seen in `overlap`). Not 3 s: expiry is
-    // kept in whole unix seconds, so a 3 s token renewed at half its life
-    // has as little as 0.8 s for the run, which a loaded 2-core CI machine
-    // once overran; an expired token is answered at once today, not held
-    // for the renewal in flight (issue 40, still to build).
+    // Each run's token lives 3 s; runs take 0.2 s (one at a time: a second
+    // run while one is going would be seen in `overlap`). Expiry is kept in
+    // whole unix seconds, so a run may have as little as 0.8 s; a call that
+    // finds the token expired while the run is under way waits for it
+    // (`a_request_that_finds_the_token_expired_waits_for_the_renewal_in_flight`).
     let dir = scratch_dir("token-command-renew");
     let lock = dir.join("running");
     let body = format!(
-        "if [ -e '{lock}' ]; then echo overlap >> '{lock}.seen'; fi\ntouch '{lock}'\nsleep 0.2\nrm -f '{lock}'\necho \"{{\\\"access_token\\\":\\\"tok-$N\\\",\\\"expires_in\\\":4}}\"",
+        "if [ -e '{lock}' ]; then echo overlap >> '{lock}.seen'; fi\ntouch '{lock}'\nsleep 0.2\nrm -f '{lock}'\necho \"{{\\\"access_token\\\":\\\"tok-$N\\\",\\\"expires_in\\\":3}}\"",
         lock = lock.display()
     );
     let (cmd, runs_file) = script("token-command-renew-script", &body);
@@ -236,8 +235,8 @@ fn a_token_that_expires_every_4_s_is_renewed_ahead_under_a_stream_of_calls() {
     }
     let n = runs(&runs_file);
     eprintln!("token renewals: {n} runs in 12 s; the calls saw {seen:?}");
-    // Renewed at 2 s of its 4 s life: about 6 runs in 12 s, never back to back.
-    assert!((4..=12).contains(&n), "{n} runs in 12 s");
+    // Renewed at half its 3 s life: about 8 runs in 12 s, never back to back.
+    assert!((5..=16).contains(&n), "{n} runs in 12 s");
     assert!(seen.len() >= 4, "the calls saw {} tokens: {seen:?}", seen.len());
     for pair in seen.windows(2) {
         let num = |t: &str| t.trim_start_matches("Bearer tok-").parse::<usize>().unwrap_or(0);
@@ -500,4 +499,30 @@ fn a_token_past_its_expiry_is_never_sent_the_request_gets_the_outage_answer_with
     assert!(v["error"]["message"].as_str().unwrap_or("").contains("expired"), "{text}");
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(up.request_count(), n, "a request went out under an expired token");
+}
+
+#[test]
+fn a_request_that_finds_the_token_expired_waits_for_the_renewal_in_flight() {
+    let up = upstream();
+    // The first token lives 2 s; the renewal (due at half its life) takes
+    // 3 s, so the token expires while it runs.
+    let (cmd, runs_file) = script(
+        "token-command-slow-renewal",
+        "if [ $N -gt 1 ]; then sleep 3; fi\necho \"{\\\"access_token\\\":\\\"tok-$N\\\",\\\"expires_in\\\":2}\"",
+    );
+    let p = start(&up, &cmd, &["--connect-timeout", "6"]);
+    let t0 = Instant::now();
+    assert_eq!(bearer(&call(&p, &up)), "Bearer tok-1");
+    // Past the first token's expiry (at most 2 s), before the renewal's end (at least 3 s after it began).
+    std::thread::sleep(Duration::from_millis(2300).saturating_sub(t0.elapsed()));
+    assert_eq!(runs(&runs_file), 2, "the renewal is under way");
+    let n = up.request_count();
+    let asked = Instant::now();
+    let req = call(&p, &up);
+    let waited = asked.elapsed();
+    assert_eq!(bearer(&req), "Bearer tok-2", "sent under the renewed token");
+    assert!(waited > Duration::from_millis(200), "answered after {waited:?}: it did not wait");
+    let sent: Vec<String> = up.requests()[n..].iter().map(bearer).collect();
+    assert_eq!(sent, ["Bearer tok-2"], "nothing went out under the expired token");
+    assert!(p.stderr_text().contains("the request waits for the renewal"), "{}", p.stderr_text());
 }

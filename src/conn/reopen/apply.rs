@@ -79,6 +79,16 @@ impl Conn {
         }
     }
 
+    /// The token is past its expiry and a renewal is in flight: the
+    /// request, not sent, waits for it as a 401's replay does (the upstream
+    /// connection back in the pool meanwhile).
+    pub(in crate::conn) fn await_renewal(&mut self, ctx: &Ctx) {
+        info!("conn {}: the token has expired: the request waits for the renewal", self.id);
+        self.upstream.hand_back(true);
+        self.ex.recovery.reopen = Some(Box::new(Reopen::for_expired(ctx.token_generation)));
+        self.apply(ctx, Action::AwaitToken);
+    }
+
     /// `Phase::AwaitReopen`: look at the table again.
     pub(in crate::conn) fn await_reopen(&mut self, ctx: &Ctx) -> bool {
         let Phase::AwaitReopen { until, .. } = self.phase else {
@@ -225,6 +235,15 @@ impl Conn {
                 }
                 Action::Retry => self.retry(ctx),
                 Action::RetryToken => self.retry_token(ctx),
+                Action::TokenExpired => {
+                    warn!(
+                        "conn {}: the token has expired and no new one came in time: the request is not sent",
+                        self.id
+                    );
+                    self.ex.recovery.reopen = None;
+                    self.answer_outage(ctx, crate::conn::answer::Answer::CredentialExpired);
+                    None
+                }
                 Action::AwaitToken => {
                     self.set_phase(Phase::AwaitReopen {
                         until: ctx.now + ctx.config.connect_timeout,

@@ -128,6 +128,9 @@ pub(super) enum Action {
     AwaitToken,
     /// Send the parked request again, as it was, under the token now.
     RetryToken,
+    /// The token expired before the request was sent and no new one came
+    /// in time: the outage answer, with the request's id.
+    TokenExpired,
     /// Keep waiting; look again later.
     KeepWaiting,
     /// Forget the session; the head in hand is relayed as usual (a second
@@ -177,12 +180,22 @@ pub(super) struct Reopen {
     version: Box<str>,
     /// A 401 replay: the token generation the request was sent under.
     token: Option<u64>,
+    /// Not a 401 but a token past its expiry: the request was never sent
+    /// and waits for the renewal in flight (`for_expired`).
+    expired: bool,
 }
 
 impl Reopen {
     /// A 401 to a request sent under token generation `sent_under`.
     pub(super) fn for_token(sent_under: u64, keep_alive: bool) -> Reopen {
         Reopen { token: Some(sent_under), ..Reopen::new(b"", keep_alive) }
+    }
+
+    /// A request not sent because the token of generation `current` is
+    /// past its expiry: it waits for the next one, as a 401's replay does,
+    /// and without one gets the outage answer (there is no answer to relay).
+    pub(super) fn for_expired(current: u64) -> Reopen {
+        Reopen { token: Some(current), expired: true, ..Reopen::new(b"", true) }
     }
 
     /// A 404 to a request in a recorded session, sent with `sent_with`.
@@ -199,6 +212,7 @@ impl Reopen {
             init_id: Vec::new(),
             version: "".into(),
             token: None,
+            expired: false,
         }
     }
 
@@ -353,6 +367,7 @@ impl Reopen {
         match self.token {
             Some(sent) if now != sent => Action::RetryToken,
             Some(_) if renewing && !deadline_passed => Action::KeepWaiting,
+            _ if self.expired => Action::TokenExpired,
             _ => Action::relay_original(),
         }
     }

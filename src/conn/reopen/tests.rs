@@ -249,4 +249,16 @@ fn a_401_waits_for_a_new_token_and_is_sent_again_once_under_it() {
     let mut r = Reopen::for_token(5, true);
     held(&mut r);
     assert_eq!(r.take_original(), REFUSED);
+    // A request not sent because the token expired: the same wait, and
+    // without a new token the outage answer (there is no 401 to relay).
+    for (now, renewing, passed, want) in [
+        (5, true, false, Action::KeepWaiting),
+        (5, false, false, Action::TokenExpired),
+        (5, true, true, Action::TokenExpired),
+        (6, true, false, Action::RetryToken),
+        (6, false, true, Action::RetryToken),
+    ] {
+        let mut r = Reopen::for_expired(5);
+        assert_eq!(r.on_token_check(now, renewing, passed), want, "expired: now {now}, {renewing}, {passed}");
+    }
 }
