@@ -131,7 +131,7 @@ fn request_path(raw: &[u8], r: &mut Reused, stamps: &StampMap) -> usize {
         }
     }
     let out = Outgoing { method: &method, target: &target, framed };
-    let who = Credentials { agent: AGENT, bearer: BEARER, token: TOKEN };
+    let who = Credentials { agent: AGENT, bearer: BEARER, token: TOKEN, dpop: None };
     let route = Route { authority: AUTHORITY, stamps };
     if editor::plan_request(&out, headers, &r.body, &who, &route, &mut r.head_out, &mut r.plan).is_err() {
         return 0;

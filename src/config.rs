@@ -119,10 +119,15 @@ pub struct OAuthFlags {
     pub token_endpoint: Option<String>,
     pub scope: Option<String>,
     pub no_resource: bool,
+    /// `--dpop`: bind tokens to a P-256 key made at start.
+    pub dpop: bool,
+    /// `--dpop-key-file PATH`: bind them to this key instead.
+    pub dpop_key_file: Option<PathBuf>,
 }
 
 impl OAuthFlags {
-    /// The first `--oauth-*` flag given, by name; `None` when none was.
+    /// The first `--oauth-*` or `--dpop*` flag given, by name; `None` when
+    /// none was.
     pub fn first_given(&self) -> Option<&'static str> {
         [
             (self.client_id.is_some(), "--oauth-client-id"),
@@ -132,6 +137,8 @@ impl OAuthFlags {
             (self.token_endpoint.is_some(), "--oauth-token-endpoint"),
             (self.scope.is_some(), "--oauth-scope"),
             (self.no_resource, "--oauth-no-resource"),
+            (self.dpop, "--dpop"),
+            (self.dpop_key_file.is_some(), "--dpop-key-file"),
         ]
         .into_iter()
         .find_map(|(given, name)| given.then_some(name))
@@ -354,6 +361,10 @@ UPSTREAM AND IDENTITY:
                             scopes_supported, else none]
     --oauth-no-resource     no RFC 8707 resource in token requests (for
                             servers that refuse it)
+    --dpop                  bind the OAuth tokens to a P-256 key made at
+                            start (RFC 9449): a proof on every request and
+                            token request, the server's DPoP-Nonce used
+    --dpop-key-file PATH    the same with this key (PEM, P-256 or RSA)
                             The token is fetched at start, renewed and
                             replayed after a 401 as --token-command's; it
                             goes in Authorization only; token endpoints
@@ -655,6 +666,8 @@ impl Flags {
                 "--oauth-token-endpoint" => f.oauth.token_endpoint = Some(value("--oauth-token-endpoint")?),
                 "--oauth-scope" => f.oauth.scope = Some(value("--oauth-scope")?),
                 "--oauth-no-resource" => f.oauth.no_resource = true,
+                "--dpop" => f.oauth.dpop = true,
+                "--dpop-key-file" => f.oauth.dpop_key_file = Some(PathBuf::from(value("--dpop-key-file")?)),
                 "--listen" => {
                     f.listen = parse_listen(&value("--listen")?)?;
                     f.listen_given = true;
@@ -983,6 +996,19 @@ fn oauth_source(
         crate::credentials::oauth::check_endpoint(endpoint)
             .map_err(|e| err(format!("--oauth-token-endpoint: {e}")))?;
     }
+    let dpop = match (&flags.dpop_key_file, flags.dpop) {
+        (Some(path), _) => {
+            let pem = std::fs::read(path)
+                .map_err(|e| err(format!("--dpop-key-file {}: {}", path.display(), e.kind())))?;
+            let key = crate::credentials::jws::SigningKey::from_pem(&pem)
+                .map_err(|e| err(format!("--dpop-key-file {}: {e}", path.display())))?;
+            Some(std::sync::Arc::new(key))
+        }
+        (None, true) => Some(std::sync::Arc::new(
+            crate::credentials::jws::SigningKey::generate_p256().map_err(|e| err(format!("--dpop: {e}")))?,
+        )),
+        (None, false) => None,
+    };
     let scheme = if upstream.https { "https" } else { "http" };
     let parsed = crate::url::parse(&format!("{scheme}://{}{}", upstream.authority, upstream.path))
         .map_err(|why| err(format!("--upstream: {why}")))?;
@@ -994,6 +1020,7 @@ fn oauth_source(
         token_endpoint: flags.token_endpoint,
         scope: flags.scope,
         send_resource: !flags.no_resource,
+        dpop,
         tls: crate::tls::client_config(tls).map_err(ConfigError::Tls)?,
         connect_timeout,
     };
@@ -1686,6 +1713,15 @@ mod tests {
                 assert!(matches!(e, ConfigError::OAuth(_)), "{extra}: {e:?}");
                 assert!(!e.to_string().contains("s3cr3t"), "{e}");
             }
+            // DPoP binds an OAuth source's tokens: alone it is refused; a key file is parsed at start.
+            let ok = run(&format!("--oauth-assertion-file {secret} --dpop")).unwrap();
+            assert!(ok.oauth.as_ref().is_some_and(|c| c.dpop_key().is_some()));
+            assert!(
+                matches!(run("--dpop").unwrap_err(), ConfigError::OAuth(w) if w.contains("need a credential"))
+            );
+            let e = run(&format!("--oauth-assertion-file {secret} --dpop-key-file {not_a_key}")).unwrap_err();
+            assert!(matches!(&e, ConfigError::OAuth(w) if w.contains("--dpop-key-file")), "{e:?}");
+            assert!(!e.to_string().contains("s3cr3t"), "{e}");
             // Loopback token endpoints may be plain http.
             let ok = run(&format!(
                 "--oauth-assertion-file {secret} --oauth-token-endpoint http://127.0.0.1:8/token"
@@ -1697,6 +1733,7 @@ mod tests {
             let e = run(&format!("--oauth-client-id c --oauth-client-secret-file {secret}")).unwrap_err();
             assert_eq!(e, ConfigError::OAuthWithoutTls("--oauth-client-id"));
             assert!(e.to_string().contains("built without TLS"), "{e}");
+            assert_eq!(run("--dpop").unwrap_err(), ConfigError::OAuthWithoutTls("--dpop"));
             let _ = not_a_key;
         }
         let _ = std::fs::remove_dir_all(&dir);

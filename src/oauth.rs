@@ -65,6 +65,8 @@ pub struct Settings {
     pub scope: Option<String>,
     /// `resource` on token requests (not `--oauth-no-resource`).
     pub send_resource: bool,
+    /// `--dpop`/`--dpop-key-file`: the key tokens are bound to.
+    pub dpop: Option<Arc<SigningKey>>,
     pub tls: Arc<rustls::ClientConfig>,
     pub connect_timeout: Duration,
 }
@@ -89,6 +91,8 @@ struct Found {
 pub struct Client {
     settings: Settings,
     found: Mutex<Option<Found>>,
+    /// The authorization server's latest `DPoP-Nonce`.
+    nonce: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -99,7 +103,17 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     pub fn new(settings: Settings) -> Client {
-        Client { settings, found: Mutex::new(None) }
+        Client { settings, found: Mutex::new(None), nonce: Mutex::new(None) }
+    }
+
+    /// The DPoP key tokens are bound to, if any.
+    pub fn dpop_key(&self) -> Option<&Arc<SigningKey>> {
+        self.settings.dpop.as_ref()
+    }
+
+    /// The upstream's `scheme://authority` (a DPoP proof's `htu` origin).
+    pub fn upstream_origin(&self) -> String {
+        origin(&self.settings.upstream)
     }
 
     /// The grant's name, for the log and the audit record's `source`.
@@ -336,20 +350,49 @@ impl Client {
         };
         let request = oauth::token_request(&grant).map_err(str::to_string)?;
         let authorization = request.authorization.as_ref().map(Secret::expose);
-        let mut headers =
-            vec![("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "application/json")];
-        if let Some(a) = authorization {
-            headers.push(("Authorization", a));
+        let mut answer = None;
+        // With DPoP, a server that wants its nonce answers 400
+        // `use_dpop_nonce` with one: sent again once with it (RFC 9449 §8).
+        for _ in 0..2 {
+            let proof = match &s.dpop {
+                Some(key) => Some(self.token_proof(key, &found.token_endpoint)?),
+                None => None,
+            };
+            let mut headers =
+                vec![("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "application/json")];
+            if let Some(a) = authorization {
+                headers.push(("Authorization", a));
+            }
+            if let Some(p) = &proof {
+                headers.push(("DPoP", p.as_str()));
+            }
+            let got = exchange(
+                &endpoint,
+                "POST",
+                &headers,
+                request.body.expose().as_bytes(),
+                &s.tls,
+                s.connect_timeout,
+            )
+            .map_err(|e| format!("the token endpoint {}: {e}", found.token_endpoint))?;
+            let fresh_nonce = match &got.dpop_nonce {
+                Some(n) => {
+                    let mut held = self.nonce.lock().unwrap_or_else(PoisonError::into_inner);
+                    let fresh = held.as_deref() != Some(n.as_str());
+                    *held = Some(n.clone());
+                    fresh
+                }
+                None => false,
+            };
+            let wants_nonce =
+                got.status == 400 && oauth::error_code(&got.body).as_deref() == Some("use_dpop_nonce");
+            answer = Some(got);
+            if !(s.dpop.is_some() && wants_nonce && fresh_nonce) {
+                break;
+            }
+            debug!("oauth: the token endpoint asked for its DPoP nonce; sending again with it");
         }
-        let answer = exchange(
-            &endpoint,
-            "POST",
-            &headers,
-            request.body.expose().as_bytes(),
-            &s.tls,
-            s.connect_timeout,
-        )
-        .map_err(|e| format!("the token endpoint {}: {e}", found.token_endpoint))?;
+        let answer = answer.ok_or("no token request was made")?;
         match answer.status {
             200 => Ok(answer.body),
             300..=399 => Err(format!(
@@ -359,6 +402,18 @@ impl Client {
             )),
             status => Err(oauth::describe_error(status, &answer.body)),
         }
+    }
+}
+
+impl Client {
+    /// A DPoP proof for a token request (no `ath`: there is no token yet).
+    fn token_proof(&self, key: &SigningKey, endpoint: &str) -> Result<String, String> {
+        let nonce = self.nonce.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let jti = jws::random_id().map_err(|e| e.to_string())?;
+        jws::dpop_proof(key, "POST", endpoint, now, &jti, None, nonce.as_deref())
+            .map_err(|e| format!("DPoP: {e}"))
     }
 }
 
@@ -417,6 +472,8 @@ fn origin(u: &Url) -> String {
 pub struct Answer {
     pub status: u16,
     pub www_authenticate: Option<Vec<u8>>,
+    /// `DPoP-Nonce`, when it is visible ASCII.
+    pub dpop_nonce: Option<String>,
     pub body: Vec<u8>,
 }
 
@@ -519,6 +576,11 @@ pub fn exchange(
     };
     let status = head.status;
     let www_authenticate = head.headers.get(b"www-authenticate").map(<[u8]>::to_vec);
+    let dpop_nonce = head
+        .headers
+        .get(b"dpop-nonce")
+        .filter(|n| !n.is_empty() && n.len() <= 512 && n.iter().all(u8::is_ascii_graphic))
+        .map(|n| String::from_utf8_lossy(n).into_owned());
     let mut decoder = Decoder::new(head.framing);
     let mut answer = Vec::new();
     let mut pending = received.split_off(head.len);
@@ -538,7 +600,7 @@ pub fn exchange(
         }
         eof = read_some(&mut stream, &mut buf, &mut pending, &left)?;
     }
-    Ok(Answer { status, www_authenticate, body: answer })
+    Ok(Answer { status, www_authenticate, dpop_nonce, body: answer })
 }
 
 /// One read into `into`; `Ok(true)` at the end of the stream (a TLS peer

@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let stamps = StampMap::agentchattr();
-    let who = Credentials { agent: &agent, bearer: b"Bearer tok-fuzz", token: b"tok-fuzz" };
+    let who = Credentials { agent: &agent, bearer: b"Bearer tok-fuzz", token: b"tok-fuzz", dpop: None };
     let route = Route { authority: b"127.0.0.1:8200", stamps: &stamps };
     if let Forwarded::Upstream { bytes, body } = forward_whole(raw, &who, &route) {
         let want = upstream_invariant::Expect {

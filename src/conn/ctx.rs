@@ -13,6 +13,11 @@ pub struct Ctx<'a> {
     pub bearer: &'a [u8],
     /// The token alone, set as `x-agent-token`.
     pub token: &'a [u8],
+    /// A DPoP-bound token's proofs (`--dpop`).
+    pub dpop: Option<&'a dyn editor::Proof>,
+    /// A `DPoP-Nonce` the upstream sent (RFC 9449 §9), for the loop to put
+    /// in the next proofs.
+    pub dpop_nonce: &'a std::cell::RefCell<Option<Vec<u8>>>,
     /// The agent name stamped into tools/call arguments.
     pub agent: &'a str,
     pub now: Instant,
@@ -73,7 +78,7 @@ impl Ctx<'_> {
     /// The identity in force now (a live identity change applies to the
     /// next request planned, a replay included).
     pub(super) fn credentials(&self) -> editor::Credentials<'_> {
-        editor::Credentials { agent: self.agent, bearer: self.bearer, token: self.token }
+        editor::Credentials { agent: self.agent, bearer: self.bearer, token: self.token, dpop: self.dpop }
     }
 
     pub(super) fn route(&self) -> editor::Route<'_> {

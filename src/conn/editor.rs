@@ -23,6 +23,16 @@ pub struct Credentials<'a> {
     /// The token alone, set as `x-agent-token` (empty: none is set, and
     /// the client's is removed).
     pub token: &'a [u8],
+    /// A DPoP-bound token (`--dpop`): each request gets a proof of its own.
+    pub dpop: Option<&'a dyn Proof>,
+}
+
+/// Makes the DPoP proof (RFC 9449 §4) of one request to the upstream.
+pub trait Proof {
+    /// The `DPoP` field's value for `method` to the upstream's `target`;
+    /// `None` when none can be made (the request then goes without one and
+    /// the server refuses it, which is logged).
+    fn proof(&self, method: &[u8], target: &[u8]) -> Option<String>;
 }
 
 /// Where the request goes and what is stamped.
@@ -86,6 +96,12 @@ pub fn plan_request(
         }
     }
     apply_credentials(headers, who, route.authority);
+    // A client's own proof never passes (its token was replaced); a
+    // DPoP-bound token gets a proof of this request.
+    headers.remove_name(name::DPOP);
+    if let Some(proof) = who.dpop.and_then(|d| d.proof(req.method, req.target)) {
+        let _ = headers.set_name(name::DPOP, proof.as_bytes());
+    }
     // RFC 9110 §8.6: a length for every body, and for a method that defines
     // content even when it has none.
     let defines_content = matches!(req.method, b"POST" | b"PUT" | b"PATCH");
@@ -256,7 +272,8 @@ mod tests {
 
     fn run(raw: &[u8]) -> Forwarded {
         let stamps = StampMap::agentchattr();
-        let who = Credentials { agent: AGENT, bearer: BEARER.as_bytes(), token: TOKEN.as_bytes() };
+        let who =
+            Credentials { agent: AGENT, bearer: BEARER.as_bytes(), token: TOKEN.as_bytes(), dpop: None };
         let route = Route { authority: b"127.0.0.1:8200", stamps: &stamps };
         forward_whole(raw, &who, &route)
     }

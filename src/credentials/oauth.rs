@@ -199,25 +199,33 @@ pub fn token_request(g: &Grant<'_>) -> Result<TokenRequest, &'static str> {
     Ok(TokenRequest { authorization, body: Secret::new(form::encode(&pairs)) })
 }
 
+/// A string member of a top-level JSON object, decoded.
+fn member_text(body: &[u8], key: &str) -> Option<String> {
+    let top = json::parse_value(body).ok()?;
+    if !matches!(top.kind, Kind::Object { .. }) {
+        return None;
+    }
+    let found = json::find_member(body, &top, key).ok()?;
+    found.value.and_then(|v| v.decode_str(body))
+}
+
+/// An error answer's `error` code (RFC 6749 §5.2), when it is a plain
+/// token (letters, digits, `_`, `-`; at most 64 bytes).
+pub fn error_code(body: &[u8]) -> Option<String> {
+    member_text(body, "error").filter(|c| {
+        !c.is_empty()
+            && c.len() <= 64
+            && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    })
+}
+
 /// What a token endpoint's error answer says (RFC 6749 §5.2: `error` and
 /// `error_description`), for the log: the code as it is when it is a plain
 /// token, the description cut and stripped of control characters. An
 /// answer that is not such an object is described by its status alone.
 pub fn describe_error(status: u16, body: &[u8]) -> String {
-    let text = |key: &str| -> Option<String> {
-        let top = json::parse_value(body).ok()?;
-        if !matches!(top.kind, Kind::Object { .. }) {
-            return None;
-        }
-        let found = json::find_member(body, &top, key).ok()?;
-        found.value.and_then(|v| v.decode_str(body))
-    };
-    let code = text("error").filter(|c| {
-        !c.is_empty()
-            && c.len() <= 64
-            && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    });
-    let description = text("error_description")
+    let code = error_code(body);
+    let description = member_text(body, "error_description")
         .map(|d| d.chars().filter(|c| !c.is_control()).take(DESCRIPTION_MAX).collect::<String>());
     match (code, description) {
         (Some(c), Some(d)) if !d.is_empty() => format!("the token endpoint answered {status} {c}: {d}"),

@@ -154,7 +154,7 @@ impl Renewer {
             }
             std::thread::sleep(Duration::from_millis(10));
         };
-        let token = parse(&bytes)?;
+        let token = parse(&bytes, self.dpop_ok())?;
         self.schedule(&token);
         Ok(token)
     }
@@ -205,7 +205,8 @@ impl Renewer {
             let reason = *reason;
             let result = finished(run, *started, now)?;
             self.run = None;
-            return Some(match result.and_then(|bytes| parse(&bytes)) {
+            let dpop = self.dpop_ok();
+            return Some(match result.and_then(|bytes| parse(&bytes, dpop)) {
                 Ok(token) => {
                     self.failures = 0;
                     self.schedule(&token);
@@ -234,6 +235,15 @@ impl Renewer {
     /// The source's name in the log and in audit records.
     pub fn source(&self) -> &'static str {
         self.source.name()
+    }
+
+    /// A DPoP-bound token is usable: the OAuth client has a DPoP key.
+    fn dpop_ok(&self) -> bool {
+        match &self.source {
+            Source::Command(_) => false,
+            #[cfg(feature = "tls")]
+            Source::OAuth(c) => c.dpop_key().is_some(),
+        }
     }
 
     /// A run of the source: the command as a child process, or the OAuth
@@ -293,12 +303,13 @@ pub fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// A run's stdout as a token this proxy can send.
-fn parse(bytes: &[u8]) -> Result<Token, String> {
+/// A run's stdout as a token this proxy can send (a DPoP-bound one only
+/// when it holds the key, `dpop`).
+fn parse(bytes: &[u8], dpop: bool) -> Result<Token, String> {
     let token = output::parse(bytes, unix_now()).map_err(|e| format!("its output: {e}"))?;
-    if token.scheme != Scheme::Bearer {
+    if token.scheme == Scheme::DPoP && !dpop {
         return Err(
-            "its output has token_type DPoP, which needs a DPoP proof the proxy does not make yet".into()
+            "its output has token_type DPoP, which needs a DPoP key (--dpop, with an OAuth source)".into()
         );
     }
     if token.expires_at.is_some_and(|at| !renew::usable(unix_now(), Some(at))) {

@@ -34,10 +34,18 @@ impl Live {
         Live { identity, bearer, policy, generation: 0 }
     }
 
-    /// A new token for the same agent (a credential source's renewal).
-    pub(super) fn set_token(&mut self, token: &str) {
+    /// A new token for the same agent (a credential source's renewal),
+    /// sent with `scheme` (`Bearer`, or `DPoP` for a DPoP-bound one).
+    pub(super) fn set_token(&mut self, token: &str, scheme: crate::credentials::Scheme) {
         self.identity.token = token.to_string();
-        self.bearer = [b"Bearer ".as_slice(), token.as_bytes()].concat();
+        self.bearer = [scheme.as_str().as_bytes(), b" ", token.as_bytes()].concat();
+        self.generation += 1;
+    }
+
+    /// The same token, but what goes with it changed (a new DPoP nonce): a
+    /// request refused under the old one is sent again.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(super) fn bump(&mut self) {
         self.generation += 1;
     }
 

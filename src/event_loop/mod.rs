@@ -6,6 +6,8 @@
 
 mod audit_file;
 mod credential;
+#[cfg(feature = "tls")]
+mod dpop;
 mod identity;
 mod metrics;
 mod pool;
@@ -118,6 +120,11 @@ pub struct Proxy {
     stdio: Option<(crate::stdio::Bridge, StdioInput)>,
     /// `--token-command`: its runs, and when the next is due.
     credential: Option<credential::Renewer>,
+    /// `--dpop`: the proofs of the token in force.
+    #[cfg(feature = "tls")]
+    dpop: Option<dpop::Signer>,
+    /// A `DPoP-Nonce` an upstream answer carried this round.
+    dpop_nonce: std::cell::RefCell<Option<Vec<u8>>>,
     /// Pipes of `--stdio` connections closed this round, with their last
     /// bytes, until the front-end reads them.
     closed_pipes: Vec<(u64, crate::conn::client_sock::Pipe)>,
@@ -295,7 +302,21 @@ impl Proxy {
             false => None,
         };
         let signals = Signals::install(poll.registry(), SIGNALS, &waker).map_err(BindError::Setup)?;
-        let live = Live::new(config.identity.clone(), &config.tools);
+        let mut live = Live::new(config.identity.clone(), &config.tools);
+        #[cfg(feature = "tls")]
+        let mut dpop = config
+            .oauth
+            .as_ref()
+            .and_then(|c| c.dpop_key().map(|key| dpop::Signer::new(key.clone(), c.upstream_origin())));
+        if let Some(token) = &first_token {
+            if token.scheme != crate::credentials::Scheme::Bearer {
+                live.set_token(token.secret.expose(), token.scheme);
+            }
+            #[cfg(feature = "tls")]
+            if let Some(d) = dpop.as_mut() {
+                d.set_token(dpop_bound(token));
+            }
+        }
         let watch = config
             .identity_file
             .as_ref()
@@ -378,6 +399,9 @@ impl Proxy {
             shutdown_at: None,
             stdio,
             credential,
+            #[cfg(feature = "tls")]
+            dpop,
+            dpop_nonce: Default::default(),
             closed_pipes: Vec::new(),
         })
     }
@@ -623,13 +647,24 @@ impl Proxy {
                 c.refused(now);
             }
         }
+        #[cfg(feature = "tls")]
+        if let (Some(nonce), Some(d)) = (self.dpop_nonce.borrow_mut().take(), self.dpop.as_mut()) {
+            if d.set_nonce(&nonce) {
+                debug!("dpop: the upstream sent a new nonce; it goes in the next proofs");
+                self.live.bump();
+            }
+        }
         let Some(c) = self.credential.as_mut() else { return };
         let Some(outcome) = c.turn(now) else { return };
         c.log_outcome(&outcome);
         let source = c.source();
         let record = match outcome {
             credential::Outcome::Renewed { token, reason } => {
-                self.live.set_token(token.secret.expose());
+                self.live.set_token(token.secret.expose(), token.scheme);
+                #[cfg(feature = "tls")]
+                if let Some(d) = self.dpop.as_mut() {
+                    d.set_token(dpop_bound(&token));
+                }
                 Record::CredentialRenewed { source, reason: reason.as_str(), expires_at: token.expires_at }
             }
             credential::Outcome::Failed { why, reason, .. } => {
@@ -801,6 +836,11 @@ impl Proxy {
             obs: &self.obs,
             connect_failed: &self.connect_failed,
             unauthorized: &self.unauthorized,
+            #[cfg(feature = "tls")]
+            dpop: self.dpop.as_ref().filter(|d| d.active()).map(|d| d as &dyn crate::conn::editor::Proof),
+            #[cfg(not(feature = "tls"))]
+            dpop: None,
+            dpop_nonce: &self.dpop_nonce,
             renewable: self.credential.as_ref().is_some_and(|c| c.would_renew(now)),
             token_generation: self.live.generation,
             token_expired: self.credential.as_ref().is_some_and(credential::Renewer::expired),
@@ -959,4 +999,11 @@ fn epoch_now() -> Duration {
 fn upstream_url(config: &Config) -> String {
     let u = &config.upstream;
     format!("{}://{}{}", if u.https { "https" } else { "http" }, u.authority, u.path)
+}
+
+/// The token a DPoP signer binds proofs to: a DPoP-bound one only (an
+/// authorization server may answer a DPoP request with a bearer token).
+#[cfg(feature = "tls")]
+fn dpop_bound(token: &crate::credentials::Token) -> Option<&str> {
+    (token.scheme == crate::credentials::Scheme::DPoP).then(|| token.secret.expose())
 }

@@ -242,6 +242,8 @@ pub mod name {
     pub const ACCEPT_ENCODING: Name = Name::new(b"accept-encoding", Class::Other);
     pub const AUTHORIZATION: Name = Name::new(b"authorization", Class::Singleton);
     pub const CONTENT_TYPE: Name = Name::new(b"content-type", Class::Singleton);
+    pub const DPOP: Name = Name::new(b"dpop", Class::Other);
+    pub const DPOP_NONCE: Name = Name::new(b"dpop-nonce", Class::Other);
     pub const HOST: Name = Name::new(b"host", Class::Host);
     pub const LAST_EVENT_ID: Name = Name::new(b"last-event-id", Class::Singleton);
     pub const LOCATION: Name = Name::new(b"location", Class::Singleton);
@@ -255,6 +257,8 @@ pub mod name {
         ACCEPT_ENCODING,
         AUTHORIZATION,
         CONTENT_TYPE,
+        DPOP,
+        DPOP_NONCE,
         HOST,
         LAST_EVENT_ID,
         LOCATION,

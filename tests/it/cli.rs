@@ -268,6 +268,8 @@ fn help_exits_0_and_mentions_every_flag() {
         "--oauth-token-endpoint",
         "--oauth-scope",
         "--oauth-no-resource",
+        "--dpop",
+        "--dpop-key-file",
     ] {
         assert!(text.contains(flag), "--help does not mention {flag}: {text}");
     }

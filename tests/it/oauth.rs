@@ -355,3 +355,198 @@ fn an_authorization_server_that_fails_at_start_is_exit_2_saying_why_never_a_secr
         }
     });
 }
+
+/// A DPoP stand-in (RFC 9449): the token endpoint wants a proof and, once, its nonce (400 `use_dpop_nonce`);
+/// it issues `dat-N` as `token_type: DPoP`. The MCP endpoint wants `Authorization: DPoP dat-N`, a proof
+/// whose signature verifies with its own `jwk`, `htm`/`htu`/`ath` of this request and, once it asked for it
+/// (401 `use_dpop_nonce`), its nonce.
+fn dpop_stand() -> StubUpstream {
+    let port = Arc::new(Mutex::new(0u16));
+    let p = port.clone();
+    let stub = StubUpstream::start(move |req: &Req, s: &mut TcpStream| {
+        let origin = format!("http://127.0.0.1:{}", *p.lock().unwrap());
+        let json = |s: &mut TcpStream, status: &str, extra: &[(&str, &str)], body: String| {
+            let mut fields = vec![("Content-Type", "application/json")];
+            fields.extend_from_slice(extra);
+            let _ = s.write_all(&response(status, &fields, body.as_bytes()));
+        };
+        match req.target.as_str() {
+            "/.well-known/oauth-protected-resource/mcp" => json(
+                s,
+                "200 OK",
+                &[],
+                format!(r#"{{"resource":"{origin}/mcp","authorization_servers":["{origin}"]}}"#),
+            ),
+            "/.well-known/oauth-authorization-server" => json(
+                s,
+                "200 OK",
+                &[],
+                format!(
+                    r#"{{"issuer":"{origin}","token_endpoint":"{origin}/token","token_endpoint_auth_methods_supported":["client_secret_basic"],"dpop_signing_alg_values_supported":["ES256"]}}"#
+                ),
+            ),
+            "/token" => match proof_claims(req, "POST", &format!("{origin}/token"), None) {
+                Err(why) => json(
+                    s,
+                    "400 Bad Request",
+                    &[],
+                    format!(r#"{{"error":"invalid_dpop_proof","error_description":"{why}"}}"#),
+                ),
+                Ok(claims) if claims["nonce"] != "as-nonce-1" => json(
+                    s,
+                    "400 Bad Request",
+                    &[("DPoP-Nonce", "as-nonce-1")],
+                    r#"{"error":"use_dpop_nonce"}"#.into(),
+                ),
+                Ok(_) => json(
+                    s,
+                    "200 OK",
+                    &[],
+                    r#"{"access_token":"dat-1","token_type":"DPoP","expires_in":3600}"#.into(),
+                ),
+            },
+            "/mcp" => {
+                let bound = req.head.all("authorization") == ["DPoP dat-1"];
+                match proof_claims(req, "POST", &format!("{origin}/mcp"), Some("dat-1")) {
+                    Ok(claims) if bound && claims["nonce"] == "rs-nonce-1" => json(
+                        s,
+                        "200 OK",
+                        &[("DPoP-Nonce", "rs-nonce-1")],
+                        r#"{"jsonrpc":"2.0","id":3,"result":{}}"#.into(),
+                    ),
+                    Ok(_) if bound => {
+                        let _ = s.write_all(&response(
+                            "401 Unauthorized",
+                            &[
+                                (
+                                    "WWW-Authenticate",
+                                    "DPoP error=\"use_dpop_nonce\", error_description=\"nonce\"",
+                                ),
+                                ("DPoP-Nonce", "rs-nonce-1"),
+                            ],
+                            b"",
+                        ));
+                    }
+                    _ => {
+                        let challenge = format!(
+                            "DPoP resource_metadata=\"{origin}/.well-known/oauth-protected-resource/mcp\""
+                        );
+                        let _ = s.write_all(&response(
+                            "401 Unauthorized",
+                            &[("WWW-Authenticate", challenge.as_str())],
+                            b"",
+                        ));
+                    }
+                }
+            }
+            _ => {
+                let _ = s.write_all(&response("404 Not Found", &[], b""));
+            }
+        }
+        Next::KeepAlive
+    });
+    *port.lock().unwrap() = stub.port;
+    stub
+}
+
+/// The claims of the request's one `DPoP` proof, once its header (`typ`, `alg` ES256, a public `jwk`), its
+/// ES256 signature under that jwk, `htm`, `htu`, `iat`, a `jti` and (with a token) `ath` are checked.
+fn proof_claims(req: &Req, htm: &str, htu: &str, token: Option<&str>) -> Result<serde_json::Value, String> {
+    use mcp_identity_proxy::credentials::b64;
+    let proofs = req.head.all("dpop");
+    let [proof] = proofs.as_slice() else { return Err(format!("{} DPoP fields", proofs.len())) };
+    let parts: Vec<&str> = proof.split('.').collect();
+    let [h, c, sig] = parts.as_slice() else { return Err("not a JWS".into()) };
+    let part = |p: &str| -> Result<serde_json::Value, String> {
+        let bytes = b64::decode_url(p.as_bytes()).ok_or("not base64url")?;
+        serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+    };
+    let (header, claims) = (part(h)?, part(c)?);
+    if header["typ"] != "dpop+jwt" || header["alg"] != "ES256" || header["jwk"]["d"].is_string() {
+        return Err(format!("header {header}"));
+    }
+    let coord =
+        |k: &str| b64::decode_url(header["jwk"][k].as_str().unwrap_or("").as_bytes()).unwrap_or_default();
+    let point = [vec![4u8], coord("x"), coord("y")].concat();
+    let key = ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, point);
+    let signature = b64::decode_url(sig.as_bytes()).ok_or("signature not base64url")?;
+    key.verify(format!("{h}.{c}").as_bytes(), &signature).map_err(|_| "the signature does not verify")?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let iat = claims["iat"].as_u64().unwrap_or(0);
+    if claims["htm"] != htm
+        || claims["htu"] != htu
+        || iat + 60 < now
+        || iat > now + 5
+        || !claims["jti"].is_string()
+    {
+        return Err(format!("claims {claims}"));
+    }
+    let ath =
+        token.map(|t| b64::encode_url(ring::digest::digest(&ring::digest::SHA256, t.as_bytes()).as_ref()));
+    if claims["ath"].as_str() != ath.as_deref() {
+        return Err(format!("ath {} for {ath:?}", claims["ath"]));
+    }
+    Ok(claims)
+}
+
+#[test]
+fn dpop_binds_the_token_every_request_carries_a_proof_and_each_servers_nonce_is_used() {
+    let stub = dpop_stand();
+    let secret = secret_file();
+    let p = ProxyProcess::builder(stub.url())
+        .agent(AGENT)
+        .arg("--oauth-client-id", "c")
+        .arg("--oauth-client-secret-file", &secret)
+        .flag("--dpop")
+        .env("RUST_LOG", "trace")
+        .start();
+    let st = Stand { stub, valid: Arc::default(), issued: Arc::default() };
+    let tokens: Vec<Req> = st.stub.requests().into_iter().filter(|r| r.target == "/token").collect();
+    assert_eq!(tokens.len(), 2, "the token request again once, with the authorization server's nonce");
+    // The client sends a DPoP proof of its own: it never passes.
+    let n = st.stub.request_count();
+    let body =
+        br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"chat_send","arguments":{}}}"#;
+    let mut s = TcpStream::connect(host(&p)).expect("connect");
+    s.write_all(&json_post(&host(&p), &[("DPoP", "the-clients-proof")], body)).expect("send");
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("}}") {
+        match std::io::Read::read(&mut s, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "the client never sees the nonce's 401: {text}\n{}",
+        p.stderr_text()
+    );
+    let reqs = st.stub.requests()[n..].to_vec();
+    assert_eq!(
+        targets(&reqs),
+        ["POST /mcp", "POST /mcp"],
+        "one 401 for the nonce, then sent again; no new token"
+    );
+    let origin = format!("http://127.0.0.1:{}", st.stub.port);
+    let jtis: Vec<String> = reqs
+        .iter()
+        .map(|r| {
+            assert_eq!(r.head.all("authorization"), ["DPoP dat-1"]);
+            let claims = proof_claims(r, "POST", &format!("{origin}/mcp"), Some("dat-1"))
+                .unwrap_or_else(|e| panic!("{e}"));
+            claims["jti"].as_str().unwrap_or_default().to_string()
+        })
+        .collect();
+    assert_ne!(jtis[0], jtis[1], "a fresh jti per proof");
+    // The next call carries the nonce at once.
+    let (status, reqs) = call(&p, &st);
+    assert_eq!(status, 200);
+    assert_eq!(targets(&reqs), ["POST /mcp"]);
+    let log = p.stderr_text();
+    for secret in [SECRET, "dat-1", "the-clients-proof"] {
+        assert!(!log.contains(secret), "`{secret}` in the proxy's trace log");
+    }
+}

@@ -38,6 +38,7 @@ pub(super) struct Fixture {
     obs: std::cell::RefCell<crate::obs::Observer>,
     connect_failed: std::cell::Cell<bool>,
     unauthorized: std::cell::Cell<bool>,
+    dpop_nonce: std::cell::RefCell<Option<Vec<u8>>>,
 }
 
 #[cfg(test)]
@@ -56,6 +57,7 @@ impl Fixture {
             obs: Default::default(),
             connect_failed: Default::default(),
             unauthorized: Default::default(),
+            dpop_nonce: Default::default(),
         }
     }
 
@@ -64,6 +66,8 @@ impl Fixture {
             config: &self.config,
             bearer: b"Bearer tok-secret",
             token: b"tok-secret",
+            dpop: None,
+            dpop_nonce: &self.dpop_nonce,
             agent: "claude",
             now: std::time::Instant::now(),
             listen_port: 8200,

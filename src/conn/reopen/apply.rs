@@ -15,10 +15,25 @@ use crate::mcp::initialize::Format;
 use log::{debug, info, warn};
 use std::borrow::Cow;
 
+/// A 401 whose DPoP challenge says `use_dpop_nonce`.
+fn wants_dpop_nonce(resp: &ResponseHead) -> bool {
+    let Some(value) = resp.headers.get(b"www-authenticate") else { return false };
+    crate::credentials::challenge::parse(value)
+        .is_ok_and(|all| all.iter().any(|c| c.is("DPoP") && c.param("error") == Some("use_dpop_nonce")))
+}
+
 impl Conn {
     /// A final response head has arrived (still in `upstream_buf`): true
     /// when the reopen takes it over instead of relaying it.
     pub(in crate::conn) fn reopen_takes(&mut self, resp: &ResponseHead, ctx: &Ctx) -> bool {
+        // RFC 9449 §8.2: any answer may carry the nonce for the next proofs.
+        let nonce = match ctx.dpop {
+            Some(_) => resp.headers.get_name(name::DPOP_NONCE),
+            None => None,
+        };
+        if let Some(n) = nonce {
+            *ctx.dpop_nonce.borrow_mut() = Some(n.to_vec());
+        }
         if self.ex.recovery.reopen.is_none() && resp.status != 404 && resp.status != 401 {
             // Nearly every response: no reopen under way, no session lost.
             return false;
@@ -40,11 +55,21 @@ impl Conn {
         let decision = match self.ex.recovery.reopen.as_deref_mut() {
             Some(r) => r.on_head(&head),
             None if refused => {
-                ctx.unauthorized.set(true);
-                info!(
-                    "conn {}: the upstream refused the token (401): the request waits for a new one",
-                    self.id
-                );
+                // A DPoP server that wants its nonce (RFC 9449 §9) needs no
+                // new token: the loop puts the nonce in force and the
+                // request goes again with a proof that carries it.
+                if nonce.is_some() && wants_dpop_nonce(resp) {
+                    info!(
+                        "conn {}: the upstream asked for its DPoP nonce (401): sent again with it",
+                        self.id
+                    );
+                } else {
+                    ctx.unauthorized.set(true);
+                    info!(
+                        "conn {}: the upstream refused the token (401): the request waits for a new one",
+                        self.id
+                    );
+                }
                 let sent_under = self.ex.recovery.token_generation;
                 self.ex.recovery.reopen = Some(Box::new(Reopen::for_token(sent_under, resp.keep_alive)));
                 OnHead::Collect
