@@ -93,7 +93,13 @@ pub struct Client {
     found: Mutex<Option<Found>>,
     /// The authorization server's latest `DPoP-Nonce`.
     nonce: Mutex<Option<String>>,
+    /// Scopes a 403 `insufficient_scope` asked for, added to every later
+    /// request's (the step-ups so far, at most `STEP_UPS`).
+    step_ups: Mutex<(Vec<String>, usize)>,
 }
+
+/// At most this many step-ups for more scope (then 403s are relayed).
+const STEP_UPS: usize = 3;
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -103,7 +109,43 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     pub fn new(settings: Settings) -> Client {
-        Client { settings, found: Mutex::new(None), nonce: Mutex::new(None) }
+        Client {
+            settings,
+            found: Mutex::new(None),
+            nonce: Mutex::new(None),
+            step_ups: Mutex::new((Vec::new(), 0)),
+        }
+    }
+
+    /// A 403 asked for `scope`: `true` when it adds a scope not asked for
+    /// yet and the step-ups are not used up (the next token request asks
+    /// for the union).
+    pub fn step_up(&self, scope: &str) -> bool {
+        let asked = self.asked_scope();
+        let mut held = self.step_ups.lock().unwrap_or_else(PoisonError::into_inner);
+        let new: Vec<String> = scope
+            .split_ascii_whitespace()
+            .filter(|s| !asked.split_ascii_whitespace().any(|a| a == *s) && !held.0.iter().any(|h| h == s))
+            .map(str::to_string)
+            .collect();
+        if new.is_empty() || held.1 >= STEP_UPS {
+            return false;
+        }
+        held.1 += 1;
+        held.0.extend(new);
+        true
+    }
+
+    /// The scope the last token request asked for (before step-ups).
+    fn asked_scope(&self) -> String {
+        let found = self.found.lock().unwrap_or_else(PoisonError::into_inner);
+        let s = &self.settings;
+        found
+            .as_ref()
+            .and_then(|f| {
+                oauth::choose_scope(s.scope.as_deref(), f.challenge_scope.as_deref(), &f.scopes_supported)
+            })
+            .unwrap_or_default()
     }
 
     /// The DPoP key tokens are bound to, if any.
@@ -339,6 +381,19 @@ impl Client {
             found.challenge_scope.as_deref(),
             &found.scopes_supported,
         );
+        // The union with what 403s asked for (SEP-2350), in order, once each.
+        let extra = self.step_ups.lock().unwrap_or_else(PoisonError::into_inner).0.clone();
+        let scope = match (scope, extra.is_empty()) {
+            (scope, true) => scope,
+            (Some(base), false) => Some(
+                base.split_ascii_whitespace()
+                    .map(str::to_string)
+                    .chain(extra.into_iter().filter(|e| !base.split_ascii_whitespace().any(|b| b == e)))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            (None, false) => Some(extra.join(" ")),
+        };
         let grant = Grant {
             client_id: s.client_id.as_deref(),
             method,

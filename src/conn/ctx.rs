@@ -18,6 +18,10 @@ pub struct Ctx<'a> {
     /// A `DPoP-Nonce` the upstream sent (RFC 9449 §9), for the loop to put
     /// in the next proofs.
     pub dpop_nonce: &'a std::cell::RefCell<Option<Vec<u8>>>,
+    /// An OAuth source that can ask for more scope: where a 403
+    /// `insufficient_scope`'s scope goes for the loop (the request waits
+    /// for the token with the union, then goes again once).
+    pub step_up: Option<&'a std::cell::RefCell<Option<String>>>,
     /// The agent name stamped into tools/call arguments.
     pub agent: &'a str,
     pub now: Instant,

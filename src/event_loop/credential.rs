@@ -173,6 +173,30 @@ impl Renewer {
         self.due = Some((now, Reason::Unauthorized));
     }
 
+    /// A 403 asked for more scope: a run now when the OAuth client takes
+    /// it (a scope not asked for yet, step-ups left) and none is running;
+    /// `false` when no new token comes for it.
+    #[cfg_attr(not(feature = "tls"), allow(unused_variables))]
+    pub fn step_up(&mut self, scope: &str, now: Instant) -> bool {
+        match &self.source {
+            Source::Command(_) => false,
+            #[cfg(feature = "tls")]
+            Source::OAuth(c) => {
+                if self.run.is_some() || !c.step_up(scope) {
+                    return false;
+                }
+                info!("oauth: the upstream wants more scope (403); asking for the union");
+                self.due = Some((now, Reason::Unauthorized));
+                true
+            }
+        }
+    }
+
+    /// Whether this source can ask for more scope (an OAuth client).
+    pub fn steps_up(&self) -> bool {
+        !matches!(self.source, Source::Command(_))
+    }
+
     /// Whether a 401 now would bring a new token: a run is under way, or
     /// `refused` would start one.
     pub fn would_renew(&self, now: Instant) -> bool {

@@ -125,6 +125,8 @@ pub struct Proxy {
     dpop: Option<dpop::Signer>,
     /// A `DPoP-Nonce` an upstream answer carried this round.
     dpop_nonce: std::cell::RefCell<Option<Vec<u8>>>,
+    /// The scope a 403 `insufficient_scope` asked for this round.
+    step_up: std::cell::RefCell<Option<String>>,
     /// Pipes of `--stdio` connections closed this round, with their last
     /// bytes, until the front-end reads them.
     closed_pipes: Vec<(u64, crate::conn::client_sock::Pipe)>,
@@ -402,6 +404,7 @@ impl Proxy {
             #[cfg(feature = "tls")]
             dpop,
             dpop_nonce: Default::default(),
+            step_up: Default::default(),
             closed_pipes: Vec::new(),
         })
     }
@@ -451,7 +454,7 @@ impl Proxy {
             self.drive_touched(now);
             self.stdio_turn(false, now, true);
             // A 401 seen this round starts its run now, not at the next event.
-            if self.unauthorized.get() {
+            if self.unauthorized.get() || self.step_up.borrow().is_some() {
                 self.credential_turn(now);
             }
             if self.metrics.is_some() {
@@ -645,6 +648,13 @@ impl Proxy {
         if self.unauthorized.replace(false) {
             if let Some(c) = self.credential.as_mut() {
                 c.refused(now);
+            }
+        }
+        if let Some(scope) = self.step_up.borrow_mut().take() {
+            // No token with more scope coming: the waiting request goes
+            // again as it was, and its second 403 is relayed.
+            if !self.credential.as_mut().is_some_and(|c| c.step_up(&scope, now)) {
+                self.live.bump();
             }
         }
         #[cfg(feature = "tls")]
@@ -841,6 +851,10 @@ impl Proxy {
             #[cfg(not(feature = "tls"))]
             dpop: None,
             dpop_nonce: &self.dpop_nonce,
+            step_up: match &self.credential {
+                Some(c) if c.steps_up() => Some(&self.step_up),
+                _ => None,
+            },
             renewable: self.credential.as_ref().is_some_and(|c| c.would_renew(now)),
             token_generation: self.live.generation,
             token_expired: self.credential.as_ref().is_some_and(credential::Renewer::expired),

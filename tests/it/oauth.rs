@@ -550,3 +550,103 @@ fn dpop_binds_the_token_every_request_carries_a_proof_and_each_servers_nonce_is_
         assert!(!log.contains(secret), "`{secret}` in the proxy's trace log");
     }
 }
+
+/// A server whose `tools/call` needs the scope `mcp:write` (and, with `admin`, `mcp:admin`, which its
+/// authorization server never grants): a token without it gets 403 `insufficient_scope` naming it. The
+/// token endpoint grants what is asked for (bar `mcp:admin`); tokens are `at-N`, their scopes recorded.
+fn scoped_stand(admin: bool) -> StubUpstream {
+    let scopes: Arc<Mutex<Vec<String>>> = Arc::default();
+    StubUpstream::start(move |req: &Req, s: &mut TcpStream| {
+        let json = |s: &mut TcpStream, status: &str, body: String| {
+            let _ = s.write_all(&response(status, &[("Content-Type", "application/json")], body.as_bytes()));
+        };
+        match req.target.as_str() {
+            "/token" => {
+                let asked = form(&req.body)
+                    .into_iter()
+                    .find(|(k, _)| k == "scope")
+                    .map(|(_, v)| v)
+                    .unwrap_or_default();
+                let granted: Vec<&str> = asked.split(' ').filter(|s| *s != "mcp:admin").collect();
+                let mut all = scopes.lock().unwrap();
+                all.push(granted.join(" "));
+                json(
+                    s,
+                    "200 OK",
+                    format!(
+                        r#"{{"access_token":"at-{}","token_type":"Bearer","expires_in":3600}}"#,
+                        all.len()
+                    ),
+                );
+            }
+            _ => {
+                let all = scopes.lock().unwrap();
+                let held = req
+                    .head
+                    .all("authorization")
+                    .first()
+                    .and_then(|a| a.strip_prefix("Bearer at-"))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .and_then(|n| all.get(n - 1).cloned())
+                    .unwrap_or_default();
+                let need: &[&str] = if admin { &["mcp:write", "mcp:admin"] } else { &["mcp:write"] };
+                if need.iter().all(|n| held.split(' ').any(|h| h == *n)) {
+                    json(s, "200 OK", r#"{"jsonrpc":"2.0","id":3,"result":{}}"#.into());
+                } else {
+                    let challenge =
+                        format!("Bearer error=\"insufficient_scope\", scope=\"{}\"", need.join(" "));
+                    let _ = s.write_all(&response(
+                        "403 Forbidden",
+                        &[("WWW-Authenticate", challenge.as_str()), ("Content-Type", "application/json")],
+                        br#"{"error":"insufficient_scope"}"#,
+                    ));
+                }
+            }
+        }
+        Next::KeepAlive
+    })
+}
+
+#[test]
+fn a_403_for_more_scope_asks_once_for_the_union_then_relays() {
+    let secret = secret_file();
+    for admin in [false, true] {
+        let stub = scoped_stand(admin);
+        let endpoint = format!("http://127.0.0.1:{}/token", stub.port);
+        let p = ProxyProcess::builder(stub.url())
+            .agent(AGENT)
+            .arg("--oauth-client-id", "c")
+            .arg("--oauth-client-secret-file", &secret)
+            .arg("--oauth-token-endpoint", &endpoint)
+            .arg("--oauth-scope", "mcp:call")
+            .env("RUST_LOG", "trace")
+            .start();
+        let st = Stand { stub, valid: Arc::default(), issued: Arc::default() };
+        let (status, reqs) = call(&p, &st);
+        let scopes: Vec<String> = reqs
+            .iter()
+            .filter(|r| r.target == "/token")
+            .map(|r| {
+                form(&r.body).into_iter().find(|(k, _)| k == "scope").map(|(_, v)| v).unwrap_or_default()
+            })
+            .collect();
+        assert_eq!(targets(&reqs), ["POST /mcp", "POST /token", "POST /mcp"], "admin {admin}");
+        let want = if admin { "mcp:call mcp:write mcp:admin" } else { "mcp:call mcp:write" };
+        assert_eq!(scopes, [want], "the union of the scopes asked for and the challenge's");
+        match admin {
+            // The token with the union is enough: the client sees only the 200.
+            false => assert_eq!(status, 200, "{}", p.stderr_text()),
+            // Still refused: that 403 is relayed, and the next one at once, with no new token request.
+            true => {
+                assert_eq!(status, 403);
+                let (status, reqs) = call(&p, &st);
+                assert_eq!(status, 403);
+                assert_eq!(
+                    targets(&reqs),
+                    ["POST /mcp", "POST /mcp"],
+                    "asked once for that scope: the same token again"
+                );
+            }
+        }
+    }
+}

@@ -68,6 +68,7 @@ impl Fixture {
             token: b"tok-secret",
             dpop: None,
             dpop_nonce: &self.dpop_nonce,
+            step_up: None,
             agent: "claude",
             now: std::time::Instant::now(),
             listen_port: 8200,

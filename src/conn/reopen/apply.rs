@@ -15,6 +15,17 @@ use crate::mcp::initialize::Format;
 use log::{debug, info, warn};
 use std::borrow::Cow;
 
+/// The scope a 403's `Bearer` or `DPoP` challenge with `error=
+/// "insufficient_scope"` asks for (RFC 6750 §3.1).
+fn insufficient_scope(resp: &ResponseHead) -> Option<String> {
+    let value = resp.headers.get(b"www-authenticate")?;
+    let all = crate::credentials::challenge::parse(value).ok()?;
+    let c = all
+        .iter()
+        .find(|c| (c.is("Bearer") || c.is("DPoP")) && c.param("error") == Some("insufficient_scope"))?;
+    c.param("scope").map(str::to_string).filter(|s| !s.trim().is_empty())
+}
+
 /// A 401 whose DPoP challenge says `use_dpop_nonce`.
 fn wants_dpop_nonce(resp: &ResponseHead) -> bool {
     let Some(value) = resp.headers.get(b"www-authenticate") else { return false };
@@ -34,7 +45,8 @@ impl Conn {
         if let Some(n) = nonce {
             *ctx.dpop_nonce.borrow_mut() = Some(n.to_vec());
         }
-        if self.ex.recovery.reopen.is_none() && resp.status != 404 && resp.status != 401 {
+        let stepping_up = resp.status == 403 && ctx.step_up.is_some();
+        if self.ex.recovery.reopen.is_none() && resp.status != 404 && resp.status != 401 && !stepping_up {
             // Nearly every response: no reopen under way, no session lost.
             return false;
         }
@@ -52,8 +64,24 @@ impl Conn {
             && resp.status == 401
             && self.ex.may_replay(resp)
             && (ctx.renewable || self.ex.recovery.token_generation != ctx.token_generation);
+        let step_up = match stepping_up && self.ex.recovery.reopen.is_none() && self.ex.may_replay(resp) {
+            true => insufficient_scope(resp),
+            false => None,
+        };
         let decision = match self.ex.recovery.reopen.as_deref_mut() {
             Some(r) => r.on_head(&head),
+            None if step_up.is_some() => {
+                info!(
+                    "conn {}: the upstream wants more scope (403): the request waits for a token with it",
+                    self.id
+                );
+                if let (Some(cell), Some(scope)) = (ctx.step_up, step_up) {
+                    *cell.borrow_mut() = Some(scope);
+                }
+                let sent_under = self.ex.recovery.token_generation;
+                self.ex.recovery.reopen = Some(Box::new(Reopen::for_token(sent_under, resp.keep_alive)));
+                OnHead::Collect
+            }
             None if refused => {
                 // A DPoP server that wants its nonce (RFC 9449 §9) needs no
                 // new token: the loop puts the nonce in force and the
