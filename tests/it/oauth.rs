@@ -650,3 +650,30 @@ fn a_403_for_more_scope_asks_once_for_the_union_then_relays() {
         }
     }
 }
+
+#[test]
+fn over_stdio_the_oauth_token_is_fetched_sent_and_renewed_after_a_401() {
+    let st = stand(As::Post);
+    let secret = secret_file();
+    let mut p = ProxyProcess::builder(st.stub.url())
+        .agent(AGENT)
+        .arg("--oauth-client-id", "c")
+        .arg("--oauth-client-secret-file", &secret)
+        .env("RUST_LOG", "trace")
+        .start_stdio();
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "chat_send", "arguments": {}}});
+    let last_mcp = |st: &Stand| {
+        st.stub.requests().into_iter().rev().find(|r| r.target == "/mcp").expect("a request to /mcp")
+    };
+    let answer = p.call(&call);
+    assert!(answer["result"].is_object(), "{answer}");
+    assert_eq!(last_mcp(&st).head.all("authorization"), ["Bearer at-1"]);
+    *st.valid.lock().unwrap() = "at-2".into();
+    let answer = p.call(&call);
+    assert!(answer["result"].is_object(), "the host never sees the 401: {answer}");
+    assert_eq!(last_mcp(&st).head.all("authorization"), ["Bearer at-2"]);
+    assert_eq!(st.issued.load(Ordering::SeqCst), 2);
+    p.assert_stdout_clean();
+    p.end_session(Duration::from_secs(5));
+}
