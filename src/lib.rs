@@ -32,6 +32,7 @@ pub(crate) mod limits;
 pub mod mcp;
 pub mod obs;
 pub mod probe;
+pub mod route;
 pub mod stdio;
 #[cfg(test)]
 mod test_rng;
