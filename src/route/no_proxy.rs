@@ -118,7 +118,9 @@ fn entry(text: &str) -> Option<Entry> {
     }
     let name = rest.strip_prefix("*.").or_else(|| rest.strip_prefix('.')).unwrap_or(rest);
     let name = name.trim_end_matches('.');
-    if name.is_empty() {
+    // What a host name may hold (as `url` takes it): a `*` elsewhere, a
+    // blank inside, is no pattern.
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b)) {
         return None;
     }
     Some(Entry { pattern: Pattern::Name(name.to_ascii_lowercase()), port })
@@ -266,6 +268,10 @@ mod tests {
         ("[::1", "[::1]", 443, false),
         ("[zz]", "[::1]", 443, false),
         (".", "example.com", 443, false),
+        // `*` inside a list, or inside a name, is no pattern.
+        (",*", "x.*", 443, false),
+        ("a*.example.com", "a*.example.com", 443, false),
+        ("exa mple.com", "mple.com", 443, false),
         ("*.", "example.com", 443, false),
     ];
 
