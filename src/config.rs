@@ -1055,8 +1055,23 @@ fn routed_upstream(
     let (port, path, host) = (url.port, url.target.clone(), url.host_text());
     // The name looked up, and the one TLS checks: no brackets.
     let lookup_host = host.trim_start_matches('[').trim_end_matches(']');
+    #[cfg(feature = "tls")]
     let decision = crate::route::decide(&url.host, port, https, env, flags)
         .map_err(|e| ConfigError::Proxy(format!("{e} (or --no-proxy-env)")))?;
+    // The minimal build (no TLS) has no forward proxies: only a plain
+    // upstream could go through one, and only when asked.
+    #[cfg(not(feature = "tls"))]
+    let decision = match flags.proxy_http {
+        true => {
+            let why = "this binary was built without TLS and forward proxies (the `tls` feature)";
+            return Err(ConfigError::Invalid { flag: "--upstream-proxy-http", why });
+        }
+        false => {
+            let _ = env;
+            let route = crate::route::Route::Direct(crate::route::Direct::NotBuilt);
+            crate::route::Decision { route, warnings: Vec::new() }
+        }
+    };
     let (addrs, tunnel) = match &decision.route {
         crate::route::Route::Proxy { url: proxy, var } => {
             let proxy_host = proxy.lookup_host();
@@ -1272,6 +1287,8 @@ mod tests {
         assert_eq!(parse_upstream("https://127.0.0.1:1/mcp", &none).unwrap_err(), ConfigError::Https);
     }
 
+    // Forward proxies need the `tls` feature (the minimal build goes direct).
+    #[cfg(feature = "tls")]
     #[test]
     fn a_proxied_upstream_connects_to_the_proxy_with_its_connect_ready() {
         let f = Flags::parse(args("--upstream http://h:1/ --no-proxy-env --upstream-proxy-http")).unwrap();
@@ -1312,6 +1329,19 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().starts_with("HTTPS_PROXY: an https:// proxy"), "{e}");
         assert!(!e.to_string().contains("secret"), "{e}");
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn the_minimal_build_goes_direct_and_refuses_upstream_proxy_http() {
+        let env =
+            crate::route::ProxyEnv::read(|n| (n == "HTTPS_PROXY").then(|| "http://10.9.8.7:1".to_string()));
+        let none = TlsFlags::default();
+        let http = crate::route::RouteFlags { proxy_http: true, ..Default::default() };
+        let u = routed_upstream("http://10.1.1.1:8200/mcp", &none, &env, Default::default()).unwrap();
+        assert!(u.tunnel.is_none() && u.addrs == vec!["10.1.1.1:8200".parse().unwrap()]);
+        let e = routed_upstream("http://10.1.1.1:8200/mcp", &none, &env, http).unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { flag: "--upstream-proxy-http", .. }), "{e}");
     }
 
     #[test]

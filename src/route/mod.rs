@@ -241,6 +241,8 @@ pub enum Direct {
     PlainHttp,
     /// The `NO_PROXY` variable (this spelling) lists the host.
     NoProxy(&'static str),
+    /// A build without forward proxies (the minimal one, without TLS).
+    NotBuilt,
 }
 
 /// The route and the warnings for the start's log.
@@ -317,6 +319,7 @@ impl fmt::Display for Route {
                     "direct (a plain http:// upstream goes through a proxy only with --upstream-proxy-http)"
                 }
                 Direct::NoProxy("no_proxy") => "direct (listed in no_proxy)",
+                Direct::NotBuilt => "direct (a build without TLS has no forward proxies)",
                 Direct::NoProxy(_) => "direct (listed in NO_PROXY)",
             }),
         }
