@@ -405,7 +405,8 @@ FORWARD PROXY (read once at start):
     list; * alone for all; a name matches itself and its subdomains (a
     leading . or *. the same); IPv4/IPv6 addresses and CIDR ranges, in
     brackets or not; an entry with :PORT matches that port only. A
-    loopback upstream never goes through a proxy.
+    loopback upstream never goes through a proxy. Not in the minimal build
+    (without TLS).
     --no-proxy-env          ignore all of these variables
     --upstream-proxy-http   send a plain http:// upstream through the proxy
                             too (the proxy can read the agent's token)
