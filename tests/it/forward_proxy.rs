@@ -26,6 +26,19 @@ use crate::support::wire::{find, read_request, response, Resp};
 /// by squid's hosts file; the certificate `proxied.pem` is for it.
 pub(crate) const PROXIED_HOST: &str = "mcp.proxied.test";
 
+/// The `Host` nginx sends agentchattr behind it, whose MCP server accepts only loopback names (421 otherwise).
+pub(crate) const AGENTCHATTR_HOST: &str = "localhost:$server_port";
+
+/// The proxy variables for a proxy through `squid` (and none inherited).
+pub(crate) fn through(squid: &Squid) -> [(&'static str, String); 4] {
+    [
+        ("HTTPS_PROXY", squid.url()),
+        ("https_proxy", String::new()),
+        ("NO_PROXY", String::new()),
+        ("no_proxy", String::new()),
+    ]
+}
+
 /// Every proxy variable the proxy could inherit from the test's own environment, removed first.
 const PROXY_VARS: [&str; 6] =
     ["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"];
@@ -87,6 +100,18 @@ impl Squid {
     /// The access log so far (squid writes a CONNECT's line when its tunnel closes).
     pub(crate) fn access_log(&self) -> String {
         std::fs::read_to_string(self.dir.join("access.log")).unwrap_or_default()
+    }
+
+    /// The access log once it holds `needle`, or as it stands after 5 s.
+    pub(crate) fn access_log_once(&self, needle: &str) -> String {
+        let t0 = Instant::now();
+        loop {
+            let log = self.access_log();
+            if log.contains(needle) || t0.elapsed() > Duration::from_secs(5) {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 

@@ -8,12 +8,9 @@
 use std::time::Instant;
 
 use super::*;
-use crate::forward_proxy::{Squid, PROXIED_HOST};
+use crate::forward_proxy::{through, Squid, AGENTCHATTR_HOST, PROXIED_HOST};
 use crate::support::proxy_process::{token_file, ProxyProcess};
 use crate::tls::{cert, Nginx};
-
-/// The `Host` nginx sends agentchattr, whose MCP server accepts only loopback names (421 otherwise).
-const AGENTCHATTR_HOST: &str = "localhost:$server_port";
 
 /// The proxy in front of `https://mcp.proxied.test:PORT/mcp` through `squid`.
 fn proxy_through(squid: &Squid, port: u16, name: &str, token: &str) -> ProxyProcess {
@@ -21,7 +18,7 @@ fn proxy_through(squid: &Squid, port: u16, name: &str, token: &str) -> ProxyProc
         .agent(name)
         .arg("--token-file", token_file(token))
         .arg("--ca-file", cert("root.pem"))
-        .envs(&[("HTTPS_PROXY", &squid.url()), ("https_proxy", ""), ("NO_PROXY", ""), ("no_proxy", "")])
+        .envs(&through(squid).each_ref().map(|(k, v)| (*k, v.as_str())))
         .start()
 }
 
@@ -29,12 +26,7 @@ fn proxy_through(squid: &Squid, port: u16, name: &str, token: &str) -> ProxyProc
 /// agent's token (an https upstream: the proxy sees only the tunnel).
 fn check_access_log(c: &mut Checks, squid: &Squid, port: u16, token: &str) -> String {
     let connect = format!("CONNECT {PROXIED_HOST}:{port}");
-    let t0 = Instant::now();
-    let mut log = squid.access_log();
-    while !log.contains(&connect) && t0.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(50));
-        log = squid.access_log();
-    }
+    let log = squid.access_log_once(&connect);
     c.check(log.contains(&connect), "squid's access log shows no CONNECT to the upstream");
     c.check(!log.contains(token), "the agent's token is in squid's access log");
     log
