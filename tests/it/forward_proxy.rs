@@ -132,8 +132,9 @@ enum Act {
     Answer(&'static [u8]),
     /// Writes these bytes and then holds the connection, silent.
     Stall(&'static [u8]),
-    /// Opens the tunnel and serves plain HTTP in it: every JSON-RPC request answered with its id.
-    Serve,
+    /// Opens the tunnel and serves plain HTTP in it: every JSON-RPC request answered with its id; the
+    /// 200 sent one byte at a time when `drip`.
+    Serve { drip: bool },
 }
 
 /// A stand-in forward proxy on a loopback port: each connection's CONNECT head is recorded, then `act`.
@@ -193,8 +194,20 @@ fn stand_in_connection(mut s: TcpStream, act: Act, heads: &Mutex<Vec<String>>, s
             let _ = s.write_all(bytes);
             std::thread::sleep(Duration::from_secs(20));
         }
-        Act::Serve => {
-            let _ = s.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n");
+        Act::Serve { drip } => {
+            let open = b"HTTP/1.1 200 Connection established\r\n\r\n";
+            match drip {
+                true => {
+                    let _ = s.set_nodelay(true);
+                    for b in open {
+                        let _ = s.write_all(&[*b]);
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+                false => {
+                    let _ = s.write_all(open);
+                }
+            }
             while let Some(req) = read_request(&mut s, &mut buf, 0) {
                 let v: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
                 served.lock().unwrap().push(v.clone());
@@ -329,8 +342,16 @@ fn a_407_with_credentials_received_them_decoded_as_basic_and_they_are_never_show
     ));
     // User `al@ice`, password `s3cr:t w` (percent-encoded in the URL), lowercase spelling.
     let url = format!("http://al%40ice:s3cr%3At%20w@127.0.0.1:{}", s.port);
-    let p = proxy(&upstream(), &[("https_proxy", &url)], &[]);
+    // Both spellings, differing: the lowercase one is used, a warning says so (never the values).
+    let p =
+        proxy(&upstream(), &[("https_proxy", &url), ("HTTPS_PROXY", "http://bob:hunter2@127.0.0.1:9")], &[]);
     assert_proxy_failure(&p, s.port, 42, "answered 407", Duration::from_secs(3), "proxy");
+    let log = p.stderr_text();
+    assert!(
+        log.contains("both https_proxy and HTTPS_PROXY are set and differ: https_proxy is used"),
+        "{log}"
+    );
+    assert!(!log.contains("hunter2") && !log.contains("bob"), "{log}");
     let head = s.heads().first().cloned().unwrap_or_default();
     // base64("al@ice:s3cr:t w")
     let basic = "YWxAaWNlOnMzY3I6dCB3";
@@ -391,7 +412,7 @@ fn a_proxy_that_closes_after_its_200_gets_the_unreachable_answer() {
 
 #[test]
 fn a_plain_http_upstream_goes_through_the_proxy_only_with_the_flag_and_keeps_its_tunnel_in_the_pool() {
-    let s = StandIn::start(Act::Serve);
+    let s = StandIn::start(Act::Serve { drip: false });
     let url = format!("http://{PROXIED_HOST}:8200/mcp");
     let p = proxy(&url, &[("HTTPS_PROXY", &s.url())], &["--upstream-proxy-http"]);
     for id in 1..=3 {
@@ -420,7 +441,7 @@ fn a_plain_http_upstream_goes_through_the_proxy_only_with_the_flag_and_keeps_its
 
 #[test]
 fn the_stdio_front_end_goes_through_the_tunnel_too() {
-    let s = StandIn::start(Act::Serve);
+    let s = StandIn::start(Act::Serve { drip: false });
     let url = format!("http://{PROXIED_HOST}:8200/mcp");
     let mut b = ProxyProcess::builder(&url).agent(AGENT).token(TOKEN).flag("--upstream-proxy-http");
     for name in PROXY_VARS {
@@ -439,6 +460,15 @@ fn the_stdio_front_end_goes_through_the_tunnel_too() {
     let a = p.next(Duration::from_secs(10));
     assert_eq!((a["id"].as_u64(), a["result"]["via"].as_str()), (Some(2), Some("tunnel")), "{a}");
     assert!(!s.heads().is_empty() && s.heads().iter().all(|h| h.starts_with("CONNECT ")), "{:?}", s.heads());
+}
+
+#[test]
+fn an_answer_to_connect_that_trickles_in_byte_by_byte_opens_the_tunnel() {
+    let s = StandIn::start(Act::Serve { drip: true });
+    let url = format!("http://{PROXIED_HOST}:8200/mcp");
+    let p = proxy(&url, &[("HTTPS_PROXY", &s.url())], &["--upstream-proxy-http"]);
+    let r = post(&p, 9);
+    assert_eq!((r.status, json(&r)["id"].as_u64()), (200, Some(9)), "{}", r.raw_text());
 }
 
 // ---------------------------------------------------------------------------------------------------------
