@@ -36,6 +36,23 @@ pub struct Upstream {
     /// How every TLS connection is made (`https://` only).
     #[cfg(feature = "tls")]
     pub tls: Option<std::sync::Arc<crate::tls::TlsSetup>>,
+    /// Direct, or through a forward proxy (`addrs` are then the proxy's).
+    pub route: crate::route::Route,
+    /// The `CONNECT` every connection starts with, through a proxy.
+    pub tunnel: Option<std::sync::Arc<crate::route::connect::ConnectSetup>>,
+    /// What the start's log warns about the proxy variables.
+    pub route_warnings: Vec<String>,
+}
+
+impl Upstream {
+    /// The host and port a connection goes to (the proxy's, through one):
+    /// the ones looked up again.
+    pub fn connect_host(&self) -> (String, u16) {
+        match &self.route {
+            crate::route::Route::Proxy { url, .. } => (url.lookup_host(), url.port),
+            crate::route::Route::Direct(_) => (self.host.clone(), self.port),
+        }
+    }
 }
 
 /// The TLS options: `--ca-file` (repeatable), `SSL_CERT_FILE`,
@@ -216,6 +233,8 @@ pub enum ConfigError {
     Https,
     /// The TLS setup failed (a file named, never its bytes).
     Tls(String),
+    /// A proxy variable refused, or its host not resolved (never its value).
+    Proxy(String),
     Resolve(String),
     /// `--probe` with another argument (named, never its value).
     ProbeNotAlone(String),
@@ -256,6 +275,7 @@ impl fmt::Display for ConfigError {
                  use the default build, or http://",
             ),
             ConfigError::Tls(why) => write!(f, "TLS: {why}"),
+            ConfigError::Proxy(why) => write!(f, "{why}"),
             ConfigError::InvalidAgent(e) => write!(f, "invalid --agent: {e}"),
             ConfigError::IdentityFile(p, why) => write!(f, "identity file {}: {why}", p.display()),
             ConfigError::PartialIdentity { given, missing } => write!(
@@ -460,6 +480,24 @@ LISTENER AND LIMITS:
                             DELETE [default: 5]
                             (every SECS may have a fraction: 0.5)
 
+FORWARD PROXY (read once at start):
+    An https:// upstream goes through https_proxy, else HTTPS_PROXY, else
+    all_proxy, else ALL_PROXY (lowercase first, as curl): http://[USER:
+    PASSWORD@]HOST[:PORT] (port 1080 when absent, as curl; USER and
+    PASSWORD percent-decoded, sent as Proxy-Authorization: Basic). A
+    CONNECT tunnel is opened within --connect-timeout, then TLS inside it
+    checked against the upstream host. An https:// proxy URL is refused
+    (exit 2). A proxy that refuses, closes, stalls or answers garbage gets
+    the unreachable-upstream answer. no_proxy, else NO_PROXY: a comma
+    list; * alone for all; a name matches itself and its subdomains (a
+    leading . or *. the same); IPv4/IPv6 addresses and CIDR ranges, in
+    brackets or not; an entry with :PORT matches that port only. A
+    loopback upstream never goes through a proxy. Not in the minimal build
+    (without TLS).
+    --no-proxy-env          ignore all of these variables
+    --upstream-proxy-http   send a plain http:// upstream through the proxy
+                            too (the proxy can read the agent's token)
+
 AUDIT AND HEALTH:
     --audit-log PATH        one JSON line per JSON-RPC request and per
                             session or identity event (README lists the
@@ -501,6 +539,8 @@ ENVIRONMENT:
     RUST_LOG                log filter on stderr (error, warn, info, debug,
                             trace) [default: warn]; info logs one line per
                             exchange. Tokens are never logged.
+    https_proxy HTTPS_PROXY all_proxy ALL_PROXY no_proxy NO_PROXY
+                            the forward proxy (see FORWARD PROXY)
 
 EXIT STATUS:
     0  clean shutdown: SIGINT, SIGTERM (Windows: Ctrl-C, Ctrl-Break,
@@ -572,6 +612,8 @@ pub struct Flags {
     /// `--ca-file`, `--tls-client-cert`, `--tls-client-key` (`SSL_CERT_FILE`
     /// is added by `Config::from_flags`).
     pub tls: TlsFlags,
+    /// `--no-proxy-env` and `--upstream-proxy-http`.
+    pub route: crate::route::RouteFlags,
 }
 
 impl Default for Flags {
@@ -606,6 +648,7 @@ impl Default for Flags {
             metrics_listen: None,
             probe: None,
             tls: TlsFlags::default(),
+            route: crate::route::RouteFlags::default(),
         }
     }
 }
@@ -754,6 +797,8 @@ impl Flags {
                 "--ca-file" => f.tls.ca_files.push(PathBuf::from(value("--ca-file")?)),
                 "--tls-client-cert" => f.tls.client_cert = Some(PathBuf::from(value("--tls-client-cert")?)),
                 "--tls-client-key" => f.tls.client_key = Some(PathBuf::from(value("--tls-client-key")?)),
+                "--no-proxy-env" => f.route.ignore_env = true,
+                "--upstream-proxy-http" => f.route.proxy_http = true,
                 "--probe" => {
                     let url = probe::parse_url(&value("--probe")?)
                         .map_err(|why| ConfigError::Invalid { flag: "--probe", why })?;
@@ -848,9 +893,17 @@ impl Config {
             // Alone by `Flags::parse`: `--upstream` is missing beside it.
             probe: _,
             mut tls,
+            route,
         } = flags;
         tls.env_ca_file = std::env::var_os("SSL_CERT_FILE").filter(|v| !v.is_empty()).map(PathBuf::from);
-        let upstream = parse_upstream(&upstream.ok_or(ConfigError::Missing("--upstream"))?, &tls)?;
+        // The proxy variables, read once (not at all with --no-proxy-env).
+        let proxy_env = if route.ignore_env {
+            crate::route::ProxyEnv::default()
+        } else {
+            crate::route::ProxyEnv::from_process()
+        };
+        let upstream = upstream.ok_or(ConfigError::Missing("--upstream"))?;
+        let upstream = routed_upstream(&upstream, &tls, &proxy_env, route)?;
         let renewed = match (&token_command, oauth.first_given()) {
             (Some(_), Some(other)) => return Err(ConfigError::Conflict { flag: "--token-command", other }),
             (Some(_), None) => Some("--token-command"),
@@ -1176,7 +1229,21 @@ fn parse_listen(v: &str) -> Result<SocketAddr, ConfigError> {
     Ok(addr)
 }
 
+/// `routed_upstream` with no proxy variable set.
+#[cfg(test)]
 fn parse_upstream(v: &str, tls: &TlsFlags) -> Result<Upstream, ConfigError> {
+    routed_upstream(v, tls, &crate::route::ProxyEnv::default(), crate::route::RouteFlags::default())
+}
+
+/// `--upstream`, checked and resolved, with its route: through a forward
+/// proxy, the proxy's addresses are the ones connected to (the upstream's
+/// name is the proxy's to resolve).
+fn routed_upstream(
+    v: &str,
+    tls: &TlsFlags,
+    env: &crate::route::ProxyEnv,
+    flags: crate::route::RouteFlags,
+) -> Result<Upstream, ConfigError> {
     let https = v.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"));
     if https && !cfg!(feature = "tls") {
         return Err(ConfigError::Https);
@@ -1204,13 +1271,62 @@ fn parse_upstream(v: &str, tls: &TlsFlags) -> Result<Upstream, ConfigError> {
     let (port, path, host) = (url.port, url.target.clone(), url.host_text());
     // The name looked up, and the one TLS checks: no brackets.
     let lookup_host = host.trim_start_matches('[').trim_end_matches(']');
-    let addrs = match url.fixed_addrs() {
-        Some(addrs) => addrs,
-        None => lookup(lookup_host, port).map_err(|_| ConfigError::Resolve(lookup_host.to_string()))?,
+    #[cfg(feature = "tls")]
+    let decision = crate::route::decide(&url.host, port, https, env, flags)
+        .map_err(|e| ConfigError::Proxy(format!("{e} (or --no-proxy-env)")))?;
+    // The minimal build (no TLS) has no forward proxies: only a plain
+    // upstream could go through one, and only when asked.
+    #[cfg(not(feature = "tls"))]
+    let decision = match flags.proxy_http {
+        true => {
+            let why = "this binary was built without TLS and forward proxies (the `tls` feature)";
+            return Err(ConfigError::Invalid { flag: "--upstream-proxy-http", why });
+        }
+        false => {
+            let _ = env;
+            let route = crate::route::Route::Direct(crate::route::Direct::NotBuilt);
+            crate::route::Decision { route, warnings: Vec::new() }
+        }
     };
-    if addrs.is_empty() {
-        return Err(ConfigError::Resolve(lookup_host.to_string()));
-    }
+    let (addrs, tunnel) = match &decision.route {
+        crate::route::Route::Proxy { url: proxy, var } => {
+            let proxy_host = proxy.lookup_host();
+            let unresolved =
+                || ConfigError::Proxy(format!("{var}: cannot resolve the proxy host '{proxy_host}'"));
+            let fixed = crate::url::Url {
+                https: false,
+                host: proxy.host.clone(),
+                port: proxy.port,
+                target: String::new(),
+            };
+            let addrs = match fixed.fixed_addrs() {
+                Some(addrs) => addrs,
+                None => lookup(&proxy_host, proxy.port).map_err(|_| unresolved())?,
+            };
+            if addrs.is_empty() {
+                return Err(unresolved());
+            }
+            let authorization = proxy.authorization();
+            let setup = crate::route::connect::ConnectSetup::new(
+                proxy.authority(),
+                url.authority(),
+                authorization.as_deref(),
+            );
+            (addrs, Some(std::sync::Arc::new(setup)))
+        }
+        crate::route::Route::Direct(_) => {
+            let addrs = match url.fixed_addrs() {
+                Some(addrs) => addrs,
+                None => {
+                    lookup(lookup_host, port).map_err(|_| ConfigError::Resolve(lookup_host.to_string()))?
+                }
+            };
+            if addrs.is_empty() {
+                return Err(ConfigError::Resolve(lookup_host.to_string()));
+            }
+            (addrs, None)
+        }
+    };
     let authority = match (https, port) {
         (true, 443) => host.clone(),
         _ => format!("{host}:{port}"),
@@ -1233,6 +1349,9 @@ fn parse_upstream(v: &str, tls: &TlsFlags) -> Result<Upstream, ConfigError> {
         https,
         #[cfg(feature = "tls")]
         tls,
+        route: decision.route,
+        tunnel,
+        route_warnings: decision.warnings,
     })
 }
 
@@ -1382,6 +1501,63 @@ mod tests {
         }
         #[cfg(not(feature = "tls"))]
         assert_eq!(parse_upstream("https://127.0.0.1:1/mcp", &none).unwrap_err(), ConfigError::Https);
+    }
+
+    // Forward proxies need the `tls` feature (the minimal build goes direct).
+    #[cfg(feature = "tls")]
+    #[test]
+    fn a_proxied_upstream_connects_to_the_proxy_with_its_connect_ready() {
+        let f = Flags::parse(args("--upstream http://h:1/ --no-proxy-env --upstream-proxy-http")).unwrap();
+        assert_eq!(f.route, crate::route::RouteFlags { ignore_env: true, proxy_http: true });
+        let env = |v: &str| {
+            let v = v.to_string();
+            crate::route::ProxyEnv::read(move |n| (n == "HTTPS_PROXY").then(|| v.clone()))
+        };
+        let http = crate::route::RouteFlags { proxy_http: true, ..Default::default() };
+        let none = TlsFlags::default();
+        // A name the proxy resolves, never this host: nothing is looked up but the proxy.
+        let u = routed_upstream(
+            "http://mcp.no-such-host.invalid:8200/mcp",
+            &none,
+            &env("http://u:p@10.9.8.7:3128"),
+            http,
+        )
+        .unwrap();
+        assert_eq!(u.addrs, vec!["10.9.8.7:3128".parse().unwrap()]);
+        assert_eq!(u.connect_host(), ("10.9.8.7".to_string(), 3128));
+        let tunnel = u.tunnel.as_deref().unwrap();
+        assert_eq!(
+            (tunnel.proxy.as_str(), tunnel.target.as_str()),
+            ("10.9.8.7:3128", "mcp.no-such-host.invalid:8200")
+        );
+        assert!(String::from_utf8_lossy(tunnel.request()).contains("Proxy-Authorization: Basic dTpw\r\n"));
+        assert!(!format!("{u:?}").contains("dTpw"), "Debug shows the credentials");
+        // Without the flag a plain http upstream goes direct (and is resolved).
+        let u = routed_upstream(
+            "http://10.1.1.1:8200/mcp",
+            &none,
+            &env("http://10.9.8.7:3128"),
+            Default::default(),
+        )
+        .unwrap();
+        assert!(u.tunnel.is_none() && u.addrs == vec!["10.1.1.1:8200".parse().unwrap()]);
+        let e = routed_upstream("http://10.1.1.1/", &none, &env("https://u:secret@10.9.8.7:1"), http)
+            .unwrap_err();
+        assert!(e.to_string().starts_with("HTTPS_PROXY: an https:// proxy"), "{e}");
+        assert!(!e.to_string().contains("secret"), "{e}");
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn the_minimal_build_goes_direct_and_refuses_upstream_proxy_http() {
+        let env =
+            crate::route::ProxyEnv::read(|n| (n == "HTTPS_PROXY").then(|| "http://10.9.8.7:1".to_string()));
+        let none = TlsFlags::default();
+        let http = crate::route::RouteFlags { proxy_http: true, ..Default::default() };
+        let u = routed_upstream("http://10.1.1.1:8200/mcp", &none, &env, Default::default()).unwrap();
+        assert!(u.tunnel.is_none() && u.addrs == vec!["10.1.1.1:8200".parse().unwrap()]);
+        let e = routed_upstream("http://10.1.1.1:8200/mcp", &none, &env, http).unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { flag: "--upstream-proxy-http", .. }), "{e}");
     }
 
     #[test]

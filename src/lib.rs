@@ -34,6 +34,7 @@ pub mod mcp;
 pub mod oauth;
 pub mod obs;
 pub mod probe;
+pub mod route;
 pub mod stdio;
 #[cfg(test)]
 mod test_rng;

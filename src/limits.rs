@@ -13,6 +13,11 @@ pub const MAX_REQUEST_HEAD: usize = 64 * 1024;
 /// Largest response head accepted from the upstream; beyond it: 502.
 pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
+/// Largest answer head a forward proxy may send to a `CONNECT` (a 407's
+/// head with its `Proxy-Authenticate` lines is some hundred bytes); beyond
+/// it the tunnel fails as a proxy failure.
+pub const MAX_PROXY_ANSWER_HEAD: usize = 16 * 1024;
+
 /// Most field lines in one head (hyper's default is 100). Beyond it: 431 for
 /// a client, 502 for the upstream.
 pub const MAX_FIELDS: usize = 100;

@@ -92,7 +92,7 @@ pub fn parse(url: &str) -> Result<Url, &'static str> {
     Ok(Url { https, host, port, target: request_target(target)? })
 }
 
-fn split_authority(authority: &str, default_port: u16) -> Result<(Host, u16), &'static str> {
+pub(crate) fn split_authority(authority: &str, default_port: u16) -> Result<(Host, u16), &'static str> {
     let (host, port) = match authority.strip_prefix('[') {
         Some(v6) => {
             let (inside, after) = v6.split_once(']').ok_or("an IPv6 address needs its closing ]")?;

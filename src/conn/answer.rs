@@ -76,6 +76,9 @@ pub enum Answer {
     /// The TLS connection to the upstream failed: handshake refused or not
     /// done within the connect timeout, an alert, a bad record (502).
     UpstreamTls,
+    /// The forward proxy refused the tunnel to the upstream (407, 403,
+    /// 502, ...), closed, stalled or answered garbage (502).
+    UpstreamProxy,
     /// The upstream closed without a response (502).
     UpstreamClosed,
     /// The upstream's response head was invalid or too large (502).
@@ -115,6 +118,7 @@ impl Answer {
             Answer::RequestTimeout => 408,
             Answer::UpstreamUnreachable
             | Answer::UpstreamTls
+            | Answer::UpstreamProxy
             | Answer::UpstreamClosed
             | Answer::BadUpstream
             | Answer::UpstreamUnavailable
@@ -135,6 +139,7 @@ impl Answer {
             | Answer::RequestTimeout => INVALID_REQUEST,
             Answer::UpstreamUnreachable
             | Answer::UpstreamTls
+            | Answer::UpstreamProxy
             | Answer::ConnectTimeout
             | Answer::UpstreamClosed
             | Answer::BadUpstream
@@ -167,6 +172,7 @@ impl Answer {
             Answer::UpstreamUnreachable | Answer::UpstreamUnavailable => Failure::ConnectRefused,
             Answer::ConnectTimeout => Failure::ConnectTimeout,
             Answer::UpstreamTls => Failure::Tls,
+            Answer::UpstreamProxy => Failure::Proxy,
             Answer::UpstreamTimeout => Failure::ResponseTimeout,
             Answer::BadUpstream | Answer::UpstreamClosed => Failure::BadAnswer,
             _ => return None,
@@ -195,6 +201,7 @@ impl Answer {
             Answer::UpstreamUnreachable => "upstream unreachable",
             Answer::ConnectTimeout => "upstream connect timed out",
             Answer::UpstreamTls => "upstream unreachable: TLS failure",
+            Answer::UpstreamProxy => "upstream unreachable: the forward proxy failed the tunnel",
             Answer::UpstreamClosed => "upstream closed the connection without a response",
             Answer::BadUpstream => "invalid upstream response",
             Answer::UpstreamTimeout => "upstream did not answer in time",
@@ -353,6 +360,7 @@ mod tests {
             Answer::RequestTimeout,
             Answer::UpstreamUnreachable,
             Answer::UpstreamTls,
+            Answer::UpstreamProxy,
             Answer::ConnectTimeout,
             Answer::UpstreamClosed,
             Answer::BadUpstream,
@@ -422,6 +430,7 @@ mod tests {
             (Answer::RequestTimeout, 408, -32600, true, CloseReason::RequestTimeout),
             (Answer::UpstreamUnreachable, 502, -32000, false, CloseReason::UpstreamFailed),
             (Answer::UpstreamTls, 502, -32000, false, CloseReason::UpstreamFailed),
+            (Answer::UpstreamProxy, 502, -32000, false, CloseReason::UpstreamFailed),
             (Answer::BadUpstream, 502, -32000, false, CloseReason::UpstreamFailed),
             (Answer::UpstreamTimeout, 504, -32000, false, CloseReason::UpstreamTimeout),
             (Answer::ConnectTimeout, 504, -32000, false, CloseReason::UpstreamTimeout),

@@ -285,6 +285,11 @@ impl Conn {
                     *retry_at = None;
                 }
             }
+            // Connected to the forward proxy, its answer to CONNECT stalled.
+            Phase::Connect { retry_at: None, .. } if self.upstream.in_tunnel_setup() => {
+                let proxy = self.upstream.proxy_name().unwrap_or_default().to_string();
+                self.proxy_failed(ctx, crate::transport::ProxyFailure::Stalled, &proxy);
+            }
             // Connected, the TLS handshake stalled: a TLS failure.
             Phase::Connect { retry_at: None, .. } if self.upstream.connected() => {
                 self.tls_failed(ctx, "the handshake did not complete within --connect-timeout");

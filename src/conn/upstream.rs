@@ -8,7 +8,7 @@ use super::response::ClientOut;
 use super::{fill_from, Conn, Ctx, Phase, Ready};
 use crate::buf::Buf;
 use crate::limits::{CONNECT_RETRIES, CONNECT_RETRY_DELAY, POOL_IDLE_TIMEOUT};
-use crate::transport::{Handshake, Transport};
+use crate::transport::{Handshake, ProxyFailure, Transport};
 use log::{debug, warn};
 use std::time::Instant;
 
@@ -99,6 +99,16 @@ impl UpstreamSide {
     /// The TCP connect of the attached socket completed.
     pub(super) fn connected(&self) -> bool {
         self.sock.as_ref().is_some_and(|u| u.connected)
+    }
+
+    /// Connected to the forward proxy, its `CONNECT` not answered yet.
+    pub(super) fn in_tunnel_setup(&self) -> bool {
+        self.sock.as_ref().is_some_and(|u| u.connected && u.stream.in_tunnel_setup())
+    }
+
+    /// The forward proxy's `host:port`, while its tunnel is being opened.
+    pub(super) fn proxy_name(&self) -> Option<&str> {
+        self.sock.as_ref().and_then(|u| u.stream.proxy_name())
     }
 
     /// Hands the socket (if any) back to be closed.
@@ -234,6 +244,11 @@ impl Conn {
             Handshake::Done => {}
             Handshake::Wait => return false,
             Handshake::Failed => {
+                if let Some((why, proxy)) = u.stream.proxy_failure() {
+                    let proxy = proxy.to_string();
+                    self.proxy_failed(ctx, why, &proxy);
+                    return true;
+                }
                 let why = u.stream.tls_failure().unwrap_or_default();
                 self.tls_failed(ctx, &why);
                 return true;
@@ -285,8 +300,53 @@ impl Conn {
         } else if self.ex.session.known {
             self.answer_outage(ctx, Answer::UpstreamUnavailable);
         } else {
-            warn!("conn {}: upstream unreachable after {} attempts", self.id, attempt + 1);
+            match ctx.config.upstream.tunnel.as_deref() {
+                Some(t) => warn!(
+                    "conn {}: forward proxy {} unreachable after {} attempts",
+                    self.id,
+                    t.proxy,
+                    attempt + 1
+                ),
+                None => warn!("conn {}: upstream unreachable after {} attempts", self.id, attempt + 1),
+            }
             self.reply_error(ctx, Answer::UpstreamUnreachable);
+        }
+    }
+
+    /// The forward proxy did not open the tunnel (`why`; `proxy`: its
+    /// `host:port`). A 502, 503 or 504 says the proxy could not reach the
+    /// upstream: retried as a refused connect is (a restart behind the
+    /// proxy; in a recorded session for the restart grace). Anything else
+    /// (407, 403, a close, a stall, garbage) is answered at once. The
+    /// answer is the unreachable-upstream one, with one warn line naming
+    /// the proxy and what it did (never a credential).
+    pub fn proxy_failed(&mut self, ctx: &Ctx, why: ProxyFailure, proxy: &str) {
+        self.upstream.spend();
+        if ctx.observing {
+            ctx.obs.borrow_mut().health.unreachable(ctx.now);
+        }
+        let Phase::Connect { attempt, since, .. } = self.phase else {
+            return;
+        };
+        if why.upstream_unreachable() {
+            if self.ex.reattaching() {
+                self.reattach_retry(ctx, attempt);
+                return;
+            }
+            let retry_at = ctx.now + CONNECT_RETRY_DELAY;
+            let in_grace = self.ex.session.known && retry_at <= since + ctx.config.restart_grace;
+            if attempt < CONNECT_RETRIES || in_grace {
+                debug!("conn {}: forward proxy {proxy} {why}: retrying", self.id);
+                self.set_phase(Phase::Connect { attempt: attempt + 1, retry_at: Some(retry_at), since });
+                return;
+            }
+        }
+        let upstream = ctx.config.upstream.authority.as_str();
+        warn!("conn {}: forward proxy {proxy} {why} (tunnel to upstream {upstream})", self.id);
+        if self.ex.session.known {
+            self.answer_outage(ctx, Answer::UpstreamProxy);
+        } else {
+            self.reply_error(ctx, Answer::UpstreamProxy);
         }
     }
 
@@ -298,7 +358,13 @@ impl Conn {
     /// refuses to set up a connection at all.
     pub fn tls_failed(&mut self, ctx: &Ctx, why: &str) {
         let host = ctx.config.upstream.authority.as_str();
-        warn!("conn {}: TLS with upstream {host} failed: {why}", self.id);
+        match ctx.config.upstream.tunnel.as_deref() {
+            Some(t) => warn!(
+                "conn {}: TLS with upstream {host} through forward proxy {} failed: {why}",
+                self.id, t.proxy
+            ),
+            None => warn!("conn {}: TLS with upstream {host} failed: {why}", self.id),
+        }
         ctx.connect_failed.set(true);
         self.upstream.spend();
         if ctx.observing {

@@ -346,21 +346,21 @@ impl Proxy {
             };
             obs.borrow_mut().record(epoch_now(), &config.identity.agent, &record);
         }
+        for warning in &config.upstream.route_warnings {
+            warn!("{warning}");
+        }
+        info!("upstream {}: {}", config.upstream.authority, config.upstream.route);
+        // The host connected to is looked up again: the proxy's, through one.
         #[cfg(feature = "dns-refresh")]
-        let resolver = match resolve::is_remote(&config.upstream.host) {
-            true => {
+        let resolver = match config.upstream.connect_host() {
+            (host, port) if resolve::is_remote(&host) => {
                 let wake = waker.clone();
                 let wake = move || {
                     let _ = wake.wake();
                 };
-                Some(resolve::Resolver::start(
-                    &config.upstream.host,
-                    config.upstream.port,
-                    wake,
-                    Instant::now(),
-                ))
+                Some(resolve::Resolver::start(&host, port, wake, Instant::now()))
             }
-            false => None,
+            _ => None,
         };
         let stop = ShutdownHandle { waker, requested: Default::default() };
         let max_conns = connection_cap();

@@ -67,7 +67,8 @@ fn body_field(out: &mut Vec<u8>, body: BodyField) {
 }
 
 /// The reason phrase of a status the proxy answers with itself (RFC 9110
-/// §15); its one table, for the MCP listener and the metrics listener.
+/// §15); its one table, for the MCP listener and the metrics listener
+/// (and a forward proxy's refusal in a log line: 407).
 /// A client must not rely on it (RFC 9112 §4): other codes get `Error`.
 pub fn reason_phrase(status: u16) -> &'static [u8] {
     match status {
@@ -78,6 +79,7 @@ pub fn reason_phrase(status: u16) -> &'static [u8] {
         403 => b"Forbidden",
         404 => b"Not Found",
         405 => b"Method Not Allowed",
+        407 => b"Proxy Authentication Required",
         408 => b"Request Timeout",
         413 => b"Content Too Large",
         431 => b"Request Header Fields Too Large",

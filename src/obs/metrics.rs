@@ -18,15 +18,18 @@ pub enum Failure {
     BadAnswer,
     /// The TLS connection to the upstream failed.
     Tls,
+    /// The forward proxy refused or failed the tunnel to the upstream.
+    Proxy,
 }
 
 impl Failure {
-    const ALL: [Failure; 5] = [
+    const ALL: [Failure; 6] = [
         Failure::ConnectRefused,
         Failure::ConnectTimeout,
         Failure::ResponseTimeout,
         Failure::BadAnswer,
         Failure::Tls,
+        Failure::Proxy,
     ];
 
     fn as_str(self) -> &'static str {
@@ -36,6 +39,7 @@ impl Failure {
             Failure::ResponseTimeout => "response_timeout",
             Failure::BadAnswer => "bad_answer",
             Failure::Tls => "tls",
+            Failure::Proxy => "proxy",
         }
     }
 }
@@ -88,7 +92,7 @@ pub struct Metrics {
     /// Per tool: only the first column is used.
     impersonations: ByLabel,
     refusals: Vec<(&'static str, u64)>,
-    failures: [u64; 5],
+    failures: [u64; 6],
     reinit: [u64; 2],
     /// Credential renewals, ok and failed; rendered once there was one.
     renewals: Option<[u64; 2]>,
@@ -290,6 +294,7 @@ mod tests {
         }));
         m.count(&Record::SessionReinitialised { session: b"s".as_slice().into(), ok: true });
         m.upstream_failure(Failure::ConnectTimeout);
+        m.upstream_failure(Failure::Proxy);
         m.bytes(10, 20);
         let mut text = String::new();
         m.render(Gauges { sessions: 2, client_connections: 3, streams: 1 }, &mut text);
@@ -303,6 +308,7 @@ mod tests {
             "mcp_proxy_impersonation_attempts_total{tool=\"chat_send\"} 1\n",
             "mcp_proxy_refusals_total{reason=\"hidden_tool\"} 1\n",
             "mcp_proxy_upstream_failures_total{kind=\"connect_timeout\"} 1\n",
+            "mcp_proxy_upstream_failures_total{kind=\"proxy\"} 1\n",
             "mcp_proxy_session_reinitialisations_total{result=\"ok\"} 1\n",
             "mcp_proxy_sessions 2\n",
             "mcp_proxy_streams 1\n",

@@ -37,6 +37,9 @@ use crate::support::realenv::{self, ScriptRun};
 /// The same sessions over https:// through nginx as a TLS terminator.
 mod over_tls;
 
+/// The same sessions through a real forward proxy (squid) to agentchattr behind nginx TLS.
+mod forward_proxy;
+
 /// Bound on one client run, pauses included (the scripts bound themselves at 60 s).
 const SCRIPT_LIMIT: Duration = Duration::from_secs(90);
 /// What the client claims to be; the proxy stamps the agent's name instead (agentchattr uses the token's).

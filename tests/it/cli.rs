@@ -237,6 +237,10 @@ fn help_exits_0_and_mentions_every_flag() {
     let text = String::from_utf8_lossy(&out.stdout);
     for flag in [
         "--upstream",
+        "--no-proxy-env",
+        "--upstream-proxy-http",
+        "HTTPS_PROXY",
+        "NO_PROXY",
         "--agent",
         "--token-file",
         "--token-command",

@@ -39,6 +39,8 @@ enum Route {
     Http,
     /// The same with the proxy's upstream `https://`: agentchattr behind nginx terminating TLS.
     Https,
+    /// The same through a forward proxy: Debian's squid named by `HTTPS_PROXY`, nginx as `mcp.proxied.test`.
+    ForwardProxy,
     /// The proxy as Codex's stdio MCP server (`command` and `args`, with `--stdio`); the model's `chat_send`
     /// claims another sender.
     Stdio,
@@ -47,7 +49,7 @@ enum Route {
 impl Route {
     fn via(self) -> Via {
         match self {
-            Route::Http | Route::Https => Via::Http,
+            Route::Http | Route::Https | Route::ForwardProxy => Via::Http,
             Route::Stdio => Via::Stdio,
         }
     }
@@ -216,7 +218,17 @@ fn tool_calls(stdout: &str) -> Vec<Value> {
 fn codex_turn(test: &str, route: Route) {
     realenv::codex();
     let stage = Stage::new(test, "codex");
-    let nginx = (route == Route::Https).then(|| crate::tls::Nginx::start(&[stage.ac.http]));
+    let nginx = match route {
+        Route::Https => Some(crate::tls::Nginx::start(&[stage.ac.http])),
+        Route::ForwardProxy => Some(crate::tls::Nginx::start_as(
+            "proxied",
+            crate::forward_proxy::AGENTCHATTR_HOST,
+            &[stage.ac.http],
+        )),
+        Route::Http | Route::Stdio => None,
+    };
+    let squid = (route == Route::ForwardProxy).then(crate::forward_proxy::Squid::start);
+    let tls_host = if squid.is_some() { crate::forward_proxy::PROXIED_HOST } else { "localhost" };
     let upstream_names: Vec<&str> = stage.tools.iter().filter_map(|t| t["name"].as_str()).collect();
     // The premise, beyond the stage's: agentchattr lists the denied tools.
     for denied in DENIED {
@@ -233,12 +245,15 @@ fn codex_turn(test: &str, route: Route) {
 
     let (url, ca) = match &nginx {
         Some(n) => (
-            format!("https://localhost:{}/mcp", n.ports[0]),
+            format!("https://{tls_host}:{}/mcp", n.ports[0]),
             vec!["--ca-file".to_string(), crate::tls::cert("root.pem")],
         ),
         None => (format!("{}/mcp", stage.ac.mcp_base()), Vec::new()),
     };
-    let proxy = stage.proxy_to(url).arg("--deny-tool", DENIED[0]).arg("--deny-tool", DENIED[1]).args(ca);
+    let mut proxy = stage.proxy_to(url).arg("--deny-tool", DENIED[0]).arg("--deny-tool", DENIED[1]).args(ca);
+    if let Some(squid) = &squid {
+        proxy = proxy.envs(&crate::forward_proxy::through(squid).each_ref().map(|(k, v)| (*k, v.as_str())));
+    }
     let mut served = stage.serve(route.via(), proxy);
     let model = model(arguments.clone());
     let server = match &served {
@@ -292,8 +307,14 @@ fn codex_turn(test: &str, route: Route) {
     }
     c.check(calls.iter().all(|call| call["error"].is_null()), format!("a reported call failed: {calls:?}"));
     c.check(run.stdout.contains(FINAL), format!("Codex did not end with the model's {FINAL:?}"));
-    if route == Route::Https {
+    if matches!(route, Route::Https | Route::ForwardProxy) {
         c.check(!served.log().contains("TLS with upstream"), "a TLS failure was logged");
+    }
+    if let Some(squid) = &squid {
+        c.check(served.log().contains("through the forward proxy"), "the route line names no forward proxy");
+        let access = squid.access_log_once("CONNECT mcp.proxied.test:");
+        c.check(access.contains("CONNECT mcp.proxied.test:"), format!("no CONNECT in squid's log: {access}"));
+        c.check(!access.contains(stage.token.as_str()), "the agent's token is in squid's access log");
     }
     stage.check_ending(&mut c, "codex exec", route.via(), StdioEnd::SignalThenKill, route.claims(), &run);
     stage.finish(c, test, "codex exec", &run, &served, &turns);
@@ -302,5 +323,6 @@ fn codex_turn(test: &str, route: Route) {
 cases! { codex_turn;
     a_codex_turn_offers_only_allowed_tools_without_sender_and_its_call_lands_stamped => Route::Http;
     a_codex_turn_over_https_through_nginx_lands_stamped => Route::Https;
+    a_codex_turn_through_a_forward_proxy_lands_stamped => Route::ForwardProxy;
     codex_over_stdio_posts_as_the_agent_and_reads_it_back => Route::Stdio;
 }

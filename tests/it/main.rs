@@ -43,6 +43,10 @@ mod credentials;
 mod deadlines;
 /// The quickstart demo's session, in-process through the library.
 mod demo;
+/// Forward proxies (HTTPS_PROXY, NO_PROXY): CONNECT tunnels, stand-in proxies that refuse, stall or close,
+/// Debian's squid (agentchattr's sessions through it are in `agentchattr::forward_proxy`). Unix only: squid.
+#[cfg(unix)]
+mod forward_proxy;
 /// Forwarding: credentials, Host, path and query, field merging, hop-by-hop, Location, statuses.
 mod forwarding;
 /// Framing: malformed requests, head limits, request and response bodies, byte-at-a-time input.

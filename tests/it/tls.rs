@@ -352,6 +352,13 @@ pub(crate) struct Nginx {
 impl Nginx {
     #[track_caller]
     pub(crate) fn start(upstreams: &[u16]) -> Nginx {
+        Nginx::start_as("localhost", "$http_host", upstreams)
+    }
+
+    /// `start` with the certificate `NAME.pem` (`certs`) and the `Host` sent on to each upstream (an nginx
+    /// expression: `$http_host` is the client's).
+    #[track_caller]
+    pub(crate) fn start_as(name: &str, host: &str, upstreams: &[u16]) -> Nginx {
         let bin = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
             .into_iter()
             .find(|p| Path::new(p).exists())
@@ -369,10 +376,10 @@ impl Nginx {
                 format!(
                     "server {{ listen 127.0.0.1:{port} ssl; ssl_certificate {}; ssl_certificate_key {};\n\
                      location / {{ proxy_pass http://127.0.0.1:{upstream}; proxy_http_version 1.1;\n\
-                     proxy_set_header Connection \"\"; proxy_set_header Host $http_host; proxy_buffering off;\n\
+                     proxy_set_header Connection \"\"; proxy_set_header Host {host}; proxy_buffering off;\n\
                      proxy_request_buffering off; proxy_read_timeout 3600s; }} }}\n",
-                    cert("localhost.pem"),
-                    cert("localhost.key"),
+                    cert(&format!("{name}.pem")),
+                    cert(&format!("{name}.key")),
                 )
             })
             .collect();

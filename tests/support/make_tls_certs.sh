@@ -10,6 +10,7 @@
 #   chain.pem/.key         DNS:localhost, IP:127.0.0.1, by inter; chain.pem holds the leaf then inter
 #   expired.pem/.key       DNS:localhost, IP:127.0.0.1, by root, valid only in January 2020
 #   client.pem/.key        a client certificate (clientAuth) by root, for mutual TLS
+#   proxied.pem/.key       DNS:mcp.proxied.test, by root (an upstream reached through a forward proxy)
 set -euo pipefail
 dir=$1
 mkdir -p "$dir"
@@ -46,6 +47,7 @@ leaf unknown other-root "DNS:localhost,IP:127.0.0.1" serverAuth
 leaf chain inter "DNS:localhost,IP:127.0.0.1" serverAuth
 cat inter.pem >>chain.pem
 leaf client root "DNS:client" clientAuth
+leaf proxied root "DNS:mcp.proxied.test" serverAuth
 # Expired: `openssl ca` sets both dates (openssl 3.0's x509 cannot).
 key expired
 q openssl req -new -key expired.key -out expired.csr -subj /CN=expired

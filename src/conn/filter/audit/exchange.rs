@@ -273,6 +273,7 @@ fn proxy_outcome(a: Answer) -> (Outcome, Option<String>, Option<&'static str>) {
             (Outcome::Error, Some("upstream_unavailable".into()), Some("upstream_unavailable"))
         }
         Answer::UpstreamTls => (Outcome::Error, Some("tls".into()), Some("upstream_unavailable")),
+        Answer::UpstreamProxy => (Outcome::Error, Some("proxy".into()), Some("upstream_unavailable")),
         Answer::UpstreamTimeout => (Outcome::Error, Some("timeout".into()), Some("timeout")),
         Answer::BadUpstream | Answer::UpstreamClosed => {
             (Outcome::Error, Some("bad_upstream".into()), Some("bad_upstream"))
