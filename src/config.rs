@@ -126,7 +126,20 @@ pub type OAuthSource = std::sync::Arc<crate::oauth::Client>;
 #[cfg(not(feature = "tls"))]
 pub type OAuthSource = std::convert::Infallible;
 
+/// A build without TLS keeps no `--oauth-*` flag: the walk refuses them.
+#[cfg(not(feature = "tls"))]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OAuthFlags {}
+
+#[cfg(not(feature = "tls"))]
+impl OAuthFlags {
+    pub fn first_given(&self) -> Option<&'static str> {
+        None
+    }
+}
+
 /// The `--oauth-*` flags as given.
+#[cfg(feature = "tls")]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OAuthFlags {
     pub client_id: Option<String>,
@@ -142,6 +155,7 @@ pub struct OAuthFlags {
     pub dpop_key_file: Option<PathBuf>,
 }
 
+#[cfg(feature = "tls")]
 impl OAuthFlags {
     /// The first `--oauth-*` or `--dpop*` flag given, by name; `None` when
     /// none was.
@@ -242,6 +256,7 @@ pub enum ConfigError {
     OAuthWithoutTls(&'static str),
     /// The OAuth token source cannot be set up (a flag or file named,
     /// never a secret).
+    #[cfg(feature = "tls")]
     OAuth(String),
 }
 
@@ -289,6 +304,7 @@ impl fmt::Display for ConfigError {
                 "{flag}: this binary was built without TLS (the `tls` feature), which OAuth needs \
                  (signing, https authorization servers); use the default build"
             ),
+            #[cfg(feature = "tls")]
             ConfigError::OAuth(why) => write!(f, "OAuth: {why}"),
             ConfigError::ProbeNotAlone(flag) => write!(
                 f,
@@ -362,34 +378,6 @@ UPSTREAM AND IDENTITY:
                             at most a run, 64 KiB of stdout, stderr logged.
                             Its token goes in Authorization only. Not with
                             --token-file, --identity-file, --control-stdin.
-    --oauth-client-id ID    OAuth 2.0 client credentials (RFC 6749 4.4):
-    --oauth-client-secret-file PATH
-                            with the client's secret (client_secret_basic
-                            or _post, as the server's metadata says), or
-    --oauth-client-key-file PATH
-                            with its private key (PEM, EC P-256 or RSA:
-                            private_key_jwt, ES256/RS256)
-    --oauth-assertion-file PATH
-                            a workload's JWT (a Kubernetes projected token,
-                            a SPIFFE JWT-SVID), re-read at every token
-                            request: the RFC 7523 jwt-bearer grant
-    --oauth-token-endpoint URL
-                            skip discovery [default: found from the 401's
-                            WWW-Authenticate, the protected-resource and
-                            the authorization-server metadata]
-    --oauth-scope "A B"     [default: the 401's scope, else
-                            scopes_supported, else none]
-    --oauth-no-resource     no RFC 8707 resource in token requests (for
-                            servers that refuse it)
-    --dpop                  bind the OAuth tokens to a P-256 key made at
-                            start (RFC 9449): a proof on every request and
-                            token request, the server's DPoP-Nonce used
-    --dpop-key-file PATH    the same with this key (PEM, P-256 or RSA)
-                            The token is fetched at start, renewed and
-                            replayed after a 401 as --token-command's; it
-                            goes in Authorization only; token endpoints
-                            must be https (or loopback); redirects are not
-                            followed. Not with the other token sources.
     --identity-file PATH    a JSON file {"agent": "NAME", "token": "TOKEN"},
                             re-read at once on a change (atomic rename,
                             in-place write, or the file created; inotify
@@ -566,6 +554,48 @@ EXAMPLE:
     $ mv id.json.new id.json
 "#;
 
+/// The `--help` section of the OAuth token source (TLS builds: it signs
+/// with ring and talks to https authorization servers).
+#[cfg(feature = "tls")]
+pub const USAGE_OAUTH: &str = r#"
+OAUTH TOKEN SOURCE (instead of --token-file and the others):
+    --oauth-client-id ID    OAuth 2.0 client credentials (RFC 6749 4.4):
+    --oauth-client-secret-file PATH
+                            with the client's secret (client_secret_basic
+                            or _post, as the server's metadata says), or
+    --oauth-client-key-file PATH
+                            with its private key (PEM, EC P-256 or RSA:
+                            private_key_jwt, ES256/RS256)
+    --oauth-assertion-file PATH
+                            a workload's JWT (a Kubernetes projected token,
+                            a SPIFFE JWT-SVID), re-read at every token
+                            request: the RFC 7523 jwt-bearer grant
+    --oauth-token-endpoint URL
+                            skip discovery [default: found from the 401's
+                            WWW-Authenticate, the protected-resource and
+                            the authorization-server metadata]
+    --oauth-scope "A B"     [default: the 401's scope, else
+                            scopes_supported, else none]
+    --oauth-no-resource     no RFC 8707 resource in token requests (for
+                            servers that refuse it)
+    --dpop                  bind the OAuth tokens to a P-256 key made at
+                            start (RFC 9449): a proof on every request and
+                            token request, the server's DPoP-Nonce used
+    --dpop-key-file PATH    the same with this key (PEM, P-256 or RSA)
+                            The token is fetched at start, renewed and
+                            replayed after a 401 as --token-command's; it
+                            goes in Authorization only; token endpoints
+                            must be https (or loopback); redirects are not
+                            followed. Not with the other token sources.
+"#;
+
+/// The minimal build has no OAuth client.
+#[cfg(not(feature = "tls"))]
+pub const USAGE_OAUTH: &str = r#"
+OAUTH TOKEN SOURCE:
+    --oauth-*, --dpop*      not in this build: it was built without TLS
+"#;
+
 /// What the command line says, flag by flag, before anything is read,
 /// resolved or checked against anything else: the argv walk's output
 /// (ripgrep's low-level arguments). Each field is the flag of its name;
@@ -696,21 +726,7 @@ impl Flags {
                         })?;
                     f.token_command = Some(argv);
                 }
-                "--oauth-client-id" => f.oauth.client_id = Some(value("--oauth-client-id")?),
-                "--oauth-client-secret-file" => {
-                    f.oauth.client_secret_file = Some(PathBuf::from(value("--oauth-client-secret-file")?))
-                }
-                "--oauth-client-key-file" => {
-                    f.oauth.client_key_file = Some(PathBuf::from(value("--oauth-client-key-file")?))
-                }
-                "--oauth-assertion-file" => {
-                    f.oauth.assertion_file = Some(PathBuf::from(value("--oauth-assertion-file")?))
-                }
-                "--oauth-token-endpoint" => f.oauth.token_endpoint = Some(value("--oauth-token-endpoint")?),
-                "--oauth-scope" => f.oauth.scope = Some(value("--oauth-scope")?),
-                "--oauth-no-resource" => f.oauth.no_resource = true,
-                "--dpop" => f.oauth.dpop = true,
-                "--dpop-key-file" => f.oauth.dpop_key_file = Some(PathBuf::from(value("--dpop-key-file")?)),
+                name if OAUTH_FLAGS.contains(&name) => oauth_flag(&mut f.oauth, name, &mut value)?,
                 "--listen" => {
                     f.listen = parse_listen(&value("--listen")?)?;
                     f.listen_given = true;
@@ -843,6 +859,58 @@ where
         Some(url) => Ok(Mode::Probe(url)),
         None => Config::from_flags(flags, env_token).map(|c| Mode::Proxy(Box::new(c))),
     }
+}
+
+/// The OAuth token source's flags (all of them take the walk to
+/// `oauth_flag`).
+const OAUTH_FLAGS: [&str; 9] = [
+    "--oauth-client-id",
+    "--oauth-client-secret-file",
+    "--oauth-client-key-file",
+    "--oauth-assertion-file",
+    "--oauth-token-endpoint",
+    "--oauth-scope",
+    "--oauth-no-resource",
+    "--dpop",
+    "--dpop-key-file",
+];
+
+/// One of `OAUTH_FLAGS` into `o`; `value` takes its value.
+#[cfg(feature = "tls")]
+fn oauth_flag(
+    o: &mut OAuthFlags,
+    name: &str,
+    value: &mut dyn FnMut(&'static str) -> Result<String, ConfigError>,
+) -> Result<(), ConfigError> {
+    match name {
+        "--oauth-client-id" => o.client_id = Some(value("--oauth-client-id")?),
+        "--oauth-client-secret-file" => {
+            o.client_secret_file = Some(PathBuf::from(value("--oauth-client-secret-file")?))
+        }
+        "--oauth-client-key-file" => {
+            o.client_key_file = Some(PathBuf::from(value("--oauth-client-key-file")?))
+        }
+        "--oauth-assertion-file" => o.assertion_file = Some(PathBuf::from(value("--oauth-assertion-file")?)),
+        "--oauth-token-endpoint" => o.token_endpoint = Some(value("--oauth-token-endpoint")?),
+        "--oauth-scope" => o.scope = Some(value("--oauth-scope")?),
+        "--oauth-no-resource" => o.no_resource = true,
+        "--dpop" => o.dpop = true,
+        "--dpop-key-file" => o.dpop_key_file = Some(PathBuf::from(value("--dpop-key-file")?)),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A build without TLS has no OAuth client: each of `OAUTH_FLAGS` is exit 2
+/// at once (the flags are not even kept).
+#[cfg(not(feature = "tls"))]
+fn oauth_flag(
+    _: &mut OAuthFlags,
+    name: &str,
+    _: &mut dyn FnMut(&'static str) -> Result<String, ConfigError>,
+) -> Result<(), ConfigError> {
+    let flag = OAUTH_FLAGS.iter().find(|f| **f == name).copied().unwrap_or("--oauth-*");
+    Err(ConfigError::OAuthWithoutTls(flag))
 }
 
 /// Parse argv (without the program name) and the environment into the
@@ -1080,18 +1148,15 @@ fn oauth_source(
     Ok(Some(std::sync::Arc::new(crate::oauth::Client::new(settings))))
 }
 
-/// A build without TLS has no OAuth client: any `--oauth-*` flag is exit 2.
+/// A build without TLS has no OAuth client (the walk refused its flags).
 #[cfg(not(feature = "tls"))]
 fn oauth_source(
-    flags: OAuthFlags,
+    _: OAuthFlags,
     _upstream: &Upstream,
     _tls: &TlsFlags,
     _connect_timeout: Duration,
 ) -> Result<Option<OAuthSource>, ConfigError> {
-    match flags.first_given() {
-        Some(flag) => Err(ConfigError::OAuthWithoutTls(flag)),
-        None => Ok(None),
-    }
+    Ok(None)
 }
 
 /// A tool-name glob (`*` and `?`): not empty, no control characters.

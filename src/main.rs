@@ -4,7 +4,7 @@
 
 #![deny(unsafe_code)]
 
-use mcp_identity_proxy::config::{self, ConfigError, Mode, TOKEN_ENV, USAGE};
+use mcp_identity_proxy::config::{self, ConfigError, Mode, TOKEN_ENV, USAGE, USAGE_OAUTH};
 use mcp_identity_proxy::event_loop::{BindError, Proxy};
 use mcp_identity_proxy::probe;
 use std::io::Write;
@@ -24,7 +24,7 @@ fn main() -> ExitCode {
             };
         }
         Err(ConfigError::Help) => {
-            print!("{USAGE}");
+            print!("{USAGE}{USAGE_OAUTH}");
             return ExitCode::SUCCESS;
         }
         Err(ConfigError::Version) => {

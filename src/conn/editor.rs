@@ -97,10 +97,13 @@ pub fn plan_request(
     }
     apply_credentials(headers, who, route.authority);
     // A client's own proof never passes (its token was replaced); a
-    // DPoP-bound token gets a proof of this request.
-    headers.remove_name(name::DPOP);
-    if let Some(proof) = who.dpop.and_then(|d| d.proof(req.method, req.target)) {
-        let _ = headers.set_name(name::DPOP, proof.as_bytes());
+    // DPoP-bound token gets a proof of this request. (DPoP is an OAuth
+    // source's, in TLS builds; the minimal build leaves the field alone.)
+    if cfg!(feature = "tls") {
+        headers.remove_name(name::DPOP);
+        if let Some(proof) = who.dpop.and_then(|d| d.proof(req.method, req.target)) {
+            let _ = headers.set_name(name::DPOP, proof.as_bytes());
+        }
     }
     // RFC 9110 §8.6: a length for every body, and for a method that defines
     // content even when it has none.

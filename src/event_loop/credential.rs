@@ -168,7 +168,10 @@ impl Renewer {
         if self.run.is_some() || self.failures > 0 || recent {
             return;
         }
-        info!("{}: the upstream refused the token (401); renewing it", self.source.label());
+        match cfg!(feature = "tls") {
+            true => info!("{}: the upstream refused the token (401); renewing it", self.source.label()),
+            false => info!("token command: the upstream refused the token (401); running it again"),
+        }
         self.refused_at = Some(now);
         self.due = Some((now, Reason::Unauthorized));
     }
@@ -246,7 +249,10 @@ impl Renewer {
         }
         match self.due {
             Some((at, reason)) if now >= at => {
-                debug!("{}: running ({})", self.source.label(), reason.as_str());
+                match cfg!(feature = "tls") {
+                    true => debug!("{}: running ({})", self.source.label(), reason.as_str()),
+                    false => debug!("token command: running ({})", reason.as_str()),
+                }
                 self.due = None;
                 let run = self.start(reason, self.waker.clone());
                 self.run = Some((run, reason, now));
@@ -282,6 +288,18 @@ impl Renewer {
 
     /// Logs a run's outcome.
     pub fn log_outcome(&self, outcome: &Outcome) {
+        if !cfg!(feature = "tls") {
+            // Only the command (a literal: no argument to format).
+            return match outcome {
+                Outcome::Renewed { token, reason } => {
+                    info!("token command ({}): new token, {}", reason.as_str(), describe(token))
+                }
+                Outcome::Failed { why, reason, retry_in } => warn!(
+                    "token command ({}) failed: {why}; the token in force is kept; again in {retry_in:?}",
+                    reason.as_str()
+                ),
+            };
+        }
         let label = self.source.label();
         match outcome {
             Outcome::Renewed { token, reason } => {

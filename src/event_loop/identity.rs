@@ -38,7 +38,11 @@ impl Live {
     /// sent with `scheme` (`Bearer`, or `DPoP` for a DPoP-bound one).
     pub(super) fn set_token(&mut self, token: &str, scheme: crate::credentials::Scheme) {
         self.identity.token = token.to_string();
-        self.bearer = [scheme.as_str().as_bytes(), b" ", token.as_bytes()].concat();
+        let prefix: &[u8] = match scheme {
+            crate::credentials::Scheme::Bearer => b"Bearer ",
+            crate::credentials::Scheme::DPoP => b"DPoP ",
+        };
+        self.bearer = [prefix, token.as_bytes()].concat();
         self.generation += 1;
     }
 

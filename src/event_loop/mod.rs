@@ -216,7 +216,7 @@ impl std::fmt::Display for BindError {
             BindError::Setup(e) => write!(f, "cannot set up the event loop: {e}"),
             BindError::AuditLog(e) => write!(f, "cannot open --audit-log: {e}"),
             BindError::Metrics(e) => write!(f, "cannot listen on --metrics-listen: {e}"),
-            BindError::FirstToken("token-command", why) => {
+            BindError::FirstToken(source, why) if !cfg!(feature = "tls") || *source == "token-command" => {
                 write!(f, "--token-command gave no token at start: {why}")
             }
             BindError::FirstToken(source, why) => {
@@ -650,11 +650,13 @@ impl Proxy {
                 c.refused(now);
             }
         }
-        if let Some(scope) = self.step_up.borrow_mut().take() {
-            // No token with more scope coming: the waiting request goes
-            // again as it was, and its second 403 is relayed.
-            if !self.credential.as_mut().is_some_and(|c| c.step_up(&scope, now)) {
-                self.live.bump();
+        if cfg!(feature = "tls") {
+            if let Some(scope) = self.step_up.borrow_mut().take() {
+                // No token with more scope coming: the waiting request goes
+                // again as it was, and its second 403 is relayed.
+                if !self.credential.as_mut().is_some_and(|c| c.step_up(&scope, now)) {
+                    self.live.bump();
+                }
             }
         }
         #[cfg(feature = "tls")]

@@ -67,30 +67,44 @@ impl Squid {
         let dir = scratch_dir("squid");
         // Started as root, squid runs as its own user: it must write here.
         let _ = Command::new("chmod").arg("0777").arg(&dir).status();
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let d = dir.display();
-        std::fs::write(dir.join("hosts"), format!("127.0.0.1 {PROXIED_HOST}\n")).unwrap();
-        let conf = format!(
-            "http_port 127.0.0.1:{port}\nhosts_file {d}/hosts\ndns_nameservers 127.0.0.1\n\
-             http_access allow all\ncache deny all\npinger_enable off\n\
-             access_log stdio:{d}/access.log\ncache_log {d}/cache.log\npid_filename {d}/squid.pid\n\
-             coredump_dir {d}\nshutdown_lifetime 0 seconds\nlogfile_rotate 0\n"
-        );
-        std::fs::write(dir.join("squid.conf"), conf).unwrap();
-        let child = Command::new(bin)
-            .args(["-N", "-f"])
-            .arg(dir.join("squid.conf"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn squid");
-        let t0 = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            let log = std::fs::read_to_string(dir.join("cache.log")).unwrap_or_default();
-            assert!(t0.elapsed() < Duration::from_secs(15), "squid did not listen: {log}");
-            std::thread::sleep(Duration::from_millis(50));
+        // A port picked free may be taken again before squid binds it, and a
+        // loaded machine starts squid slowly: three tries, 30 s each.
+        let mut last = String::new();
+        for _ in 0..3 {
+            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let d = dir.display();
+            std::fs::write(dir.join("hosts"), format!("127.0.0.1 {PROXIED_HOST}\n")).unwrap();
+            let conf = format!(
+                "http_port 127.0.0.1:{port}\nhosts_file {d}/hosts\ndns_nameservers 127.0.0.1\n\
+                 http_access allow all\ncache deny all\npinger_enable off\n\
+                 access_log stdio:{d}/access.log\ncache_log {d}/cache.log\npid_filename {d}/squid.pid\n\
+                 coredump_dir {d}\nshutdown_lifetime 0 seconds\nlogfile_rotate 0\n"
+            );
+            std::fs::write(dir.join("squid.conf"), conf).unwrap();
+            let mut child = Command::new(bin)
+                .args(["-N", "-f"])
+                .arg(dir.join("squid.conf"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn squid");
+            let t0 = Instant::now();
+            loop {
+                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Squid { child, port, dir };
+                }
+                let exited = child.try_wait().ok().flatten().is_some();
+                if exited || t0.elapsed() > Duration::from_secs(30) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            last = std::fs::read_to_string(dir.join("cache.log")).unwrap_or_default();
+            let _ = std::fs::remove_file(dir.join("squid.pid"));
         }
-        Squid { child, port, dir }
+        panic!("squid did not listen in three tries: {last}");
     }
 
     pub(crate) fn url(&self) -> String {

@@ -16,7 +16,10 @@ use log::{debug, info, warn};
 use std::borrow::Cow;
 
 /// The scope a 403's `Bearer` or `DPoP` challenge with `error=
-/// "insufficient_scope"` asks for (RFC 6750 §3.1).
+/// "insufficient_scope"` asks for (RFC 6750 §3.1). Only an OAuth source
+/// (TLS builds) asks for more scope: the minimal build has no challenge
+/// parser.
+#[cfg(feature = "tls")]
 fn insufficient_scope(resp: &ResponseHead) -> Option<String> {
     let value = resp.headers.get(b"www-authenticate")?;
     let all = crate::credentials::challenge::parse(value).ok()?;
@@ -26,7 +29,19 @@ fn insufficient_scope(resp: &ResponseHead) -> Option<String> {
     c.param("scope").map(str::to_string).filter(|s| !s.trim().is_empty())
 }
 
+#[cfg(not(feature = "tls"))]
+fn insufficient_scope(_: &ResponseHead) -> Option<String> {
+    None
+}
+
+/// A 401 whose DPoP challenge says `use_dpop_nonce` (DPoP: TLS builds).
+#[cfg(not(feature = "tls"))]
+fn wants_dpop_nonce(_: &ResponseHead) -> bool {
+    false
+}
+
 /// A 401 whose DPoP challenge says `use_dpop_nonce`.
+#[cfg(feature = "tls")]
 fn wants_dpop_nonce(resp: &ResponseHead) -> bool {
     let Some(value) = resp.headers.get(b"www-authenticate") else { return false };
     crate::credentials::challenge::parse(value)
@@ -38,14 +53,15 @@ impl Conn {
     /// when the reopen takes it over instead of relaying it.
     pub(in crate::conn) fn reopen_takes(&mut self, resp: &ResponseHead, ctx: &Ctx) -> bool {
         // RFC 9449 §8.2: any answer may carry the nonce for the next proofs.
+        // (DPoP and step-ups are an OAuth source's: TLS builds only.)
         let nonce = match ctx.dpop {
-            Some(_) => resp.headers.get_name(name::DPOP_NONCE),
-            None => None,
+            Some(_) if cfg!(feature = "tls") => resp.headers.get_name(name::DPOP_NONCE),
+            _ => None,
         };
         if let Some(n) = nonce {
             *ctx.dpop_nonce.borrow_mut() = Some(n.to_vec());
         }
-        let stepping_up = resp.status == 403 && ctx.step_up.is_some();
+        let stepping_up = cfg!(feature = "tls") && resp.status == 403 && ctx.step_up.is_some();
         if self.ex.recovery.reopen.is_none() && resp.status != 404 && resp.status != 401 && !stepping_up {
             // Nearly every response: no reopen under way, no session lost.
             return false;
