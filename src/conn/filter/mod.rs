@@ -10,12 +10,15 @@
 //!   request and the response head, a session recorded or forgotten, an
 //!   `initialize` answer's version read as it is relayed;
 //! - `audit`: the audit log's and the metrics' records (`AuditState`), at
-//!   the request, the response body (the answer reader) and the end.
+//!   the request, the response body (the answer reader) and the end;
+//! - `credential`: what an answer's head asks of the credential source (a
+//!   DPoP nonce, more scope), read at the response head for the 401 road.
 //!
 //! ARCHITECTURE.md ("Filters at fixed points") has the table of which
 //! feature sits at which point.
 
 pub(super) mod audit;
+pub(super) mod credential;
 pub(super) mod policy;
 pub(super) mod session;
 mod stamp;

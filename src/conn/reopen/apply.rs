@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::conn::exchange::Exchange;
+use crate::conn::filter::credential;
 use crate::conn::{editor, Conn, Ctx, Phase};
 use crate::http::body::Decoder;
 use crate::http::chunked::Piece;
@@ -15,52 +16,11 @@ use crate::mcp::initialize::Format;
 use log::{debug, info, warn};
 use std::borrow::Cow;
 
-/// The scope a 403's `Bearer` or `DPoP` challenge with `error=
-/// "insufficient_scope"` asks for (RFC 6750 §3.1). Only an OAuth source
-/// (TLS builds) asks for more scope: the minimal build has no challenge
-/// parser.
-#[cfg(feature = "tls")]
-fn insufficient_scope(resp: &ResponseHead) -> Option<String> {
-    let value = resp.headers.get(b"www-authenticate")?;
-    let all = crate::credentials::challenge::parse(value).ok()?;
-    let c = all
-        .iter()
-        .find(|c| (c.is("Bearer") || c.is("DPoP")) && c.param("error") == Some("insufficient_scope"))?;
-    c.param("scope").map(str::to_string).filter(|s| !s.trim().is_empty())
-}
-
-#[cfg(not(feature = "tls"))]
-fn insufficient_scope(_: &ResponseHead) -> Option<String> {
-    None
-}
-
-/// A 401 whose DPoP challenge says `use_dpop_nonce` (DPoP: TLS builds).
-#[cfg(not(feature = "tls"))]
-fn wants_dpop_nonce(_: &ResponseHead) -> bool {
-    false
-}
-
-/// A 401 whose DPoP challenge says `use_dpop_nonce`.
-#[cfg(feature = "tls")]
-fn wants_dpop_nonce(resp: &ResponseHead) -> bool {
-    let Some(value) = resp.headers.get(b"www-authenticate") else { return false };
-    crate::credentials::challenge::parse(value)
-        .is_ok_and(|all| all.iter().any(|c| c.is("DPoP") && c.param("error") == Some("use_dpop_nonce")))
-}
-
 impl Conn {
     /// A final response head has arrived (still in `upstream_buf`): true
     /// when the reopen takes it over instead of relaying it.
     pub(in crate::conn) fn reopen_takes(&mut self, resp: &ResponseHead, ctx: &Ctx) -> bool {
-        // RFC 9449 §8.2: any answer may carry the nonce for the next proofs.
-        // (DPoP and step-ups are an OAuth source's: TLS builds only.)
-        let nonce = match ctx.dpop {
-            Some(_) if cfg!(feature = "tls") => resp.headers.get_name(name::DPOP_NONCE),
-            _ => None,
-        };
-        if let Some(n) = nonce {
-            *ctx.dpop_nonce.borrow_mut() = Some(n.to_vec());
-        }
+        let nonce = credential::note_nonce(resp, ctx);
         let stepping_up = cfg!(feature = "tls") && resp.status == 403 && ctx.step_up.is_some();
         if self.ex.recovery.reopen.is_none() && resp.status != 404 && resp.status != 401 && !stepping_up {
             // Nearly every response: no reopen under way, no session lost.
@@ -81,7 +41,7 @@ impl Conn {
             && self.ex.may_replay(resp)
             && (ctx.renewable || self.ex.recovery.token_generation != ctx.token_generation);
         let step_up = match stepping_up && self.ex.recovery.reopen.is_none() && self.ex.may_replay(resp) {
-            true => insufficient_scope(resp),
+            true => credential::insufficient_scope(resp),
             false => None,
         };
         let decision = match self.ex.recovery.reopen.as_deref_mut() {
@@ -102,7 +62,7 @@ impl Conn {
                 // A DPoP server that wants its nonce (RFC 9449 §9) needs no
                 // new token: the loop puts the nonce in force and the
                 // request goes again with a proof that carries it.
-                if nonce.is_some() && wants_dpop_nonce(resp) {
+                if nonce && credential::wants_dpop_nonce(resp) {
                     info!(
                         "conn {}: the upstream asked for its DPoP nonce (401): sent again with it",
                         self.id
