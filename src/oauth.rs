@@ -263,7 +263,6 @@ impl Client {
         named: Option<String>,
         canonical: &str,
     ) -> Result<(Option<String>, Vec<String>, Vec<String>), String> {
-        let s = &self.settings;
         let urls = match named {
             Some(u) => vec![u],
             None => metadata::resource_metadata_urls(canonical),
@@ -273,25 +272,14 @@ impl Client {
                 info!("oauth: skipping the resource metadata URL {u}: not an http(s) URL");
                 continue;
             };
-            let answer = match exchange(
-                &parsed,
-                "GET",
-                &[("Accept", "application/json")],
-                b"",
-                &s.tls,
-                s.connect_timeout,
-            ) {
-                Ok(a) => a,
+            let body = match self.document(&parsed) {
+                Ok(body) => body,
                 Err(e) => {
                     info!("oauth: resource metadata {u}: {e}");
                     continue;
                 }
             };
-            if answer.status != 200 {
-                debug!("oauth: resource metadata {u}: {}", answer.status);
-                continue;
-            }
-            let doc = metadata::parse_resource(&answer.body)
+            let doc = metadata::parse_resource(&body)
                 .map_err(|e| format!("the protected resource metadata at {u}: {e}"))?;
             if let Some(resource) = &doc.resource {
                 if !resource_matches(resource, canonical) {
@@ -310,7 +298,6 @@ impl Client {
     /// The authorization server's metadata, from the first well-known URL
     /// that answers with a document whose `issuer` is `issuer`.
     fn server_metadata(&self, issuer: &str) -> Result<metadata::ServerMetadata, String> {
-        let s = &self.settings;
         let urls = metadata::server_metadata_urls(issuer);
         if urls.is_empty() {
             return Err(format!("the authorization server {issuer} is not an http(s) URL"));
@@ -318,25 +305,14 @@ impl Client {
         let mut why = Vec::new();
         for u in urls {
             let parsed = oauth::check_endpoint(&u).map_err(|e| format!("{u}: {e}"))?;
-            let answer = match exchange(
-                &parsed,
-                "GET",
-                &[("Accept", "application/json")],
-                b"",
-                &s.tls,
-                s.connect_timeout,
-            ) {
-                Ok(a) => a,
+            let body = match self.document(&parsed) {
+                Ok(body) => body,
                 Err(e) => {
                     why.push(format!("{u}: {e}"));
                     continue;
                 }
             };
-            if answer.status != 200 {
-                why.push(format!("{u}: {}", answer.status));
-                continue;
-            }
-            let doc = match metadata::parse_server(&answer.body) {
+            let doc = match metadata::parse_server(&body) {
                 Ok(d) => d,
                 Err(e) => {
                     why.push(format!("{u}: {e}"));
@@ -352,6 +328,16 @@ impl Client {
             return Ok(doc);
         }
         Err(format!("no authorization server metadata for {issuer} ({})", why.join("; ")))
+    }
+
+    /// A metadata document: one GET, its body when the answer is a 200.
+    fn document(&self, at: &Url) -> Result<Vec<u8>, String> {
+        let s = &self.settings;
+        let answer = exchange(at, "GET", &[("Accept", "application/json")], b"", &s.tls, s.connect_timeout)?;
+        match answer.status {
+            200 => Ok(answer.body),
+            status => Err(format!("answered {status}")),
+        }
     }
 
     /// The token request and its answer.
