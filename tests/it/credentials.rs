@@ -6,11 +6,11 @@
 use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use crate::support::exchange::{host, json_post};
-use crate::support::proxy_process::{scratch_dir, spawn, ProxyProcess, BIN};
+use crate::support::proxy_process::{self, scratch_dir, ProxyProcess};
 use crate::support::wire::{response, Next, Req, StubUpstream};
 
 const AGENT: &str = "claude-prime";
@@ -81,21 +81,9 @@ fn bearer(req: &Req) -> String {
     all[0].to_string()
 }
 
-/// Runs the binary to its end (60 s bound).
+/// Runs the binary to its end (`proxy_process::run_to_exit`): its output.
 fn run_to_exit(args: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args).env_remove("MCP_PROXY_TOKEN").env("RUST_LOG", "trace");
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = spawn(&mut cmd).expect("spawn proxy");
-    let t0 = Instant::now();
-    while child.try_wait().ok().flatten().is_none() {
-        if t0.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("still running after 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+    proxy_process::run_to_exit(args).0
 }
 
 #[test]

@@ -9,13 +9,12 @@
 use std::io::Write;
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::exchange::{host, json_post};
-use crate::support::proxy_process::{scratch_dir, spawn, ProxyProcess, BIN};
+use crate::support::proxy_process::{run_to_exit, scratch_dir, ProxyProcess};
 use crate::support::wire::{response, Next, Req, StubUpstream};
 
 const AGENT: &str = "svc-agent";
@@ -260,23 +259,6 @@ fn discovery_then_client_secret_post_with_the_challenges_scope_and_the_resource(
     for secret in [SECRET, "at-1", "at-2", "rt-1", "the-clients-own"] {
         assert!(!log.contains(secret), "`{secret}` in the proxy's trace log:\n{log}");
     }
-}
-
-/// Runs the binary to its end (60 s bound); its stderr and how long it took.
-fn run_to_exit(args: &[&str]) -> (Output, Duration) {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args).env_remove("MCP_PROXY_TOKEN").env("RUST_LOG", "trace");
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = spawn(&mut cmd).expect("spawn proxy");
-    let t0 = Instant::now();
-    while child.try_wait().ok().flatten().is_none() {
-        if t0.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("still running after 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (child.wait_with_output().expect("output"), t0.elapsed())
 }
 
 #[test]

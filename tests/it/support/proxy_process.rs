@@ -7,7 +7,7 @@ use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -401,4 +401,24 @@ pub fn drain_into(mut pipe: impl Read + Send + 'static, sink: Arc<Mutex<Vec<u8>>
             sink.lock().unwrap().extend_from_slice(&chunk[..n]);
         }
     });
+}
+
+/// Runs the binary with `args` to its end (a gross 60 s bound against a
+/// hang), `MCP_PROXY_TOKEN` removed and its log at trace level (so a test
+/// can say no secret reached even that); its output and how long it ran.
+#[track_caller]
+pub fn run_to_exit(args: &[&str]) -> (Output, Duration) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).env_remove("MCP_PROXY_TOKEN").env("RUST_LOG", "trace");
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = spawn(&mut cmd).expect("spawn proxy");
+    let t0 = Instant::now();
+    while child.try_wait().ok().flatten().is_none() {
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("{args:?} still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child.wait_with_output().expect("output"), t0.elapsed())
 }
