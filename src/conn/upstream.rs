@@ -287,17 +287,10 @@ impl Conn {
         let Phase::Connect { attempt, since, .. } = self.phase else {
             return;
         };
-        if self.ex.reattaching() {
-            self.reattach_retry(ctx, attempt);
+        if self.connect_again(ctx, attempt, since) {
             return;
         }
-        let retry_at = ctx.now + CONNECT_RETRY_DELAY;
-        // In a recorded session a refused connect is most likely a restart:
-        // keep trying for the grace, then answer so the session survives.
-        let in_grace = self.ex.session.known && retry_at <= since + ctx.config.restart_grace;
-        if attempt < CONNECT_RETRIES || in_grace {
-            self.set_phase(Phase::Connect { attempt: attempt + 1, retry_at: Some(retry_at), since });
-        } else if self.ex.session.known {
+        if self.ex.session.known {
             self.answer_outage(ctx, Answer::UpstreamUnavailable);
         } else {
             match ctx.config.upstream.tunnel.as_deref() {
@@ -311,6 +304,25 @@ impl Conn {
             }
             self.reply_error(ctx, Answer::UpstreamUnreachable);
         }
+    }
+
+    /// After a connect that reached no upstream (attempt `attempt` of an
+    /// exchange that began connecting at `since`): `true` when it is tried
+    /// again (a reattach's own retry, or a short delay while attempts are
+    /// left; in a recorded session a refused connect is most likely a
+    /// restart, so for the restart grace), `false` when it is time to answer.
+    fn connect_again(&mut self, ctx: &Ctx, attempt: u32, since: Instant) -> bool {
+        if self.ex.reattaching() {
+            self.reattach_retry(ctx, attempt);
+            return true;
+        }
+        let retry_at = ctx.now + CONNECT_RETRY_DELAY;
+        let in_grace = self.ex.session.known && retry_at <= since + ctx.config.restart_grace;
+        if attempt < CONNECT_RETRIES || in_grace {
+            self.set_phase(Phase::Connect { attempt: attempt + 1, retry_at: Some(retry_at), since });
+            return true;
+        }
+        false
     }
 
     /// The forward proxy did not open the tunnel (`why`; `proxy`: its
@@ -328,18 +340,9 @@ impl Conn {
         let Phase::Connect { attempt, since, .. } = self.phase else {
             return;
         };
-        if why.upstream_unreachable() {
-            if self.ex.reattaching() {
-                self.reattach_retry(ctx, attempt);
-                return;
-            }
-            let retry_at = ctx.now + CONNECT_RETRY_DELAY;
-            let in_grace = self.ex.session.known && retry_at <= since + ctx.config.restart_grace;
-            if attempt < CONNECT_RETRIES || in_grace {
-                debug!("conn {}: forward proxy {proxy} {why}: retrying", self.id);
-                self.set_phase(Phase::Connect { attempt: attempt + 1, retry_at: Some(retry_at), since });
-                return;
-            }
+        if why.upstream_unreachable() && self.connect_again(ctx, attempt, since) {
+            debug!("conn {}: forward proxy {proxy} {why}: retrying", self.id);
+            return;
         }
         let upstream = ctx.config.upstream.authority.as_str();
         warn!("conn {}: forward proxy {proxy} {why} (tunnel to upstream {upstream})", self.id);
